@@ -1,0 +1,69 @@
+"""The learner's command line: ``python -m labs train|sample|bench``.
+
+    python -m labs train --backend numpy --max-iters 200
+    python -m labs sample --checkpoint runs/numpy --prompt "ROMEO:"
+    python -m labs bench
+
+Expected bad inputs (a missing corpus, a corrupt checkpoint, a prompt with
+characters the model never saw) end with one line, ``error: ...``, and exit
+status 2; anything else is a bug and shows its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import UserError, bench, sample, train
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Show "(default: X)" after each option's help, unless the help already
+    says it or there is nothing to show (flags, options without a default)."""
+
+    def _get_help_string(self, action):
+        help_ = action.help or ""
+        no_default = action.default is None or action.default is False  # not `in`: 0.0 == False
+        if "default" in help_ or no_default or action.default == argparse.SUPPRESS:
+            return help_
+        return super()._get_help_string(action)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m labs",
+        description="twinformer labs: train, sample and benchmark the NumPy and PyTorch GPTs.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, module, help_ in (
+        ("train", train, "train a character-level GPT on Tiny Shakespeare"),
+        ("sample", sample, "continue a prompt with a trained checkpoint"),
+        ("bench", bench, "time a training step on both backends"),
+    ):
+        sub = commands.add_parser(
+            name,
+            help=help_,
+            description=help_[0].upper() + help_[1:] + ".",
+            formatter_class=_HelpFormatter,
+        )
+        module.add_arguments(sub)
+        sub.set_defaults(func=module.main)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the command; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,426 @@
+"""One adapter per backend, so the training loop does not care which model it drives.
+
+Read :class:`NumpyBackend` and :class:`TorchBackend` side by side: each method
+does the same job, once by hand and once with PyTorch's machinery. The NumPy
+training step spells out what ``loss.backward()`` and the scheduler hide::
+
+    NumPy                                  PyTorch
+    lr = cosine_lr(step, ...)              lr = optimizer.param_groups[0]["lr"]
+    model.zero_grad()                      optimizer.zero_grad()
+    logits = model.forward(x)              logits = model(x)
+    loss = loss_fn.forward(logits, y)      loss = loss_fn(logits, y)
+    model.backward(loss_fn.backward())     loss.backward()
+    clip_grad_norm_(params, clip)          clip_grad_norm_(params, clip)
+    optimizer.step()                       optimizer.step(); scheduler.step()
+
+Everything crossing this boundary is NumPy: int64 batches in, float32
+state dicts and optimizer moments out, keyed by the shared parameter names.
+That is what makes checkpoints interchangeable between the backends.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+
+BACKENDS = ("numpy", "torch")
+
+#: nanoGPT's "baby GPT" on Shakespeare (config/train_shakespeare_char.py), CPU edition.
+DEFAULT_TRAIN_CONFIG = {
+    "lr": 1e-3,
+    "min_lr": 1e-4,
+    "warmup_iters": 100,
+    "lr_decay_iters": 2000,
+    "weight_decay": 0.1,
+    "beta1": 0.9,
+    "beta2": 0.99,
+    "grad_clip": 1.0,
+}
+ADAM_EPS = 1e-8
+
+
+def _train_config(train_config: dict | None) -> dict:
+    unknown = sorted(set(train_config or {}) - set(DEFAULT_TRAIN_CONFIG))
+    if unknown:
+        raise ValueError(f"train_config: unknown keys {unknown}")
+    return {**DEFAULT_TRAIN_CONFIG, **(train_config or {})}
+
+
+def _check_dtype(dtype: str) -> str:
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype: expected 'float32' or 'float64', got {dtype!r}")
+    return dtype
+
+
+def _global_norm(grads) -> float:
+    """sqrt(sum of squares of every gradient): what clipping would report."""
+    return math.sqrt(sum(float(np.vdot(g, g)) for g in grads))
+
+
+class NumpyBackend:
+    """The from-scratch model: ``numpy_impl`` with hand-written backward passes.
+
+    Args:
+        model_config: GPTConfig fields as a dict.
+        seed: seed of the initial weights.
+        train_config: optimizer and schedule settings (keys of
+            :data:`DEFAULT_TRAIN_CONFIG`; missing keys take those defaults).
+        dtype: ``"float32"`` (training) or ``"float64"``.
+
+    Raises:
+        ValueError: an invalid model config (the field is named), unknown
+            train_config keys, or an unknown dtype.
+    """
+
+    name = "numpy"
+
+    def __init__(
+        self,
+        model_config: dict,
+        seed: int = 0,
+        train_config: dict | None = None,
+        dtype: str = "float32",
+    ):
+        from numpy_impl.gpt import GPT, GPTConfig
+        from numpy_impl.loss import CrossEntropyLoss
+        from numpy_impl.optim import AdamW, configure_param_groups
+
+        self.config = GPTConfig.from_dict(dict(model_config))
+        self.train_config = tc = _train_config(train_config)
+        self.model = GPT(self.config, seed=seed, dtype=np.dtype(_check_dtype(dtype)))
+        self.loss_fn = CrossEntropyLoss()
+        self.optimizer = AdamW(
+            configure_param_groups(self.model, tc["weight_decay"]),
+            lr=tc["lr"],
+            betas=(tc["beta1"], tc["beta2"]),
+            eps=ADAM_EPS,
+            weight_decay=tc["weight_decay"],
+        )
+        self.step = 0
+
+    def current_lr(self) -> float:
+        """The learning rate the next :meth:`train_step` will use."""
+        from numpy_impl.optim import cosine_lr
+
+        tc = self.train_config
+        return cosine_lr(
+            self.step, tc["lr"], tc["min_lr"], tc["warmup_iters"], tc["lr_decay_iters"]
+        )
+
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> dict:
+        """One optimizer step on the batch ``x``, ``y``: both ``(B, T)`` int64.
+
+        Returns:
+            ``{"loss": float, "lr": float, "grad_norm": float}``: the batch's
+            loss before the update, the learning rate used, and the global
+            gradient norm before clipping.
+        """
+        from numpy_impl.optim import clip_grad_norm_
+
+        lr = self.current_lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        self.model.zero_grad()
+        logits = self.model.forward(x)  # (B, T) -> (B, T, V)
+        loss = self.loss_fn.forward(logits, y)
+        self.model.backward(self.loss_fn.backward())  # fills every p.grad
+        params = self.model.parameters()
+        if self.train_config["grad_clip"] > 0:
+            grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
+        else:
+            grad_norm = _global_norm(p.grad for p in params)
+        self.optimizer.step()
+        self.step += 1
+        return {"loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm)}
+
+    def eval_loss(self, batches) -> float:
+        """Mean loss over ``batches`` (a list of ``(x, y)``), in eval mode."""
+        self.model.eval()
+        try:
+            losses = [self.loss_fn.forward(self.model.forward(x), y) for x, y in batches]
+        finally:
+            self.model.train()
+        return float(np.mean(losses))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every state-dict name (``head.weight`` included) -> float32 copy."""
+        return {k: v.astype(np.float32, copy=True) for k, v in self.model.state_dict().items()}
+
+    def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
+        """Copy weights in (``head.weight`` may be omitted when tied).
+
+        Raises:
+            KeyError: missing or unexpected names; ValueError: wrong shapes.
+        """
+        self.model.load_state_dict(_with_tied_head(sd, self.config.tie_weights))
+
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        """AdamW's moments by parameter name, float32, plus ``"step"`` (0-d int64).
+
+        Parameters the optimizer has not touched yet report zero moments."""
+        state = {"step": np.array(self.step, dtype=np.int64)}
+        for name, p in self.model.named_parameters():
+            st = self.optimizer.state.get(p)
+            for key in ("exp_avg", "exp_avg_sq"):
+                value = st[key] if st is not None else np.zeros(p.shape)
+                state[f"{key}.{name}"] = value.astype(np.float32, copy=True)
+        return state
+
+    def load_optimizer_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore :meth:`optimizer_state`'s dict (from either backend).
+
+        Raises:
+            KeyError: a parameter's moment is missing.
+        """
+        step = int(state["step"])
+        self.optimizer.state.clear()
+        if step > 0:
+            for name, p in self.model.named_parameters():
+                self.optimizer.state[p] = {
+                    "step": step,
+                    "exp_avg": np.array(state[f"exp_avg.{name}"], dtype=p.dtype),
+                    "exp_avg_sq": np.array(state[f"exp_avg_sq.{name}"], dtype=p.dtype),
+                }
+        self.step = step
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> list[int]:
+        """The ``max_new_tokens`` ids that follow ``prompt_ids`` (prompt excluded).
+
+        Raises:
+            ValueError: empty prompt, invalid sampling settings.
+        """
+        from numpy_impl.sampling import generate
+
+        idx = np.array([prompt_ids], dtype=np.int64)  # (1, T0)
+        out = generate(
+            self.model,
+            idx,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            rng=np.random.default_rng(seed),
+        )
+        return out[0, len(prompt_ids) :].tolist()
+
+    def num_parameters(self) -> int:
+        """Scalar parameters, the tied matrix counted once."""
+        return self.model.num_parameters()
+
+
+class TorchBackend:
+    """The library model: ``torch_impl``, gradients by autograd. Same interface
+    and arguments as :class:`NumpyBackend`, plus ``attn_impl``: ``"sdpa"``
+    (``F.scaled_dot_product_attention``, fused) or ``"explicit"`` (the
+    softmax(QK^T/sqrt(d))V written out, as on the NumPy side).
+
+    Threads: torch's default (one per core).
+    """
+
+    name = "torch"
+
+    def __init__(
+        self,
+        model_config: dict,
+        seed: int = 0,
+        train_config: dict | None = None,
+        dtype: str = "float32",
+        attn_impl: str = "sdpa",
+    ):
+        import torch
+
+        from torch_impl.gpt import GPT, GPTConfig
+        from torch_impl.loss import CrossEntropyLoss
+        from torch_impl.optim import make_lr_scheduler, make_optimizer
+
+        self.torch = torch
+        self.config = GPTConfig(**dict(model_config))
+        self.train_config = tc = _train_config(train_config)
+        self.dtype = {"float32": torch.float32, "float64": torch.float64}[_check_dtype(dtype)]
+        torch.manual_seed(seed)  # the initial weights come from torch's global generator
+        self.model = GPT(self.config, attn_impl=attn_impl, dtype=self.dtype)
+        self.loss_fn = CrossEntropyLoss()
+        self.optimizer = make_optimizer(
+            self.model,
+            lr=tc["lr"],
+            betas=(tc["beta1"], tc["beta2"]),
+            eps=ADAM_EPS,
+            weight_decay=tc["weight_decay"],
+        )
+        self._make_scheduler = lambda: make_lr_scheduler(
+            self.optimizer, tc["warmup_iters"], tc["lr_decay_iters"], tc["min_lr"]
+        )
+        self.scheduler = self._make_scheduler()
+        self.step = 0
+
+    def current_lr(self) -> float:
+        """The learning rate the next :meth:`train_step` will use."""
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> dict:
+        """As :meth:`NumpyBackend.train_step`."""
+        from torch_impl.optim import clip_grad_norm_
+
+        x, y = self.torch.from_numpy(x), self.torch.from_numpy(y)
+        lr = self.current_lr()
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.model(x)  # (B, T) -> (B, T, V)
+        loss = self.loss_fn(logits, y)
+        loss.backward()  # autograd fills every p.grad
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        if self.train_config["grad_clip"] > 0:
+            grad_norm = float(clip_grad_norm_(params, self.train_config["grad_clip"]))
+        else:
+            grad_norm = _global_norm(p.grad.detach().double().numpy() for p in params)
+        self.optimizer.step()
+        self.scheduler.step()  # the next step's learning rate
+        self.step += 1
+        return {"loss": float(loss.item()), "lr": lr, "grad_norm": grad_norm}
+
+    def eval_loss(self, batches) -> float:
+        """As :meth:`NumpyBackend.eval_loss`; no autograd graph is built."""
+        torch = self.torch
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                losses = [
+                    float(self.loss_fn(self.model(torch.from_numpy(x)), torch.from_numpy(y)))
+                    for x, y in batches
+                ]
+        finally:
+            self.model.train()
+        return float(np.mean(losses))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """As :meth:`NumpyBackend.state_dict`."""
+        return {
+            k: v.detach().to(self.torch.float32).numpy().copy()
+            for k, v in self.model.state_dict().items()
+        }
+
+    def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
+        """As :meth:`NumpyBackend.load_state_dict`.
+
+        Raises:
+            RuntimeError: torch's message listing missing/unexpected keys or
+                wrong shapes.
+        """
+        sd = _with_tied_head(sd, self.config.tie_weights)
+        self.model.load_state_dict(
+            {k: self.torch.from_numpy(np.asarray(v)).to(self.dtype) for k, v in sd.items()}
+        )
+
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        """As :meth:`NumpyBackend.optimizer_state`."""
+        state = {"step": np.array(self.step, dtype=np.int64)}
+        for name, p in self.model.named_parameters():  # the tied weight once
+            st = self.optimizer.state.get(p, {})
+            for key in ("exp_avg", "exp_avg_sq"):
+                value = st.get(key)
+                state[f"{key}.{name}"] = (
+                    np.zeros(p.shape, np.float32)
+                    if value is None
+                    else value.detach().to(self.torch.float32).numpy().copy()
+                )
+        return state
+
+    def load_optimizer_state(self, state: dict[str, np.ndarray]) -> None:
+        """As :meth:`NumpyBackend.load_optimizer_state`; also moves the
+        learning-rate schedule to ``step``."""
+        torch = self.torch
+        step = int(state["step"])
+        self.optimizer.state.clear()
+        if step > 0:
+            for name, p in self.model.named_parameters():
+                self.optimizer.state[p] = {
+                    # torch keeps AdamW's step count as a float32 tensor
+                    "step": torch.tensor(float(step), dtype=torch.float32),
+                    "exp_avg": torch.from_numpy(np.array(state[f"exp_avg.{name}"])).to(p),
+                    "exp_avg_sq": torch.from_numpy(np.array(state[f"exp_avg_sq.{name}"])).to(p),
+                }
+        # A fresh scheduler, advanced `step` times: whatever scheduler
+        # make_lr_scheduler builds, this lands on the rate of step `step`.
+        for group in self.optimizer.param_groups:
+            group["lr"] = group.get("initial_lr", group["lr"])
+            group.pop("initial_lr", None)
+        self.scheduler = self._make_scheduler()
+        with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()"
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(step):
+                self.scheduler.step()
+        self.step = step
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> list[int]:
+        """As :meth:`NumpyBackend.generate` (same seed, different random
+        numbers: the two backends' generators differ)."""
+        from torch_impl.sampling import generate
+
+        torch = self.torch
+        generator = torch.Generator()
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+        idx = torch.tensor([prompt_ids], dtype=torch.long)  # (1, T0)
+        with torch.inference_mode():
+            out = generate(
+                self.model,
+                idx,
+                max_new_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                generator=generator,
+            )
+        return out[0, len(prompt_ids) :].tolist()
+
+    def num_parameters(self) -> int:
+        """As :meth:`NumpyBackend.num_parameters`."""
+        return sum(p.numel() for p in self.model.parameters())
+
+
+def _with_tied_head(sd: dict[str, np.ndarray], tied: bool) -> dict[str, np.ndarray]:
+    """Add ``head.weight`` (= ``tok_emb.weight``) when tied and absent."""
+    if tied and "head.weight" not in sd and "tok_emb.weight" in sd:
+        return {**sd, "head.weight": sd["tok_emb.weight"]}
+    return sd
+
+
+def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
+    """Build ``NumpyBackend`` or ``TorchBackend`` by name.
+
+    Args:
+        name: ``"numpy"`` or ``"torch"``.
+        model_config, seed, **kwargs: passed to the backend (``train_config``,
+            ``dtype``, ``attn_impl``); ``attn_impl`` is ignored by the NumPy
+            backend, which has one attention, written out.
+
+    Raises:
+        ValueError: unknown name (and whatever the backend raises).
+    """
+    if name == "numpy":
+        kwargs.pop("attn_impl", None)
+        return NumpyBackend(model_config, seed, **kwargs)
+    if name == "torch":
+        return TorchBackend(model_config, seed, **kwargs)
+    raise ValueError(f"backend: expected one of {BACKENDS}, got {name!r}")

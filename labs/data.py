@@ -1,0 +1,280 @@
+"""The corpus and the batches: Tiny Shakespeare, split, sampled.
+
+Everything here is NumPy, shared by both backends: the NumPy model eats the
+arrays directly, the PyTorch model wraps them with ``torch.from_numpy``. So a
+given seed yields the same batches whatever the backend, and two training runs
+differ only by their models.
+
+Where the corpus comes from (:func:`resolve_corpus`), first match wins:
+
+1. an explicit path (``--data PATH``);
+2. the environment variable ``TWINFORMER_DATA``;
+3. the cache, ``$XDG_CACHE_HOME/twinformer/tinyshakespeare.txt``
+   (``~/.cache/twinformer/...`` when ``XDG_CACHE_HOME`` is unset);
+4. a download of Karpathy's char-rnn copy into that cache, checked against its
+   SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+CORPUS_URL = (
+    "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+)
+CORPUS_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+CORPUS_FILENAME = "tinyshakespeare.txt"
+DATA_ENV_VAR = "TWINFORMER_DATA"
+DOWNLOAD_TIMEOUT_S = 20.0
+
+
+class CorpusUnavailableError(RuntimeError):
+    """No local copy of the corpus and the download failed (offline, say)."""
+
+
+# -- finding the corpus --------------------------------------------------------
+def cache_path() -> Path:
+    """Where the downloaded corpus is kept: ``$XDG_CACHE_HOME/twinformer/``
+    (default ``~/.cache/twinformer/``) ``tinyshakespeare.txt``."""
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "twinformer" / CORPUS_FILENAME
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def download_corpus(
+    dest: Path,
+    url: str = CORPUS_URL,
+    sha256: str | None = CORPUS_SHA256,
+    timeout: float = DOWNLOAD_TIMEOUT_S,
+) -> Path:
+    """Download ``url`` to ``dest`` atomically, checking its SHA-256.
+
+    The bytes go to a temporary file next to ``dest``, are checked, fsynced,
+    then renamed into place, so ``dest`` is either absent or complete. ``url``
+    may be a ``file://`` URL (that is how the tests exercise this offline).
+
+    Args:
+        dest: final path; its parent directory is created.
+        url: where to fetch from.
+        sha256: expected hex digest, or None to skip the check.
+        timeout: seconds before a stalled connection is abandoned.
+
+    Returns:
+        ``dest``.
+
+    Raises:
+        CorpusUnavailableError: the download failed, or the digest differs
+            (the temporary file is removed in both cases).
+    """
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        try:
+            with open(tmp, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+                while chunk := resp.read(1 << 16):
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            raise CorpusUnavailableError(f"could not download the corpus from {url}: {e}") from e
+        if sha256 is not None and (got := _sha256(tmp)) != sha256:
+            raise CorpusUnavailableError(
+                f"the corpus downloaded from {url} has SHA-256 {got}, expected {sha256}; "
+                "it was discarded"
+            )
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return dest
+
+
+def resolve_corpus(path: str | os.PathLike | None = None, url: str = CORPUS_URL) -> Path:
+    """Find the Tiny Shakespeare text file, downloading it if need be.
+
+    Order: ``path``, then ``$TWINFORMER_DATA``, then the cache
+    (:func:`cache_path`), then a download from ``url`` into the cache.
+
+    Returns:
+        Path of an existing file.
+
+    Raises:
+        FileNotFoundError: ``path`` (or ``$TWINFORMER_DATA``) is given but no
+            such file exists; the message names it.
+        CorpusUnavailableError: nothing local and the download failed; the
+            message says how to pass a path.
+    """
+    if path is not None:
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise FileNotFoundError(f"corpus file not found: {p}")
+        return p
+    if env := os.environ.get(DATA_ENV_VAR):
+        p = Path(env).expanduser()
+        if not p.is_file():
+            raise FileNotFoundError(f"corpus file not found: {p} (from ${DATA_ENV_VAR})")
+        return p
+    cached = cache_path()
+    if cached.is_file():
+        return cached
+    try:
+        return download_corpus(cached, url=url)
+    except CorpusUnavailableError as e:
+        raise CorpusUnavailableError(
+            f"{e}. Point twinformer at a copy of Tiny Shakespeare with --data PATH or "
+            f"{DATA_ENV_VAR}=PATH (any UTF-8 text file works), or put one at {cached}"
+        ) from e
+
+
+def load_corpus(path: str | os.PathLike) -> str:
+    """The whole file as text.
+
+    Raises:
+        FileNotFoundError: no such file (named).
+        ValueError: the file is empty or is not UTF-8 (named, with the byte
+            offset of the first bad byte).
+    """
+    path = Path(path)
+    data = path.read_bytes()
+    if not data:
+        raise ValueError(f"corpus file is empty: {path}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"corpus file is not UTF-8 text: {path} (byte {e.start}: {e.reason})"
+        ) from e
+
+
+# -- splitting and batching ----------------------------------------------------
+def train_val_split(ids: np.ndarray, frac: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+    """First ``frac`` of the ids for training, the rest for validation.
+
+    A contiguous split (as nanoGPT's), not a shuffle: validation text is text
+    the model has never seen, not sentences interleaved with the training ones.
+
+    Args:
+        ids: ``(N,)`` token ids.
+        frac: fraction for training, in ``(0, 1)``.
+
+    Returns:
+        ``(train (n,), val (N - n,))`` views, ``n = int(frac * N)``.
+
+    Raises:
+        ValueError: ``ids`` is not 1-D, or ``frac`` is outside ``(0, 1)``.
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 1:
+        raise ValueError(f"ids: expected a 1-D array, got shape {ids.shape}")
+    if not 0.0 < frac < 1.0:
+        raise ValueError(f"frac: expected a value in (0, 1), got {frac}")
+    n = int(frac * len(ids))
+    return ids[:n], ids[n:]
+
+
+class BatchSampler:
+    """Random (input, target) windows of a token stream, reproducibly.
+
+    Each batch is ``batch_size`` windows of ``block_size + 1`` consecutive
+    tokens starting at random offsets; the target is the input shifted by one.
+
+    Args:
+        data: ``(N,)`` integer token ids, ``N > block_size``.
+        block_size: T, the context length.
+        batch_size: B.
+        seed: seed of the sampler's own ``np.random.default_rng``.
+
+    Raises:
+        ValueError: ``data`` not 1-D or too short, non-positive sizes.
+        TypeError: ``data`` is not an integer array.
+    """
+
+    def __init__(self, data: np.ndarray, block_size: int, batch_size: int, seed: int = 0):
+        data = np.asarray(data)
+        if data.ndim != 1:
+            raise ValueError(f"data: expected a 1-D array of token ids, got shape {data.shape}")
+        if data.dtype.kind not in "iu":
+            raise TypeError(f"data: expected integer token ids, got dtype {data.dtype}")
+        if block_size < 1 or batch_size < 1:
+            raise ValueError(
+                f"block_size and batch_size must be >= 1, got {block_size} and {batch_size}"
+            )
+        if len(data) <= block_size:
+            raise ValueError(
+                f"data: {len(data)} tokens is too short for block_size {block_size} "
+                f"(needs at least {block_size + 1})"
+            )
+        self.data = data
+        self.block_size = block_size
+        self.batch_size = batch_size
+        self.rng = np.random.default_rng(seed)
+        self._arange = np.arange(block_size)
+
+    def next(self) -> tuple[np.ndarray, np.ndarray]:
+        """The next batch.
+
+        Returns:
+            ``(x, y)``, both ``(B, T)`` int64, ``y[:, t] == x[:, t + 1]`` for
+            ``t < T - 1`` and ``y[:, -1]`` the token after the window.
+        """
+        # One offset per row; N - T is the largest start that leaves room for y.
+        offsets = self.rng.integers(0, len(self.data) - self.block_size, size=self.batch_size)
+        idx = offsets[:, None] + self._arange  # (B, 1) + (T,) -> (B, T)
+        x = self.data[idx].astype(np.int64)
+        y = self.data[idx + 1].astype(np.int64)
+        return x, y
+
+    __next__ = next
+
+    def __iter__(self):
+        return self
+
+    def get_state(self) -> dict:
+        """The RNG state (``bit_generator.state``): a JSON-serialisable dict."""
+        return self.rng.bit_generator.state
+
+    def set_state(self, state: dict) -> None:
+        """Resume from :meth:`get_state`'s dict: the next batches are the ones
+        the saved sampler would have produced.
+
+        Raises:
+            ValueError: ``state`` is not a state of this sampler's generator.
+        """
+        try:
+            self.rng.bit_generator.state = state
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"state: not a valid sampler state ({e})") from e
+
+
+def fixed_eval_batches(
+    data: np.ndarray, block_size: int, batch_size: int, n_batches: int, seed: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """``n_batches`` batches drawn once, to evaluate on the same tokens every time.
+
+    Evaluating on fresh random batches makes the loss curve jitter by the
+    sampling noise; fixed batches make successive evaluations comparable
+    (differences are the model's, not the sample's).
+
+    Returns:
+        list of ``(x, y)``, each ``(batch_size, block_size)`` int64.
+
+    Raises:
+        ValueError: as :class:`BatchSampler`, or ``n_batches < 1``.
+    """
+    if n_batches < 1:
+        raise ValueError(f"n_batches: expected >= 1, got {n_batches}")
+    sampler = BatchSampler(data, block_size, batch_size, seed)
+    return [sampler.next() for _ in range(n_batches)]

@@ -1,0 +1,88 @@
+"""``python -m labs sample``: continue a prompt with a trained checkpoint.
+
+A checkpoint written by either backend loads into either backend: they share
+parameter names and shapes, so ``--backend`` only chooses who does the
+arithmetic. (The same seed gives different samples on the two backends: their
+random number generators differ. With ``--temperature 0``, greedy decoding,
+they agree up to float32 rounding.)
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from . import UserError
+from .backends import BACKENDS, make_backend
+from .checkpoint import load_checkpoint
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``sample`` command's options."""
+    p.add_argument("--checkpoint", metavar="DIR", required=True, help="a training run's --out")
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=None,
+        help="who runs the model (default: the backend that trained it)",
+    )
+    p.add_argument(
+        "--prompt",
+        default="\n",
+        help=r"text to continue (default: a newline; '\n' in the text means a newline)",
+    )
+    p.add_argument("--max-new-tokens", type=int, default=500, help="characters to generate")
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely characters")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold")
+    p.add_argument("--seed", type=int, default=1337, help="sampling seed")
+    p.add_argument(
+        "--attn-impl", choices=("sdpa", "explicit"), default="sdpa", help="torch attention"
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    """Load, encode the prompt, generate, print prompt + continuation.
+
+    Raises:
+        UserError: missing or corrupt checkpoint, prompt characters outside
+            the vocabulary, invalid sampling settings.
+    """
+    from numpy_impl.tokenizer import CharTokenizer
+
+    if args.max_new_tokens < 0:
+        raise UserError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if args.temperature < 0:
+        raise UserError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        raise UserError(f"--top-k must be >= 1, got {args.top_k}")
+    if args.top_p is not None and not 0 < args.top_p <= 1:
+        raise UserError(f"--top-p must lie in (0, 1], got {args.top_p}")
+    try:
+        model_state, config, _ = load_checkpoint(args.checkpoint)
+        tokenizer = CharTokenizer.from_dict(config["tokenizer"])
+    except (OSError, ValueError) as e:
+        raise UserError(str(e)) from e
+    prompt = args.prompt.replace("\\n", "\n")
+    if not prompt:
+        raise UserError("--prompt is empty: give at least one character")
+    try:
+        prompt_ids = tokenizer.encode(prompt)
+    except ValueError as e:
+        raise UserError(f"--prompt {e.args[0].removeprefix('text: ')}") from e
+
+    name = args.backend or config.get("backend", "numpy")
+    try:
+        backend = make_backend(name, config["model"], seed=0, attn_impl=args.attn_impl)
+    except (TypeError, ValueError) as e:  # a config.json edited by hand, say
+        raise UserError(f"{args.checkpoint}: bad model config: {e}") from e
+    backend.load_state_dict(model_state)  # names and shapes were checked on loading
+    ids = backend.generate(
+        prompt_ids,
+        args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+    print(prompt + tokenizer.decode(ids))
+    return 0

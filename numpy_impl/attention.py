@@ -1,0 +1,216 @@
+"""Scaled dot-product attention and causal multi-head self-attention.
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V      (Vaswani et al. 2017, eq. 1)
+
+The scores are written out explicitly as a ``(B, n_heads, T_q, T_k)`` array,
+masked, and normalised with a softmax over the key axis (the last one): each
+query gets a probability distribution over the keys it may see.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .dropout import Dropout
+from .linear import Linear
+from .module import Module, check_last_dim
+
+
+def _causal_mask(T_q: int, T_k: int) -> np.ndarray:
+    """Boolean ``(T_q, T_k)``, True where key j lies in query i's future (j > i).
+
+    Top-left aligned, like ``F.scaled_dot_product_attention(is_causal=True)``.
+    """
+    return np.triu(np.ones((T_q, T_k), dtype=bool), k=1)
+
+
+def scaled_dot_product_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    attn_mask: np.ndarray | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    rng: np.random.Generator | None = None,
+) -> tuple[np.ndarray, tuple]:
+    """softmax(q k^T * scale + mask) v, returning the output and a cache for backward.
+
+    Args:
+        q: ``(..., T_q, d_k)`` queries, usually ``(B, n_heads, T_q, d_k)``.
+        k: ``(..., T_k, d_k)`` keys.
+        v: ``(..., T_k, d_v)`` values.
+        attn_mask: broadcastable to ``(..., T_q, T_k)``. Boolean: True = may
+            attend (the ``F.scaled_dot_product_attention`` convention). Float:
+            added to the scores (``-inf`` forbids).
+        is_causal: forbid keys j > i. Cannot be combined with ``attn_mask``.
+        scale: defaults to ``1 / sqrt(d_k)`` (Vaswani et al. 2017, sec. 3.2.1).
+        dropout_p: dropout on the attention probabilities (training only).
+        rng: generator for the dropout mask.
+
+    Returns:
+        out ``(..., T_q, d_v)``, and the cache ``(q, k, v, probs, drop_scale, scale)``.
+
+    A query whose keys are all masked gets probabilities of zero, hence an
+    output of zeros and finite gradients, as the fused PyTorch kernel does
+    (a plain softmax would give 0/0 = NaN).
+
+    Raises:
+        ValueError: mismatched shapes, or ``attn_mask`` together with ``is_causal``.
+        TypeError: ``attn_mask`` is neither bool nor float.
+    """
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"q, k, v: expected q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v); "
+            f"got {q.shape}, {k.shape}, {v.shape}"
+        )
+    if attn_mask is not None and is_causal:
+        raise ValueError("attn_mask: cannot be combined with is_causal=True")
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+
+    scores = q @ np.swapaxes(k, -1, -2)  # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
+    scores *= scale
+    forbidden = None
+    if is_causal:
+        forbidden = _causal_mask(T_q, T_k)
+    elif attn_mask is not None:
+        attn_mask = np.asarray(attn_mask)
+        if attn_mask.dtype != np.bool_ and not np.issubdtype(attn_mask.dtype, np.floating):
+            raise TypeError(
+                f"attn_mask: expected a bool or float array, got dtype {attn_mask.dtype}"
+            )
+        try:
+            ok = np.broadcast_shapes(attn_mask.shape, scores.shape) == scores.shape
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"attn_mask: expected a shape broadcastable to {scores.shape}, "
+                f"got {attn_mask.shape}"
+            )
+        if attn_mask.dtype == np.bool_:
+            forbidden = ~attn_mask
+        else:
+            scores += attn_mask
+    if forbidden is not None:
+        np.copyto(scores, -np.inf, where=forbidden)
+
+    # numerically stable softmax over the key axis, written into `scores` in place
+    row_max = scores.max(axis=-1, keepdims=True)
+    row_max[~np.isfinite(row_max)] = 0.0  # fully masked row: avoid -inf - (-inf)
+    scores -= row_max
+    np.exp(scores, out=scores)
+    denom = scores.sum(axis=-1, keepdims=True)
+    denom[denom == 0.0] = 1.0  # fully masked row: probabilities stay 0, not NaN
+    scores /= denom
+    probs = scores  # (..., T_q, T_k), rows sum to 1 (or 0 if fully masked)
+
+    drop_scale = None
+    if dropout_p > 0.0:
+        rng = np.random.default_rng() if rng is None else rng
+        drop_scale = (rng.random(probs.shape) >= dropout_p).astype(probs.dtype)
+        drop_scale /= 1.0 - dropout_p
+        out = (probs * drop_scale) @ v
+    else:
+        out = probs @ v  # (..., T_q, T_k) @ (..., T_k, d_v) -> (..., T_q, d_v)
+    return out, (q, k, v, probs, drop_scale, scale)
+
+
+def scaled_dot_product_attention_backward(
+    dout: np.ndarray, cache: tuple
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of :func:`scaled_dot_product_attention`.
+
+    With S = q k^T * scale, P = softmax(S), out = P v:
+        dv = P^T dout
+        dP = dout v^T
+        dS = P * (dP - rowsum(dP * P))         (softmax Jacobian-vector product)
+        dq = dS k * scale,   dk = dS^T q * scale
+
+    Args:
+        dout: ``(..., T_q, d_v)``.
+        cache: the second return value of the forward.
+
+    Returns:
+        dq ``(..., T_q, d_k)``, dk ``(..., T_k, d_k)``, dv ``(..., T_k, d_v)``.
+    """
+    q, k, v, probs, drop_scale, scale = cache
+    p_used = probs if drop_scale is None else probs * drop_scale
+    dv = np.swapaxes(p_used, -1, -2) @ dout  # (..., T_k, T_q) @ (..., T_q, d_v)
+    dP = dout @ np.swapaxes(v, -1, -2)  # (..., T_q, d_v) @ (..., d_v, T_k)
+    if drop_scale is not None:
+        dP *= drop_scale
+    # softmax backward, in place in dP: dS = P * (dP - sum_j dP_j P_j)
+    dP -= np.sum(dP * probs, axis=-1, keepdims=True)
+    dP *= probs
+    dP *= scale
+    dS = dP
+    dq = dS @ k  # (..., T_q, T_k) @ (..., T_k, d_k)
+    dk = np.swapaxes(dS, -1, -2) @ q  # (..., T_k, T_q) @ (..., T_q, d_k)
+    return dq, dk, dv
+
+
+class CausalSelfAttention(Module):
+    """Causal multi-head self-attention with one combined QKV projection.
+
+    For each head h: head_h = Attention(x W_q^h, x W_k^h, x W_v^h), then
+    out = concat(head_1 .. head_H) W_o   (Vaswani et al. 2017, sec. 3.2.2).
+    The three projections live in one ``qkv_proj`` weight ``(3 d_model, d_model)``
+    whose output splits in the order q, k, v, as in nanoGPT.
+
+    Args:
+        d_model: model width C; ``d_k = d_model // n_heads``.
+        n_heads: number of heads.
+        bias: biases in both projections.
+        dropout: dropout on the attention probabilities and on the output.
+
+    Shapes:
+        forward: x ``(B, T, C)`` -> ``(B, T, C)``; scores ``(B, n_heads, T, T)``.
+        backward: dout ``(B, T, C)`` -> dx ``(B, T, C)``.
+
+    Raises:
+        ValueError: ``d_model`` not divisible by ``n_heads``; x of the wrong shape.
+    """
+
+    def __init__(self, d_model, n_heads, bias=True, dropout=0.0, dtype=np.float32, rng=None):
+        if n_heads < 1 or d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias, dtype=dtype, rng=rng)
+        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.resid_dropout = Dropout(dropout)
+        self._rng = np.random.default_rng()
+        self._cache = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        if x.ndim != 3 or x.shape[1] < 1:
+            raise ValueError(f"x: expected shape (B, T>=1, d_model={self.d_model}), got {x.shape}")
+        check_last_dim(x, self.d_model, "x", "d_model")
+        B, T, C = x.shape
+        H, d_k = self.n_heads, self.d_k
+        qkv = self.qkv_proj(x)  # (B, T, C) -> (B, T, 3C)
+        # (B, T, 3C) -> (B, T, 3, H, d_k) -> (3, B, H, T, d_k): one view, no copy
+        q, k, v = qkv.reshape(B, T, 3, H, d_k).transpose(2, 0, 3, 1, 4)
+        p = self.dropout if self.training else 0.0
+        y, self._cache = scaled_dot_product_attention(
+            q, k, v, is_causal=True, dropout_p=p, rng=self._rng
+        )  # (B, H, T, d_k)
+        y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # re-assemble heads: (B, T, C)
+        return self.resid_dropout(self.out_proj(y))
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        B, T, C = dout.shape
+        H, d_k = self.n_heads, self.d_k
+        dy = self.out_proj.backward(self.resid_dropout.backward(dout))  # (B, T, C)
+        dy = dy.reshape(B, T, H, d_k).transpose(0, 2, 1, 3)  # (B, H, T, d_k)
+        dq, dk, dv = scaled_dot_product_attention_backward(dy, self._cache)
+        self._cache = None
+        dqkv = np.empty((B, T, 3, H, d_k), dtype=dout.dtype)
+        dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)  # the inverse of the forward's split
+        dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
+        dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
+        return self.qkv_proj.backward(dqkv.reshape(B, T, 3 * C))

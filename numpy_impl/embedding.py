@@ -1,0 +1,49 @@
+"""Token embedding: a lookup into a learned table, and its scatter-add backward."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .module import Module, Parameter, check_ids
+
+
+class Embedding(Module):
+    """out[b, t] = weight[idx[b, t]].
+
+    Args:
+        num_embeddings: vocabulary size ``vocab_size``.
+        embedding_dim: ``d_model``.
+        dtype, rng: parameter dtype; generator for the N(0, 1) default init
+            (PyTorch's; the GPT re-initialises with N(0, 0.02)).
+
+    Shapes:
+        forward: idx ``(...)`` integer -> ``(..., embedding_dim)``
+        backward: dout ``(..., embedding_dim)`` -> None (ids have no gradient);
+        adds into dW ``(num_embeddings, embedding_dim)``.
+
+    The backward is a scatter-add: an id that occurs n times receives the sum of
+    its n upstream gradients. ``dW[idx] += dout`` would be wrong, because fancy
+    assignment with repeated indices keeps only the last write; ``np.add.at``
+    is the unbuffered version that accumulates.
+
+    Raises:
+        TypeError: ``idx`` is not an integer array.
+        ValueError: an id lies outside ``[0, num_embeddings)`` (negative ids are
+            rejected, not wrapped round as NumPy indexing would).
+    """
+
+    def __init__(self, num_embeddings, embedding_dim, dtype=np.float32, rng=None):
+        rng = np.random.default_rng() if rng is None else rng
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = Parameter(rng.standard_normal((num_embeddings, embedding_dim)).astype(dtype))
+        self._idx = None
+
+    def forward(self, idx: np.ndarray) -> np.ndarray:
+        idx = check_ids(idx, self.num_embeddings, "idx")
+        self._idx = idx
+        return self.weight.data[idx]  # (..., ) -> (..., embedding_dim)
+
+    def backward(self, dout: np.ndarray) -> None:
+        flat = dout.reshape(-1, self.embedding_dim)  # (N, C)
+        np.add.at(self.weight.grad, self._idx.reshape(-1), flat)  # scatter-add over repeats
+        self._idx = None

@@ -1,0 +1,62 @@
+"""Linear layer: y = x W^T + b, with its hand-written backward.
+
+The weight is stored as ``(out_features, in_features)``, PyTorch's layout, so a
+state dict moves between the backends without transposes. Every leading
+dimension is flattened into one ``(N, in_features)`` matrix, so forward and
+backward are each one GEMM however many batch axes the input has.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .module import Module, Parameter, check_last_dim
+
+
+class Linear(Module):
+    """y = x W^T + b.
+
+    Args:
+        in_features, out_features: sizes of the last axis of input and output.
+        bias: learn an additive bias ``b`` of shape ``(out_features,)``.
+        dtype: float32 for training, float64 for parity tests.
+        rng: ``np.random.Generator`` for the default init, U(-1/sqrt(in), 1/sqrt(in))
+            (PyTorch's default; the GPT re-initialises its layers).
+
+    Shapes:
+        forward: x ``(..., in_features)`` -> ``(..., out_features)``
+        backward: dout ``(..., out_features)`` -> dx ``(..., in_features)``;
+        adds dW ``(out_features, in_features)`` and db ``(out_features,)``.
+
+    Raises:
+        ValueError: the last axis of ``x`` is not ``in_features``.
+    """
+
+    def __init__(self, in_features, out_features, bias=True, dtype=np.float32, rng=None):
+        rng = np.random.default_rng() if rng is None else rng
+        bound = 1.0 / np.sqrt(in_features)
+        self.in_features, self.out_features = in_features, out_features
+        self.weight = Parameter(
+            rng.uniform(-bound, bound, (out_features, in_features)).astype(dtype)
+        )
+        self.bias = Parameter(np.zeros(out_features, dtype)) if bias else None
+        self._x = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        check_last_dim(x, self.in_features, "x", "in_features")
+        self._x = x  # backward needs the input for dW = dout^T x
+        x2 = x.reshape(-1, self.in_features)  # (N, in)
+        out = x2 @ self.weight.data.T  # (N, in) @ (in, out) -> (N, out)
+        if self.bias is not None:
+            out += self.bias.data
+        return out.reshape(*x.shape[:-1], self.out_features)
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        x2 = self._x.reshape(-1, self.in_features)  # (N, in)
+        d2 = dout.reshape(-1, self.out_features)  # (N, out)
+        self.weight.grad += d2.T @ x2  # (out, N) @ (N, in) -> (out, in)
+        if self.bias is not None:
+            self.bias.grad += d2.sum(axis=0)
+        dx = d2 @ self.weight.data  # (N, out) @ (out, in) -> (N, in)
+        self._x = None
+        return dx.reshape(*dout.shape[:-1], self.in_features)

@@ -1,0 +1,213 @@
+"""The small piece of ``torch.nn.Module`` that the NumPy side builds for itself.
+
+A :class:`Parameter` holds an array and its gradient. A :class:`Module` finds
+its parameters and sub-modules by walking its attributes in assignment order,
+exactly as ``torch.nn.Module`` does, so both backends produce the same
+state-dict names (``blocks.0.attn.qkv_proj.weight`` ...) without a mapping
+table.
+
+Contract for every layer (CS231n / llm.c style):
+
+* ``forward(x) -> out`` caches on ``self`` only what ``backward`` needs.
+* ``backward(dout) -> dx`` returns the input gradient and *adds* into each
+  parameter's ``.grad`` (never assigns), so a parameter used twice - the tied
+  token embedding and LM head - collects both contributions. Zeroing is one
+  explicit call, :meth:`Module.zero_grad`.
+
+This file has no twin in ``torch_impl/``: PyTorch ships ``nn.Module``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import numpy as np
+
+
+class Parameter:
+    """A trainable array and the gradient accumulated into it.
+
+    Attributes:
+        data: the value, any shape, float32 or float64.
+        grad: same shape and dtype as ``data``; backward passes add into it.
+    """
+
+    __slots__ = ("data", "grad")
+
+    def __init__(self, data: np.ndarray):
+        self.data = np.ascontiguousarray(data)
+        self.grad = np.zeros_like(self.data)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def ndim(self) -> int:
+        return self.data.ndim
+
+    def __repr__(self) -> str:
+        return f"Parameter(shape={self.data.shape}, dtype={self.data.dtype})"
+
+
+class Module:
+    """Base class: parameter discovery, train/eval mode, state dicts."""
+
+    training: bool = True
+
+    def __call__(self, *args, **kwargs):
+        return self.forward(*args, **kwargs)
+
+    def forward(self, *args, **kwargs):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def backward(self, dout):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # -- traversal ---------------------------------------------------------
+    def _children(self) -> Iterator[tuple[str, Module | Parameter]]:
+        for name, value in vars(self).items():
+            if name.startswith("_"):
+                continue  # private attributes are caches, never parameters
+            if isinstance(value, (Module, Parameter)):
+                yield name, value
+
+    def named_modules(self, prefix: str = "") -> Iterator[tuple[str, Module]]:
+        yield prefix, self
+        for name, child in self._children():
+            if isinstance(child, Module):
+                yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def named_parameters(
+        self, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, Parameter]]:
+        """Yield ``(name, Parameter)``; a shared Parameter is yielded once, under
+        its first name, like ``torch.nn.Module.named_parameters``."""
+        seen: set[int] = set()
+        for mod_name, mod in self.named_modules(prefix):
+            for name, child in mod._children():
+                if isinstance(child, Parameter):
+                    if remove_duplicate and id(child) in seen:
+                        continue
+                    seen.add(id(child))
+                    yield (f"{mod_name}.{name}" if mod_name else name), child
+
+    def parameters(self) -> list[Parameter]:
+        return [p for _, p in self.named_parameters()]
+
+    def num_parameters(self) -> int:
+        """Number of scalar parameters, shared parameters counted once."""
+        return sum(p.data.size for p in self.parameters())
+
+    # -- modes and gradients -------------------------------------------------
+    def train(self, mode: bool = True) -> Module:
+        for _, mod in self.named_modules():
+            mod.training = mode
+        return self
+
+    def eval(self) -> Module:
+        return self.train(False)
+
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.grad.fill(0.0)
+
+    def astype(self, dtype) -> Module:
+        """Cast every parameter (and its gradient) to ``dtype`` in place."""
+        for p in self.parameters():
+            p.data = p.data.astype(dtype)
+            p.grad = np.zeros_like(p.data)
+        for _, mod in self.named_modules():
+            mod._on_astype(np.dtype(dtype))
+        return self
+
+    def _on_astype(self, dtype: np.dtype) -> None:
+        """Hook for modules holding non-parameter arrays (buffers)."""
+
+    # -- state dicts ---------------------------------------------------------
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every parameter by name, shared ones under each of their names (as
+        ``torch.nn.Module.state_dict`` does). Values are the live arrays."""
+        return {name: p.data for name, p in self.named_parameters(remove_duplicate=False)}
+
+    def load_state_dict(self, state_dict: dict[str, np.ndarray], strict: bool = True) -> None:
+        """Copy arrays into the parameters, casting to each parameter's dtype.
+
+        Raises:
+            KeyError: with ``strict``, listing every missing and unexpected key.
+            ValueError: listing every key whose shape does not match.
+        """
+        own = dict(self.named_parameters(remove_duplicate=False))
+        missing = sorted(set(own) - set(state_dict))
+        unexpected = sorted(set(state_dict) - set(own))
+        if strict and (missing or unexpected):
+            raise KeyError(
+                f"state_dict does not match the model: missing keys {missing}, "
+                f"unexpected keys {unexpected}"
+            )
+        bad = [
+            f"{k}: expected {own[k].shape}, got {tuple(np.shape(v))}"
+            for k, v in state_dict.items()
+            if k in own and tuple(np.shape(v)) != own[k].shape
+        ]
+        if bad:
+            raise ValueError("state_dict shapes do not match the model: " + "; ".join(bad))
+        for k, v in state_dict.items():
+            if k in own:
+                own[k].data[...] = np.asarray(v, dtype=own[k].dtype)
+
+
+class ModuleList(Module):
+    """An indexable list of sub-modules named ``0``, ``1``, ... (as in torch)."""
+
+    def __init__(self, modules=()):
+        self._modules = list(modules)
+
+    def _children(self):
+        for i, m in enumerate(self._modules):
+            yield str(i), m
+
+    def __getitem__(self, i: int) -> Module:
+        return self._modules[i]
+
+    def __len__(self) -> int:
+        return len(self._modules)
+
+    def __iter__(self):
+        return iter(self._modules)
+
+
+# -- input checks shared by the NumPy layers -----------------------------------
+# PyTorch raises its own errors (or, for a negative embedding index on some
+# paths, silently wraps); both backends instead validate up front and raise the
+# same exception types with messages that name the argument.
+
+
+def check_ids(idx: np.ndarray, vocab_size: int, name: str = "idx") -> np.ndarray:
+    """Validate integer token ids and return them as an int64 array.
+
+    Raises:
+        TypeError: ``idx`` is not an integer array (floats, bools, objects).
+        ValueError: an id lies outside ``[0, vocab_size)``.
+    """
+    idx = np.asarray(idx)
+    if idx.dtype == np.bool_ or not np.issubdtype(idx.dtype, np.integer):
+        raise TypeError(f"{name}: token ids must be integers, got dtype {idx.dtype}")
+    if idx.size:
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= vocab_size:
+            raise ValueError(
+                f"{name}: token ids must lie in [0, vocab_size={vocab_size}), "
+                f"got min={lo}, max={hi}"
+            )
+    return idx.astype(np.int64, copy=False)
+
+
+def check_last_dim(x: np.ndarray, size: int, name: str, what: str) -> None:
+    """Raise ``ValueError`` unless ``x.shape[-1] == size``."""
+    if x.ndim < 1 or x.shape[-1] != size:
+        raise ValueError(f"{name}: expected shape (..., {what}={size}), got {tuple(x.shape)}")

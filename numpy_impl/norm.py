@@ -1,0 +1,67 @@
+"""Layer normalisation (Ba et al. 2016), forward and backward."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .module import Module, Parameter, check_last_dim
+
+
+class LayerNorm(Module):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last axis.
+
+    ``var`` is the biased variance (divide by C, not C - 1) and ``eps`` sits
+    inside the square root, exactly as ``torch.nn.LayerNorm``. Statistics are
+    per token, never across the batch (that would be BatchNorm).
+
+    Args:
+        d_model: size of the normalised axis, C.
+        eps: added to the variance.
+        bias: learn the shift ``bias`` (Llama-style models drop it).
+
+    Shapes:
+        forward: x ``(..., C)`` -> ``(..., C)``
+        backward: dout ``(..., C)`` -> dx ``(..., C)``; adds dweight, dbias ``(C,)``.
+
+    Cache: the normalised input xhat and 1/std per row (llm.c keeps mean and
+    rstd; keeping xhat instead saves recomputing it in backward).
+
+    Backward, with g = dout * weight (per row, means over C):
+        dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+
+    Raises:
+        ValueError: the last axis of ``x`` is not ``d_model``.
+    """
+
+    def __init__(self, d_model, eps=1e-5, bias=True, dtype=np.float32):
+        self.d_model, self.eps = d_model, eps
+        self.weight = Parameter(np.ones(d_model, dtype))
+        self.bias = Parameter(np.zeros(d_model, dtype)) if bias else None
+        self._xhat = self._rstd = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        check_last_dim(x, self.d_model, "x", "d_model")
+        mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
+        xhat = x - mean  # (..., C), a new array we can work in
+        var = np.mean(xhat * xhat, axis=-1, keepdims=True)  # biased variance
+        rstd = 1.0 / np.sqrt(var + self.eps)  # (..., 1)
+        xhat *= rstd
+        self._xhat, self._rstd = xhat, rstd
+        out = xhat * self.weight.data
+        if self.bias is not None:
+            out += self.bias.data
+        return out
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        xhat, rstd = self._xhat, self._rstd
+        C = self.d_model
+        flat_dout, flat_xhat = dout.reshape(-1, C), xhat.reshape(-1, C)
+        self.weight.grad += np.einsum("nc,nc->c", flat_dout, flat_xhat)
+        if self.bias is not None:
+            self.bias.grad += flat_dout.sum(axis=0)
+        g = dout * self.weight.data  # dL/dxhat
+        dx = g - g.mean(axis=-1, keepdims=True)
+        dx -= xhat * np.mean(g * xhat, axis=-1, keepdims=True)
+        dx *= rstd
+        self._xhat = self._rstd = None
+        return dx

@@ -1,0 +1,39 @@
+"""Learned absolute positional embedding (GPT-2; Radford et al. 2019)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .module import Module, Parameter
+
+
+class LearnedPositionalEmbedding(Module):
+    """One learned vector per position: pos[t] = weight[t], t = 0 .. T-1.
+
+    Args:
+        block_size: the longest sequence the model accepts.
+        d_model: vector size.
+
+    Shapes:
+        forward: T (int) -> ``(T, d_model)``, broadcast over the batch by the caller.
+        backward: dout ``(T, d_model)`` (already summed over the batch) -> None;
+        adds into rows ``0 .. T-1`` of dW ``(block_size, d_model)``.
+
+    Raises:
+        ValueError: ``T`` is not in ``[1, block_size]``.
+    """
+
+    def __init__(self, block_size, d_model, dtype=np.float32, rng=None):
+        rng = np.random.default_rng() if rng is None else rng
+        self.block_size, self.d_model = block_size, d_model
+        self.weight = Parameter(rng.standard_normal((block_size, d_model)).astype(dtype))
+
+    def forward(self, T: int) -> np.ndarray:
+        if not 1 <= T <= self.block_size:
+            raise ValueError(
+                f"T: sequence length must lie in [1, block_size={self.block_size}], got {T}"
+            )
+        return self.weight.data[:T]  # (T, d_model)
+
+    def backward(self, dout: np.ndarray) -> None:
+        self.weight.grad[: dout.shape[0]] += dout

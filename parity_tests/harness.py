@@ -1,0 +1,160 @@
+"""The moves every parity test makes: random weights, copy across, compare by name.
+
+* :func:`randomize_` draws every parameter of the *torch* module from a NumPy
+  generator (never from torch's seed: the two frameworks' generators are
+  unrelated), with LayerNorm gains away from 1 and biases away from 0 so a
+  swapped or forgotten term cannot hide.
+* :func:`copy_weights` moves them into the NumPy twin through the state dict,
+  the one canonical layout (PyTorch's), with no transposes.
+* :func:`assert_param_grads_close` compares every parameter gradient by name.
+* :func:`finite_difference_check` checks a NumPy backward on its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from parity_tests.strategies import SeededRng
+from parity_tests.tolerances import FD_STEP, assert_close
+
+TORCH_DTYPE = {np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32}
+
+
+def torch_dtype(dtype) -> torch.dtype:
+    return TORCH_DTYPE[np.dtype(dtype)]
+
+
+def tensor(x: np.ndarray, requires_grad: bool = False) -> torch.Tensor:
+    """A torch copy of ``x`` (a copy, so neither side can see the other's writes)."""
+    t = torch.from_numpy(np.array(x, copy=True))
+    return t.requires_grad_(requires_grad)
+
+
+@torch.no_grad()
+def randomize_(module, rng: SeededRng):
+    """Overwrite every parameter of ``module`` (torch or NumPy) with bounded random values.
+
+    Matrices: U(-1, 1) / sqrt(fan_in), so activations stay O(1). 1-D
+    ``...weight`` (LayerNorm gains): 1 + U(-0.5, 0.5). Other 1-D (biases):
+    U(-0.5, 0.5). A tied parameter is drawn once. Returns ``module``.
+    """
+    for name, p in module.named_parameters():
+        shape = tuple(p.shape)
+        if len(shape) >= 2:
+            values = rng.uniform(shape) / np.sqrt(shape[-1])
+        elif name.endswith("weight"):
+            values = 1.0 + rng.uniform(shape, bound=0.5)
+        else:
+            values = rng.uniform(shape, bound=0.5)
+        if isinstance(p, torch.Tensor):
+            p.copy_(torch.from_numpy(values))
+        else:  # numpy_impl.Parameter
+            p.data[...] = values
+    return module
+
+
+def copy_weights(torch_module: torch.nn.Module, numpy_module) -> None:
+    """Load the torch module's weights into its NumPy twin through the state dict.
+
+    Also asserts the mirror rule: the same parameter names, in the same order,
+    with the same shapes.
+    """
+    t_names = [(n, tuple(p.shape)) for n, p in torch_module.named_parameters()]
+    n_names = [(n, tuple(p.shape)) for n, p in numpy_module.named_parameters()]
+    assert n_names == t_names, (
+        "mirror rule broken: (name, shape) of named_parameters() differ\n"
+        f"  numpy_impl: {n_names}\n  torch_impl: {t_names}"
+    )
+    numpy_module.load_state_dict(
+        {k: v.detach().numpy() for k, v in torch_module.state_dict().items()}
+    )
+
+
+@torch.no_grad()
+def copy_weights_to_torch(numpy_module, torch_module: torch.nn.Module) -> None:
+    """The other direction: NumPy weights into the torch twin, through the state dict."""
+    torch_module.load_state_dict(
+        {k: torch.from_numpy(np.array(v, copy=True)) for k, v in numpy_module.state_dict().items()}
+    )
+
+
+def torch_grad(p: torch.Tensor) -> np.ndarray:
+    """``p.grad`` as a NumPy array; zeros when autograd never reached ``p``."""
+    return np.zeros(tuple(p.shape)) if p.grad is None else p.grad.detach().numpy()
+
+
+def assert_param_grads_close(
+    numpy_module, torch_module: torch.nn.Module, dtype, what: str = "", subtract=None
+) -> None:
+    """Every parameter's gradient, by name: NumPy ``.grad`` vs torch ``.grad``.
+
+    Args:
+        what: context appended to each name, e.g. ``"GPT, tied"``.
+        subtract: ``{name: array}`` to subtract from the NumPy gradients first
+            (what was in ``.grad`` before the backward, to test accumulation).
+    """
+    own = dict(numpy_module.named_parameters())
+    suffix = f" ({what})" if what else ""
+    for name, p in torch_module.named_parameters():
+        got = own[name].grad
+        if subtract is not None:
+            got = got - subtract[name]
+        assert_close(f"grad of {name}{suffix}", got, torch_grad(p), dtype)
+
+
+def assert_unchanged(name: str, before: np.ndarray, after: np.ndarray) -> None:
+    """NumPy layers must not write into arrays they were handed."""
+    assert np.array_equal(before, after, equal_nan=True), (
+        f"{name} was modified in place by the NumPy layer "
+        f"(max change {np.max(np.abs(np.asarray(before, float) - after)):.3e})"
+    )
+
+
+def finite_difference_check(
+    name: str,
+    forward: Callable[[], np.ndarray],
+    array: np.ndarray,
+    analytic: np.ndarray,
+    dout: np.ndarray,
+    rng: SeededRng,
+    n_coords: int = 6,
+    h: float = FD_STEP,
+) -> float:
+    """Central differences of ``sum(dout * forward())`` in a few coordinates of ``array``.
+
+    For each chosen flat index i, ``array`` is perturbed in place by +-h and
+    ``sum(dout * (f(x + h e_i) - f(x - h e_i))) / 2h`` (a vector-Jacobian product
+    with a random ``dout``: a plain ``sum`` would hide transposes) is compared
+    with ``analytic[i]``, the hand-written backward's gradient. ``array`` is
+    restored exactly afterwards.
+
+    Returns:
+        the fraction of the FINITE_DIFF tolerance used by the worst coordinate.
+    """
+    assert array.dtype == np.float64, "finite differences need float64"
+    assert analytic.shape == array.shape, (
+        f"{name}: gradient shape {analytic.shape} != {array.shape}"
+    )
+    flat = array.reshape(-1)  # a view: writes reach the module
+    assert np.shares_memory(flat, array)
+    chosen = np.sort(rng.choice(array.size, n_coords))
+    numeric = np.empty(len(chosen))
+    for j, i in enumerate(chosen):
+        original = flat[i]
+        flat[i] = original + h
+        plus = np.array(forward(), dtype=np.float64, copy=True)  # copy: outputs may be views
+        flat[i] = original - h
+        minus = np.array(forward(), dtype=np.float64, copy=True)
+        flat[i] = original
+        numeric[j] = np.sum(dout * (plus - minus)) / (2.0 * h)
+    where = ", ".join(str(np.unravel_index(i, array.shape)) for i in chosen[:4])
+    return assert_close(
+        f"{name}: hand-written backward vs central differences at {where}...",
+        analytic.reshape(-1)[chosen],
+        numeric,
+        np.float64,
+        kind="finite_diff",
+    )

@@ -1,0 +1,212 @@
+"""Sampling: filtered logits agree, greedy generation gives the same tokens.
+
+``filter_logits`` (temperature, then top-k, then top-p) must remove exactly the
+same tokens in both backends and leave the others equal; top-p keeps the token
+whose probability crosses the threshold. Greedy decoding (temperature 0) of
+the same weights must produce identical token sequences, the context cropped
+to ``block_size`` once the sequence outgrows it. Random sampling cannot be
+compared token by token (the generators differ), so it is compared in
+distribution, and a filtered-out token must never be drawn.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+import numpy_impl as N
+import numpy_impl.sampling as NS
+import torch_impl as T
+from parity_tests.harness import copy_weights, randomize_, tensor
+from parity_tests.strategies import SeededRng, batch_sizes, gpt_configs, rngs, vocab_sizes
+from parity_tests.tolerances import assert_close
+
+pytestmark = pytest.mark.ch10
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+@st.composite
+def filter_settings(draw, V: int) -> dict:
+    return {
+        "temperature": draw(st.floats(0.3, 3.0)),
+        "top_k": draw(st.one_of(st.none(), st.integers(1, V + 3))),
+        "top_p": draw(st.one_of(st.none(), st.floats(0.05, 1.0))),
+    }
+
+
+def _min_distance_to_threshold(logits: np.ndarray, s: dict) -> float:
+    """How close any token's preceding mass comes to top_p (rounding could flip it)."""
+    if s["top_p"] is None:
+        return np.inf
+    z = NS.filter_logits(logits, s["temperature"], s["top_k"], None)
+    p = -np.sort(-softmax(z), axis=-1)
+    before = np.cumsum(p, axis=-1) - p
+    return float(np.min(np.abs(before - s["top_p"])))
+
+
+@given(data=st.data(), rng=rngs, B=batch_sizes, V=vocab_sizes, scale=st.floats(0.1, 5.0))
+def test_filter_logits_parity(data, rng: SeededRng, B, V, scale):
+    s = data.draw(filter_settings(V), label="settings")
+    logits = rng.normal((B, V), scale=scale)
+    before = logits.copy()
+    # a mass within rounding of top_p could be kept on one side and not the other
+    assume(_min_distance_to_threshold(logits, s) > 1e-9)
+    out = NS.filter_logits(logits, **s)
+    out_t = T.filter_logits(tensor(logits), **s)
+    np.testing.assert_array_equal(logits, before, err_msg="filter_logits modified its input")
+    what = f"filter_logits({s})"
+    removed, removed_t = np.isneginf(out), torch.isneginf(out_t).numpy()
+    assert np.array_equal(removed, removed_t), (
+        f"{what}: removed tokens differ\n  NumPy: {np.argwhere(removed).tolist()}\n"
+        f"  torch: {np.argwhere(removed_t).tolist()}"
+    )
+    assert_close(what, out, out_t, np.float64)
+    np.testing.assert_array_equal(out[~removed], logits[~removed] / s["temperature"])
+
+    kept = ~removed
+    assert kept[np.arange(B), logits.argmax(axis=-1)].all(), "the most likely token was removed"
+    if s["top_k"] is not None:
+        assert np.all(kept.sum(axis=-1) <= min(s["top_k"], V))
+    if s["top_p"] is not None and s["top_p"] < 1.0:
+        # nucleus: the kept tokens reach top_p, and without the least likely of them they
+        # would not (the token crossing the threshold is kept, nothing after it)
+        z = NS.filter_logits(logits, s["temperature"], s["top_k"], None)
+        p = softmax(z)
+        for b in range(B):
+            mass = p[b, kept[b]].sum()
+            smallest = p[b, kept[b]].min()
+            assert mass >= s["top_p"] - 1e-12, f"row {b}: kept mass {mass} < top_p"
+            assert mass - smallest < s["top_p"], f"row {b}: more tokens kept than the nucleus needs"
+
+
+@pytest.mark.parametrize(
+    ("top_p", "kept"),
+    [  # probabilities 0.5, 0.3, 0.15, 0.05: cumulative 0.5, 0.8, 0.95, 1.0
+        (0.45, [0]),  # the top token alone (0.5) already reaches 0.45
+        (0.6, [0, 1]),  # token 1 crosses 0.6 (0.5 -> 0.8) and is kept
+        (0.85, [0, 1, 2]),  # token 2 crosses 0.85 (0.8 -> 0.95) and is kept
+        (0.97, [0, 1, 2, 3]),  # the last token crosses 0.97
+        (1.0, [0, 1, 2, 3]),  # everything
+    ],
+)
+@pytest.mark.parametrize("permute", [False, True])
+def test_top_p_keeps_the_token_that_crosses_the_threshold(top_p, kept, permute):
+    """``kept`` lists probability ranks; the vocabulary order may be scrambled."""
+    probs = np.array([0.5, 0.3, 0.15, 0.05])
+    order = np.array([2, 0, 3, 1]) if permute else np.arange(4)
+    logits = np.log(probs)[order][None, :]  # token j has probability probs[order[j]]
+    expected = np.isin(order, kept)
+    for side, out in (
+        ("NumPy", NS.filter_logits(logits, top_p=top_p)),
+        ("torch", T.filter_logits(tensor(logits), top_p=top_p).numpy()),
+    ):
+        got = ~np.isneginf(out[0])
+        assert np.array_equal(got, expected), (
+            f"{side}, top_p={top_p}: kept {got}, expected {expected}"
+        )
+
+
+@pytest.mark.parametrize("top_k", [1, 2, 3])
+def test_top_k_keeps_ties(top_k):
+    logits = np.array([[1.0, 3.0, 2.0, 2.0, 2.0, -1.0]])
+    expected = logits[0] >= np.sort(logits[0])[::-1][top_k - 1]
+    for side, out in (
+        ("NumPy", NS.filter_logits(logits, top_k=top_k)),
+        ("torch", T.filter_logits(tensor(logits), top_k=top_k).numpy()),
+    ):
+        got = ~np.isneginf(out[0])
+        assert np.array_equal(got, expected), f"{side}, top_k={top_k}: kept {got}"
+
+
+@given(data=st.data(), rng=rngs, B=batch_sizes, T0=st.integers(1, 14), new=st.integers(0, 16))
+def test_greedy_generation_gives_identical_tokens(data, rng: SeededRng, B, T0, new):
+    """Temperature 0 in both backends: the same weights give the same tokens, also once
+    the sequence is longer than block_size (9..12) and the context is cropped."""
+    # d_model >= 2: with one feature every LayerNorm output is constant, the logits of
+    # all tokens tie, and "the" argmax is a matter of convention
+    config = data.draw(gpt_configs(min_width=2), label="config")
+    torch_model = randomize_(T.GPT(T.GPTConfig(**config), dtype=torch.float64), rng)
+    numpy_model = N.GPT(N.GPTConfig(**config), dtype=np.float64)
+    copy_weights(torch_model, numpy_model)
+    prompt = rng.ids(config["vocab_size"], (B, T0))
+
+    out = NS.generate(numpy_model, prompt, new, temperature=0.0)
+    out_t = T.generate(torch_model, tensor(prompt), new, temperature=0.0)
+    assert out.shape == tuple(out_t.shape) == (B, T0 + new)
+    assert out.dtype == np.int64 and out_t.dtype == torch.long
+    np.testing.assert_array_equal(out[:, :T0], prompt, err_msg="the prompt was changed")
+    np.testing.assert_array_equal(out, out_t.numpy(), err_msg="greedy tokens differ")
+    assert numpy_model.training and torch_model.training, "generate() left the model in eval mode"
+
+    # top_k = 1 leaves one token to draw: sampling at any temperature is greedy decoding
+    sampled = NS.generate(numpy_model, prompt, new, 1.0, top_k=1, rng=np.random.default_rng(0))
+    sampled_t = T.generate(torch_model, tensor(prompt), new, 1.0, top_k=1)
+    np.testing.assert_array_equal(sampled, out, err_msg="NumPy: top_k=1 differs from greedy")
+    np.testing.assert_array_equal(sampled_t.numpy(), out, err_msg="torch: top_k=1 differs")
+
+
+class FixedLogits:
+    """A stand-in model whose next-token logits are always ``logits``: the sampler alone."""
+
+    def __init__(self, logits: np.ndarray, backend: str):
+        self.logits, self.backend, self.training = logits, backend, True
+        self.config = N.GPTConfig(vocab_size=logits.shape[-1], block_size=4, n_heads=1, d_model=1)
+
+    def train(self, mode: bool = True):
+        self.training = mode
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def forward(self, idx):
+        B, T_ = idx.shape
+        out = np.broadcast_to(self.logits, (B, T_, self.logits.shape[-1])).copy()
+        return out if self.backend == "numpy" else torch.from_numpy(out)
+
+    __call__ = forward
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"temperature": 1.0},
+        {"temperature": 0.7, "top_k": 3},
+        {"temperature": 1.3, "top_p": 0.8},
+        {"temperature": 1.0, "top_k": 4, "top_p": 0.6},
+    ],
+    ids=["plain", "top_k", "top_p", "top_k+top_p"],
+)
+def test_sampling_distributions_agree(settings):
+    """4000 draws per backend: frequencies within 5 standard errors of the filtered
+    softmax, and no filtered-out token ever drawn. Fixed seeds: deterministic."""
+    logits = np.array([[2.0, 1.5, 1.0, 0.5, 0.0, -0.5, -1.0, -2.0]])
+    probs = softmax(NS.filter_logits(logits, **settings))[0]
+    n = 4000
+    prompt = np.zeros((n, 1), dtype=np.int64)
+    draws = {
+        "NumPy": NS.generate(
+            FixedLogits(logits, "numpy"), prompt, 1, rng=np.random.default_rng(1), **settings
+        )[:, 1],
+        "torch": T.generate(
+            FixedLogits(logits, "torch"),
+            tensor(prompt),
+            1,
+            generator=torch.Generator().manual_seed(1),
+            **settings,
+        )[:, 1].numpy(),
+    }
+    for side, tokens in draws.items():
+        freq = np.bincount(tokens, minlength=len(probs)) / n
+        assert np.all(freq[probs == 0] == 0), f"{side} drew a filtered-out token: {freq}"
+        stderr = np.sqrt(probs * (1 - probs) / n)
+        assert np.all(np.abs(freq - probs) <= 5 * stderr + 1e-12), (
+            f"{side}: frequencies {np.round(freq, 3)} vs probabilities {np.round(probs, 3)}"
+        )

@@ -1,0 +1,226 @@
+"""The one place the parity suite's tolerances live, and the one assertion that uses them.
+
+Every comparison in ``parity_tests`` goes through :func:`assert_close`, so a
+failure always reads the same way: which tensor, which shapes, how far apart,
+and where the worst element is. A learner should know what broke without
+opening the test.
+
+An element passes when ``|actual - expected| <= atol + rtol * |expected|``
+(the rule of ``numpy.isclose`` and ``torch.testing.assert_close``), and NaN or
+infinity must appear in the same places in both tensors.
+
+Tolerances (see /work/shared/STYLE.md). Tighten them when the code allows;
+never loosen one to make a test pass without saying why, here. The last column
+is the worst the suite reached (HYPOTHESIS_PROFILE=thorough), as a fraction of
+the tolerance; conftest.py prints it after every run.
+
+    comparison                                  rtol    atol    worst reached
+    float64, hand-written vs autograd           1e-10   1e-12   ~1e-14 rel (0.11)
+    float64, central differences, h = 1e-6      1e-6    1e-8    ~3e-8 rel (0.12)
+    float32, NumPy vs torch                     1e-4    1e-5    ~2e-5 rel (0.30)
+    float64 training run (per step, weights)    1e-9    1e-12   ~2e-16 rel (0.23)
+    float16 / bfloat16 fused kernels on GPU     2 eps sqrt(n), scale-relative
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Tol:
+    """An elementwise tolerance: ``|a - e| <= atol + rtol * |e|``."""
+
+    rtol: float
+    atol: float
+
+
+#: float64, NumPy hand-written backward (or forward) vs PyTorch autograd.
+FLOAT64 = Tol(rtol=1e-10, atol=1e-12)
+#: float64 central differences with step FD_STEP against the hand-written backward.
+#: The truncation error is O(h^2) ~ 1e-12 and the rounding error O(eps / h) ~ 1e-10
+#: relative to the output, so 1e-6 leaves a wide margin while still catching any
+#: wrong term (those show up as errors of order 1).
+FINITE_DIFF = Tol(rtol=1e-6, atol=1e-8)
+FD_STEP = 1e-6
+#: float32, both backends: each carries O(1e-7) relative rounding error per op.
+FLOAT32 = Tol(rtol=1e-4, atol=1e-5)
+#: float64 training: losses, learning rates and gradient norms at every step of two
+#: AdamW runs, and their final weights and moments. Reached: ~2e-16 relative per step.
+#: The weights need the absolute part: the key bias of every attention layer has a
+#: gradient that is zero in exact arithmetic (adding a constant to all of a query's
+#: scores leaves its softmax unchanged), so in both backends it is rounding noise of
+#: ~1e-17, which Adam turns into updates of up to lr * 1e-17 / eps. After 25 steps
+#: those biases hold ~1e-13 of noise, different on each side (0.2 of atol); they
+#: cannot change the loss, by the same invariance.
+TRAINING = Tol(rtol=1e-9, atol=1e-12)
+
+#: Machine epsilon of the low-precision GPU dtypes (the spacing of numbers near 1).
+LOW_PRECISION_EPS = {
+    "float16": 2.0**-10,  # 9.8e-4, 10 stored mantissa bits
+    "bfloat16": 2.0**-7,  # 7.8e-3, 7 stored mantissa bits
+}
+#: The "few" in "a few eps * sqrt(reduction length)".
+LOW_PRECISION_FACTOR = 2.0
+
+
+def low_precision_tol(dtype_name: str, reduction_length: int) -> Tol:
+    """Tolerance for a fused float16/bfloat16 kernel against a float64 reference.
+
+    Rounding errors of a length-n reduction grow like sqrt(n) eps when they are
+    independent, so the relative tolerance is ``LOW_PRECISION_FACTOR * eps *
+    sqrt(n)``. The absolute part is the same number; :func:`assert_close` with
+    ``scale_atol=True`` multiplies it by the largest ``|expected|``, which makes
+    it relative to the tensor's scale (gradients are not O(1)).
+    """
+    tol = LOW_PRECISION_FACTOR * LOW_PRECISION_EPS[dtype_name] * math.sqrt(reduction_length)
+    return Tol(rtol=tol, atol=tol)
+
+
+def tol_for(dtype, kind: str = "autograd") -> Tol:
+    """The tolerance of a comparison of ``kind`` at ``dtype``.
+
+    Args:
+        dtype: numpy or torch dtype (or its name) of the tensors compared.
+        kind: ``"autograd"`` (NumPy vs PyTorch, outputs or gradients),
+            ``"finite_diff"`` (NumPy backward vs central differences) or
+            ``"training"`` (losses and weights along a training run).
+    """
+    name = _dtype_name(dtype)
+    if name == "float32":
+        return FLOAT32
+    if name != "float64":
+        raise ValueError(f"dtype: no tolerance for {name}; use low_precision_tol")
+    return {"autograd": FLOAT64, "finite_diff": FINITE_DIFF, "training": TRAINING}[kind]
+
+
+# -- what was reached ----------------------------------------------------------------
+#: Worst errors seen this session per (kind, dtype): printed at the end of the run by
+#: conftest.py, so the tolerances actually reached are visible (and can be tightened).
+REACHED: dict[tuple[str, str], dict[str, float]] = defaultdict(
+    lambda: {"max_abs": 0.0, "max_normwise_rel": 0.0, "worst_fraction_of_tol": 0.0, "checks": 0}
+)
+
+
+def _record(kind: str, dtype: str, max_abs: float, normwise: float, fraction: float) -> None:
+    """Keep the worst max-abs difference, the worst ``max|a - e| / max|e|`` (a
+    relative error that stays meaningful when some elements are near zero),
+    and the worst fraction of the tolerance used."""
+    r = REACHED[(kind, dtype)]
+    r["max_abs"] = max(r["max_abs"], max_abs)
+    r["max_normwise_rel"] = max(r["max_normwise_rel"], normwise)
+    r["worst_fraction_of_tol"] = max(r["worst_fraction_of_tol"], fraction)
+    r["checks"] += 1
+
+
+# -- the assertion ---------------------------------------------------------------------
+def _dtype_name(dtype) -> str:
+    text = str(dtype)  # "torch.float64", "float64", "<class 'numpy.float64'>"
+    for name in ("bfloat16", "float16", "float32", "float64"):
+        if name in text:
+            return name
+    return text
+
+
+def to_numpy(x) -> np.ndarray:
+    """A float64-or-lower numpy copy of a numpy array, torch tensor or Python number."""
+    if hasattr(x, "detach"):  # a torch tensor; no torch import needed here
+        x = x.detach().cpu()
+        if str(x.dtype) == "torch.bfloat16":  # numpy has no bfloat16
+            x = x.float()
+        return x.numpy().copy()
+    return np.array(x, copy=True)
+
+
+def _fmt_index(idx: tuple[int, ...]) -> str:
+    return "[" + ", ".join(str(i) for i in idx) + "]"
+
+
+def assert_close(
+    name: str,
+    actual,
+    expected,
+    dtype=None,
+    *,
+    kind: str = "autograd",
+    tol: Tol | None = None,
+    scale_atol: bool = False,
+) -> float:
+    """Assert ``actual`` matches ``expected`` elementwise, or fail with a readable report.
+
+    Args:
+        name: what is compared, e.g. ``"dW of blocks.1.attn.qkv_proj.weight"``;
+            the first line of the failure message.
+        actual: the NumPy side's result (array, tensor or number).
+        expected: the reference, usually PyTorch's (array, tensor or number).
+        dtype: the dtype the computation ran in; picks the tolerance. Defaults to
+            ``expected``'s dtype.
+        kind: ``"autograd"``, ``"finite_diff"`` or ``"training"``; see :func:`tol_for`.
+        tol: an explicit tolerance instead of the table's.
+        scale_atol: multiply ``tol.atol`` by ``max |expected|`` (scale-relative;
+            used for low-precision kernels).
+
+    Returns:
+        the largest elementwise ``|actual - expected| / (atol + rtol |expected|)``:
+        the fraction of the tolerance used (< 1 when the check passes).
+
+    The failure message names the tensor, its shapes, the tolerance, the max abs
+    and max rel differences, how many elements fail, and the worst element's
+    index with both values.
+    """
+    a, e = to_numpy(actual), to_numpy(expected)
+    dtype_name = _dtype_name(dtype if dtype is not None else e.dtype)
+    if tol is None:
+        tol = tol_for(dtype_name, kind)
+    header = f"{name}: NumPy side (actual) vs reference (expected), {dtype_name}"
+    if a.shape != e.shape:
+        raise AssertionError(f"{header}\n  shape mismatch: actual {a.shape}, expected {e.shape}")
+    a64, e64 = a.astype(np.float64), e.astype(np.float64)
+    shape = f"  shape {a.shape}, tolerance rtol={tol.rtol:g} atol={tol.atol:g}"
+    if a.size == 0:
+        return 0.0
+    finite_a, finite_e = np.isfinite(a64), np.isfinite(e64)
+    same_special = np.array_equal(finite_a, finite_e) and np.array_equal(
+        a64[~finite_a], e64[~finite_e], equal_nan=True
+    )
+    if not same_special:
+        bad = np.argwhere(finite_a != finite_e)
+        where = _fmt_index(tuple(bad[0])) if len(bad) else "(same positions, different values)"
+        raise AssertionError(
+            f"{header}\n{shape}\n  non-finite values differ: "
+            f"{int((~finite_a).sum())} in actual, {int((~finite_e).sum())} in expected; "
+            f"first difference at {where}"
+        )
+    both = finite_a & finite_e
+    diff = np.abs(np.subtract(a64, e64, out=np.zeros_like(a64), where=both))
+    mag = np.abs(np.where(both, e64, 0.0))
+    atol = tol.atol * (float(mag.max()) if scale_atol else 1.0)
+    allowed = atol + tol.rtol * mag
+    fraction = diff / np.where(allowed > 0, allowed, np.finfo(np.float64).tiny)
+    max_abs = float(diff.max())
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(mag > 0, diff / mag, np.where(diff > 0, np.inf, 0.0))
+    max_rel = float(rel.max())
+    worst_fraction = float(fraction.max())
+    # relative to the tensor's largest element, but never to less than atol / rtol:
+    # a gradient that is zero in exact arithmetic is judged on the absolute scale
+    normwise = max_abs / max(float(mag.max()), tol.atol / tol.rtol)
+    _record(kind, dtype_name, max_abs, normwise, worst_fraction)
+    if worst_fraction <= 1.0:
+        return worst_fraction
+    worst = np.unravel_index(int(np.argmax(fraction)), a.shape) if a.ndim else ()
+    n_bad = int((fraction > 1.0).sum())
+    raise AssertionError(
+        f"{header}\n{shape}\n"
+        f"  {n_bad} of {a.size} elements out of tolerance\n"
+        f"  max abs diff {max_abs:.3e}, max rel diff {max_rel:.3e}\n"
+        f"  worst element {_fmt_index(tuple(int(i) for i in worst))}: "
+        f"actual {a64[worst]!r}, expected {e64[worst]!r}, "
+        f"diff {diff[worst]:.3e} (allowed {allowed[worst]:.3e})\n"
+        f"  actual (first values):   {np.array2string(a64.ravel()[:6], precision=6)}\n"
+        f"  expected (first values): {np.array2string(e64.ravel()[:6], precision=6)}"
+    )

@@ -1,0 +1,313 @@
+"""Scaled dot-product attention and causal multi-head self-attention.
+
+Twin of ``numpy_impl/attention.py``. Two implementations of the same function
+live here side by side:
+
+* :func:`scaled_dot_product_attention_explicit` writes the formula out
+  (scores, mask, softmax over keys, weighted sum of values);
+* ``F.scaled_dot_product_attention`` is PyTorch's fused kernel.
+
+:class:`CausalSelfAttention` can use either, chosen by its ``attn_impl``
+attribute, so the two can be checked against each other and timed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .dropout import Dropout, check_probability
+from .linear import Linear
+
+ATTN_IMPLS = ("sdpa", "explicit")
+
+
+def _check_attention_inputs(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    is_causal: bool,
+    dropout_p: float,
+) -> None:
+    """Shared validation, so both implementations fail in the same way."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name}: expected shape (B, n_heads, T, d_k) (4 dimensions), got {tuple(t.shape)}"
+            )
+    B, H, Tq, d_k = q.shape
+    Tk = k.shape[2]
+    if k.shape != (B, H, Tk, d_k):
+        raise ValueError(
+            f"k: expected shape (B={B}, n_heads={H}, Tk, d_k={d_k}), got {tuple(k.shape)}"
+        )
+    if v.shape[:3] != (B, H, Tk):
+        raise ValueError(
+            f"v: expected shape (B={B}, n_heads={H}, Tk={Tk}, d_v), got {tuple(v.shape)}"
+        )
+    if attn_mask is not None:
+        if is_causal:
+            raise ValueError("attn_mask and is_causal cannot both be set; fold the causal mask in")
+        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+            raise TypeError(
+                f"attn_mask: expected a bool or floating tensor, got dtype {attn_mask.dtype}"
+            )
+        target = (B, H, Tq, Tk)
+        try:
+            ok = torch.broadcast_shapes(attn_mask.shape, target) == target
+        except RuntimeError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"attn_mask: expected a shape broadcastable to (B, n_heads, Tq, Tk)={target}, "
+                f"got {tuple(attn_mask.shape)}"
+            )
+    check_probability(dropout_p, "dropout_p")
+
+
+def attention_weights(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """Attention probabilities ``softmax(q k^T * scale + mask)`` (Vaswani et al. 2017, eq. 1).
+
+    This is the first half of :func:`scaled_dot_product_attention_explicit`,
+    exposed on its own so the attention pattern can be inspected or have
+    dropout applied to it. No input validation: the public attention functions
+    validate before calling it.
+
+    Args:
+        q: ``(B, n_heads, Tq, d_k)``, float.
+        k: ``(B, n_heads, Tk, d_k)``, q's dtype.
+        attn_mask: ``None``; a bool tensor where ``True`` means "may attend"
+            (the ``F.scaled_dot_product_attention`` convention); or a float
+            tensor added to the scores. Broadcastable to ``(B, n_heads, Tq, Tk)``.
+        is_causal: mask key ``j`` for query ``i`` whenever ``j > i``
+            (top-left aligned, as in ``F.scaled_dot_product_attention``).
+        scale: multiplier for the scores; ``None`` means ``1 / sqrt(d_k)``.
+
+    Returns:
+        ``(B, n_heads, Tq, Tk)``: each row sums to 1 over the key axis, except
+        rows whose keys are all masked, which are all zeros (not NaN), with
+        zero (finite) gradients.
+    """
+    d_k = q.shape[-1]
+    scale = 1.0 / math.sqrt(d_k) if scale is None else scale
+    # (B, H, Tq, d_k) @ (B, H, d_k, Tk) -> (B, H, Tq, Tk)
+    scores = (q @ k.transpose(-2, -1)) * scale
+    if is_causal:
+        Tq, Tk = scores.shape[-2:]
+        allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    elif attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    # A row with every key masked would give softmax(-inf, ..., -inf) = NaN, and NaN
+    # poisons the backward pass even if zeroed afterwards. Give such rows finite scores,
+    # then zero their probabilities: the output is 0 and no gradient flows into them.
+    dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (B, H, Tq, 1)
+    scores = scores.masked_fill(dead, 0.0)
+    attn = F.softmax(scores, dim=-1)  # over the key axis: one distribution per query
+    return attn.masked_fill(dead, 0.0)
+
+
+def scaled_dot_product_attention_explicit(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    training: bool = True,
+) -> torch.Tensor:
+    """Attention written out: ``softmax(Q K^T / sqrt(d_k)) V`` (Vaswani et al. 2017, eq. 1).
+
+    Same semantics as ``F.scaled_dot_product_attention`` for these arguments,
+    except that a query whose keys are all masked returns zeros with finite
+    gradients (see :func:`attention_weights`).
+
+    Args:
+        q: ``(B, n_heads, Tq, d_k)``, float.
+        k: ``(B, n_heads, Tk, d_k)``, q's dtype.
+        v: ``(B, n_heads, Tk, d_v)``, q's dtype (``d_v`` is usually ``d_k``).
+        attn_mask: bool (``True`` = attend) or float (added to the scores),
+            broadcastable to ``(B, n_heads, Tq, Tk)``; or ``None``.
+        is_causal: apply the causal mask (``j > i`` masked); exclusive with
+            ``attn_mask``.
+        scale: score multiplier; ``None`` means ``1 / sqrt(d_k)``.
+        dropout_p: dropout probability on the attention weights, in ``[0, 1)``.
+        training: apply ``dropout_p`` only when True (``F.dropout`` semantics).
+
+    Returns:
+        out: ``(B, n_heads, Tq, d_v)``, q's dtype.
+
+    Raises:
+        ValueError: inputs that are not 4-D or whose shapes disagree, an
+            ``attn_mask`` not broadcastable to ``(B, n_heads, Tq, Tk)``,
+            ``attn_mask`` together with ``is_causal``, or ``dropout_p`` outside
+            ``[0, 1)``.
+        TypeError: an ``attn_mask`` that is neither bool nor floating.
+    """
+    _check_attention_inputs(q, k, v, attn_mask, is_causal, dropout_p)
+    attn = attention_weights(q, k, attn_mask, is_causal, scale)  # (B, H, Tq, Tk)
+    attn = F.dropout(attn, dropout_p, training=training)
+    return attn @ v  # (B, H, Tq, Tk) @ (B, H, Tk, d_v) -> (B, H, Tq, d_v)
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    dropout_p: float = 0.0,
+    impl: str = "sdpa",
+) -> torch.Tensor:
+    """Scaled dot-product attention (Vaswani et al. 2017, eq. 1) by the chosen implementation.
+
+    Args:
+        q, k, v, attn_mask, is_causal, scale: as in
+            :func:`scaled_dot_product_attention_explicit`.
+        dropout_p: dropout on the attention weights, applied whenever it is
+            positive (as in ``F.scaled_dot_product_attention``: pass 0.0 at
+            evaluation time).
+        impl: ``"sdpa"`` for PyTorch's fused ``F.scaled_dot_product_attention``,
+            ``"explicit"`` for the written-out version.
+
+    Returns:
+        out: ``(B, n_heads, Tq, d_v)``, q's dtype.
+
+    Raises:
+        ValueError: an unknown ``impl``, or any input error listed for
+            :func:`scaled_dot_product_attention_explicit` (checked up front for
+            both implementations, so they fail identically).
+        TypeError: an ``attn_mask`` that is neither bool nor floating.
+    """
+    if impl not in ATTN_IMPLS:
+        raise ValueError(f"impl: expected one of {ATTN_IMPLS}, got {impl!r}")
+    _check_attention_inputs(q, k, v, attn_mask, is_causal, dropout_p)
+    if impl == "explicit":
+        return scaled_dot_product_attention_explicit(
+            q, k, v, attn_mask, is_causal, scale, dropout_p, training=True
+        )
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+    )
+
+
+class CausalSelfAttention(nn.Module):
+    """Masked multi-head self-attention (Vaswani et al. 2017, sec. 3.2.2; Radford et al. 2019).
+
+    ``MultiHead(x) = Concat(head_1, ..., head_h) W_O^T``, with
+    ``head_i = Attention(x W_Q,i, x W_K,i, x W_V,i)`` under the causal mask,
+    so position ``i`` only mixes positions ``0 .. i``. The three input
+    projections of all heads are one ``Linear(d_model, 3 * d_model)``; its
+    output splits into q, k, v in that order, and each is cut into
+    ``n_heads`` heads of width ``d_k = d_model / n_heads``.
+
+    Args:
+        d_model: model width ``C``.
+        n_heads: number of heads; must divide ``d_model``.
+        bias: give both projections a bias.
+        dropout: probability for ``attn_dropout`` (on the attention weights)
+            and ``resid_dropout`` (on the output), in ``[0, 1)``.
+        attn_impl: ``"sdpa"`` or ``"explicit"``; see
+            :func:`scaled_dot_product_attention`. Can be reassigned later.
+        dtype: parameter dtype (``None``: torch's default).
+
+    Attributes:
+        d_model, n_heads, d_k: the widths above.
+
+    Submodules (in this order, matching the NumPy twin):
+        qkv_proj: ``Linear(d_model, 3 * d_model)``, weight ``(3 d_model, d_model)``.
+        out_proj: ``Linear(d_model, d_model)``, weight ``(d_model, d_model)``.
+        attn_dropout, resid_dropout: ``Dropout(dropout)``.
+
+    Shapes:
+        x: ``(B, T, C)`` with ``C = d_model``, ``T >= 1`` -> ``(B, T, C)``.
+
+    Dropout on the attention weights: the explicit path applies
+    ``attn_dropout`` (so a mask can be injected there); the sdpa path passes
+    ``attn_dropout.p`` as ``dropout_p``, which draws its own mask.
+
+    Raises:
+        ValueError: ``d_model`` not divisible by ``n_heads``, non-positive
+            sizes, a bad ``dropout`` or ``attn_impl``, or an input that is not
+            ``(B, T, d_model)`` with ``T >= 1``.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        bias: bool = True,
+        dropout: float = 0.0,
+        attn_impl: str = "sdpa",
+        dtype: torch.dtype | None = None,
+    ):
+        super().__init__()
+        if d_model < 1 or n_heads < 1:
+            raise ValueError(
+                f"d_model and n_heads must be positive, got d_model={d_model}, n_heads={n_heads}"
+            )
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_k = d_model // n_heads
+        self.attn_impl = attn_impl
+        self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias, dtype=dtype)
+        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)
+        self.attn_dropout = Dropout(dropout)
+        self.resid_dropout = Dropout(dropout)
+
+    @property
+    def attn_impl(self) -> str:
+        """``"sdpa"`` or ``"explicit"``; assigning anything else raises ``ValueError``."""
+        return self._attn_impl
+
+    @attn_impl.setter
+    def attn_impl(self, value: str) -> None:
+        if value not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl: expected one of {ATTN_IMPLS}, got {value!r}")
+        self._attn_impl = value
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x: expected shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}"
+            )
+        B, T, C = x.shape
+        if T < 1:
+            raise ValueError(f"x: sequence length T must be at least 1, got T={T}")
+        H, d_k = self.n_heads, self.d_k
+
+        q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)  # (B, T, 3C) -> 3 x (B, T, C)
+        q = q.view(B, T, H, d_k).transpose(1, 2)  # (B, T, C) -> (B, H, T, d_k)
+        k = k.view(B, T, H, d_k).transpose(1, 2)
+        v = v.view(B, T, H, d_k).transpose(1, 2)
+
+        if self.attn_impl == "sdpa":
+            p = self.attn_dropout.p if self.training else 0.0
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)
+        else:
+            attn = attention_weights(q, k, is_causal=True)  # (B, H, T, T)
+            y = self.attn_dropout(attn) @ v  # (B, H, T, T) @ (B, H, T, d_k) -> (B, H, T, d_k)
+
+        # Re-join the heads: (B, H, T, d_k) -> (B, T, H, d_k) -> (B, T, C).
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.out_proj(y))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, attn_impl={self.attn_impl!r}"

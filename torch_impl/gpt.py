@@ -1,0 +1,225 @@
+"""A GPT-2 style decoder-only language model (Radford et al. 2019), twin of ``numpy_impl/gpt.py``.
+
+token ids -> token + position embeddings -> ``n_layers`` pre-norm blocks ->
+final LayerNorm -> linear head -> logits over the vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from .activations import GELU_APPROXIMATIONS
+from .block import Block
+from .dropout import Dropout
+from .embedding import Embedding, check_token_ids
+from .linear import Linear
+from .norm import LayerNorm
+from .positional import LearnedPositionalEmbedding
+
+
+@dataclass
+class GPTConfig:
+    """Hyperparameters of :class:`GPT`; identical on the NumPy side.
+
+    Attributes:
+        vocab_size: number of token ids.
+        block_size: longest context (positions) the model accepts.
+        n_layers: number of transformer blocks.
+        n_heads: attention heads per block; must divide ``d_model``.
+        d_model: width of the residual stream.
+        d_ff: feed-forward hidden width; ``None`` means ``4 * d_model``.
+        dropout: dropout probability everywhere, in ``[0, 1)``.
+        bias: biases in the linear layers and LayerNorms (the head never has one).
+        tie_weights: share the token embedding with the output head (GPT-2 does).
+        gelu_approximate: ``"tanh"`` (GPT-2) or ``"none"``.
+
+    Raises:
+        ValueError: from ``__post_init__``, naming the offending field: a
+            size that is not a positive int, ``d_model`` not divisible by
+            ``n_heads``, ``dropout`` outside ``[0, 1)``, or an unknown
+            ``gelu_approximate``.
+    """
+
+    vocab_size: int
+    block_size: int = 64
+    n_layers: int = 4
+    n_heads: int = 4
+    d_model: int = 128
+    d_ff: int | None = None
+    dropout: float = 0.0
+    bias: bool = True
+    tie_weights: bool = True
+    gelu_approximate: str = "tanh"
+
+    def __post_init__(self) -> None:
+        sizes = ["vocab_size", "block_size", "n_layers", "n_heads", "d_model"]
+        if self.d_ff is not None:
+            sizes.append("d_ff")
+        for name in sizes:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: must be a positive int, got {value!r}")
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout: must lie in [0, 1), got {self.dropout!r}")
+        if self.gelu_approximate not in GELU_APPROXIMATIONS:
+            raise ValueError(
+                f"gelu_approximate: expected one of {GELU_APPROXIMATIONS}, "
+                f"got {self.gelu_approximate!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain, JSON-ready dict (field order preserved)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
+        """Build a config from :meth:`to_dict` output.
+
+        Raises:
+            ValueError: if ``d`` has keys that are not fields (all listed), or
+                lacks ``vocab_size``; or any ``__post_init__`` error.
+        """
+        fields = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(fields))
+        if unknown:
+            raise ValueError(
+                f"GPTConfig.from_dict: unknown keys {unknown}; expected a subset of {fields}"
+            )
+        if "vocab_size" not in d:
+            raise ValueError("GPTConfig.from_dict: missing required key 'vocab_size'")
+        return cls(**d)
+
+
+class GPT(nn.Module):
+    """GPT-2 style language model (Radford et al. 2019).
+
+    ``logits = head(ln_f(blocks(drop(tok_emb(idx) + pos_emb(T)))))``
+
+    Args:
+        config: the hyperparameters.
+        attn_impl: ``"sdpa"`` or ``"explicit"`` for every block (settable
+            later through the :attr:`attn_impl` property).
+        dtype: parameter dtype (``None``: torch's default).
+
+    Submodules (in this exact order, matching the NumPy twin):
+        tok_emb: ``Embedding(vocab_size, d_model)``.
+        pos_emb: ``LearnedPositionalEmbedding(block_size, d_model)``.
+        drop: ``Dropout(dropout)`` on the summed embeddings.
+        blocks: ``nn.ModuleList`` of ``n_layers`` :class:`Block`.
+        ln_f: final ``LayerNorm(d_model)``.
+        head: ``Linear(d_model, vocab_size, bias=False)``; with ``tie_weights``
+            its weight *is* ``tok_emb.weight`` (Press & Wolf 2017), so
+            ``state_dict()`` lists the tensor under both names and
+            ``parameters()`` yields it once.
+
+    Initialisation (GPT-2, as in nanoGPT): every Linear weight and both
+    embeddings N(0, 0.02), biases 0, LayerNorm weight 1 and bias 0; then the
+    two projections that write into the residual stream (``attn.out_proj`` and
+    ``ffn.fc2``) are re-drawn N(0, 0.02 / sqrt(2 n_layers)), so the stream's
+    variance does not grow with depth. Seed with ``torch.manual_seed`` first
+    for reproducible weights.
+
+    Shapes:
+        idx: ``(B, T)`` any integer dtype, ``1 <= T <= block_size`` ->
+        logits: ``(B, T, vocab_size)``, parameter dtype.
+
+    Raises:
+        TypeError: ``idx`` that is not an integer tensor.
+        ValueError: ``idx`` not 2-D, ``T == 0``, ``T > block_size``, or ids
+            outside ``[0, vocab_size)``.
+    """
+
+    def __init__(
+        self, config: GPTConfig, attn_impl: str = "sdpa", dtype: torch.dtype | None = None
+    ):
+        super().__init__()
+        self.config = config
+        c = config
+        self.tok_emb = Embedding(c.vocab_size, c.d_model, dtype=dtype)
+        self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, dtype=dtype)
+        self.drop = Dropout(c.dropout)
+        self.blocks = nn.ModuleList(
+            [
+                Block(
+                    c.d_model,
+                    c.n_heads,
+                    d_ff=c.d_ff,
+                    bias=c.bias,
+                    dropout=c.dropout,
+                    gelu_approximate=c.gelu_approximate,
+                    attn_impl=attn_impl,
+                    dtype=dtype,
+                )
+                for _ in range(c.n_layers)
+            ]
+        )
+        self.ln_f = LayerNorm(c.d_model, bias=c.bias, dtype=dtype)
+        self.head = Linear(c.d_model, c.vocab_size, bias=False, dtype=dtype)
+        if c.tie_weights:
+            self.head.weight = self.tok_emb.weight  # one tensor, two roles
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """(Re-)draw every parameter with the GPT-2 initialisation described above."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, (Embedding, LearnedPositionalEmbedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            elif isinstance(module, LayerNorm):
+                nn.init.ones_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        # Each block adds two residual branches; shrink their output weights so the
+        # residual stream's variance stays ~constant with depth (Radford et al. 2019).
+        residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
+        for block in self.blocks:
+            nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
+            nn.init.normal_(block.ffn.fc2.weight, mean=0.0, std=residual_std)
+
+    @property
+    def attn_impl(self) -> str:
+        """The attention implementation of the blocks; assigning sets it on every block."""
+        return self.blocks[0].attn.attn_impl
+
+    @attn_impl.setter
+    def attn_impl(self, value: str) -> None:
+        for block in self.blocks:
+            block.attn.attn_impl = value
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        if not isinstance(idx, torch.Tensor):
+            raise TypeError(f"idx: expected an integer torch.Tensor, got {type(idx).__name__}")
+        if idx.dim() != 2:
+            raise ValueError(f"idx: expected shape (B, T), got {tuple(idx.shape)}")
+        B, T = idx.shape
+        if T < 1:
+            raise ValueError(f"idx: sequence length T must be at least 1, got T={T}")
+        if T > self.config.block_size:
+            raise ValueError(
+                f"idx: sequence length T={T} exceeds block_size={self.config.block_size}"
+            )
+        idx = check_token_ids(idx, self.config.vocab_size, bound="vocab_size")
+
+        # (B, T, d_model) + (T, d_model) -> (B, T, d_model): positions broadcast over the batch
+        x = self.tok_emb(idx) + self.pos_emb(T)
+        x = self.drop(x)
+        for block in self.blocks:
+            x = block(x)  # (B, T, d_model) -> (B, T, d_model)
+        x = self.ln_f(x)
+        return self.head(x)  # (B, T, d_model) -> (B, T, vocab_size)
+
+    def num_parameters(self) -> int:
+        """Number of scalar parameters; the tied embedding/head matrix is counted once."""
+        return sum(p.numel() for p in self.parameters())

@@ -1,0 +1,155 @@
+"""Autoregressive sampling: temperature, top-k and nucleus (top-p) filtering.
+
+Twin of ``numpy_impl/sampling.py``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .embedding import check_token_ids
+
+
+def _check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
+    if temperature < 0:
+        raise ValueError(f"temperature: must be >= 0, got {temperature}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
+        raise ValueError(f"top_k: must be a positive int or None, got {top_k!r}")
+    if top_p is not None and not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p: must lie in (0, 1] or be None, got {top_p!r}")
+
+
+def filter_logits(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+) -> torch.Tensor:
+    """Scale logits by ``1 / temperature``, then mask out tokens outside the top-k and the nucleus.
+
+    Applied in this order, each on the result of the previous step:
+
+    1. temperature: ``logits / temperature``; below 1 sharpens, above 1 flattens.
+    2. top-k: keep the ``k`` largest logits of each row (all tokens tied with
+       the k-th largest are kept too); ``k > V`` keeps everything.
+    3. top-p (nucleus, Holtzman et al. 2020): sort the row's probabilities in
+       decreasing order and keep token ``i`` iff the probability mass of the
+       tokens *before* it is ``< top_p``. This keeps the smallest prefix whose
+       mass reaches ``top_p``, including the token that crosses the threshold,
+       and always the most likely token. ``top_p == 1`` keeps everything
+       (no rounding-driven removals).
+
+    Removed tokens get ``-inf``, so a following softmax gives them probability 0.
+    The input is not modified.
+
+    Args:
+        logits: ``(B, V)``, float.
+        temperature: ``> 0`` (greedy decoding is :func:`generate`'s ``temperature=0``).
+        top_k: positive int, or ``None`` for no top-k filter.
+        top_p: in ``(0, 1]``, or ``None`` for no nucleus filter.
+
+    Returns:
+        ``(B, V)``, logits' dtype.
+
+    Raises:
+        ValueError: ``logits`` not 2-D, ``temperature <= 0``, ``top_k <= 0``,
+            ``top_p`` outside ``(0, 1]``.
+    """
+    if logits.dim() != 2:
+        raise ValueError(f"logits: expected shape (B, V), got {tuple(logits.shape)}")
+    if not temperature > 0:
+        raise ValueError(
+            f"temperature: must be > 0 in filter_logits (generate() treats 0 as greedy), "
+            f"got {temperature}"
+        )
+    _check_sampling_args(temperature, top_k, top_p)
+    logits = logits / temperature
+    V = logits.shape[-1]
+
+    if top_k is not None and top_k < V:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V) each
+        cum = F.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        mass_before = F.pad(cum[:, :-1], (1, 0))  # exclusive prefix sum; 0 for the top token
+        remove_sorted = mass_before >= top_p
+        remove = remove_sorted.scatter(-1, order, remove_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits
+
+
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Extend each sequence by ``max_new_tokens`` tokens, one at a time.
+
+    Each step feeds the last ``block_size`` tokens to the model, takes the
+    logits at the final position and picks the next token: the argmax when
+    ``temperature == 0`` (greedy; ``top_k`` and ``top_p`` cannot change it),
+    otherwise a draw from ``softmax(filter_logits(...))`` with
+    ``torch.multinomial``. The model runs in eval mode (no dropout) and is put
+    back in its previous mode afterwards, even on error.
+
+    Args:
+        model: a :class:`~torch_impl.gpt.GPT` (anything with ``config.block_size``
+            that maps ``(B, T)`` ids to ``(B, T, V)`` logits).
+        idx: ``(B, T0)`` prompt ids, any integer dtype, ``T0 >= 1``; may be
+            longer than ``block_size`` (only the tail is seen).
+        max_new_tokens: number of tokens to append, ``>= 0``.
+        temperature: ``>= 0``; 0 means greedy.
+        top_k, top_p: see :func:`filter_logits`.
+        generator: a ``torch.Generator`` for reproducible sampling, on the
+            model's device.
+
+    Returns:
+        ``(B, T0 + max_new_tokens)``, ``torch.long``: the prompt followed by
+        the new tokens.
+
+    Raises:
+        TypeError: ``idx`` that is not an integer tensor.
+        ValueError: ``idx`` not 2-D or with ``T0 == 0``, ``max_new_tokens < 0``,
+            ``temperature < 0``, ``top_k <= 0``, ``top_p`` outside ``(0, 1]``,
+            or ids the model rejects.
+    """
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"idx: expected an integer torch.Tensor, got {type(idx).__name__}")
+    if idx.dim() != 2:
+        raise ValueError(f"idx: expected shape (B, T0), got {tuple(idx.shape)}")
+    if idx.shape[1] < 1:
+        raise ValueError(f"idx: the prompt must hold at least one token, got T0={idx.shape[1]}")
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, int)
+        or max_new_tokens < 0
+    ):
+        raise ValueError(f"max_new_tokens: must be an int >= 0, got {max_new_tokens!r}")
+    _check_sampling_args(temperature, top_k, top_p)
+    idx = check_token_ids(idx, model.config.vocab_size, bound="vocab_size")
+    block_size = model.config.block_size
+
+    was_training = model.training
+    model.eval()
+    try:
+        for _ in range(max_new_tokens):
+            logits = model(idx[:, -block_size:])[:, -1, :]  # (B, T, V) -> (B, V): last position
+            if temperature == 0:
+                next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+            else:
+                logits = filter_logits(logits, temperature, top_k, top_p)
+                probs = F.softmax(logits, dim=-1)
+                next_id = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+            idx = torch.cat([idx, next_id], dim=1)  # (B, T) -> (B, T + 1)
+    finally:
+        model.train(was_training)
+    return idx
