@@ -20,6 +20,8 @@ from .module import Module, ModuleList, Parameter
 from .norm import LayerNorm
 from .optim import AdamW, clip_grad_norm_, configure_param_groups, cosine_lr
 from .positional import LearnedPositionalEmbedding
+from .sampling import filter_logits, generate
+from .tokenizer import CharTokenizer
 
 __all__ = [
     "GELU",
@@ -27,6 +29,7 @@ __all__ = [
     "AdamW",
     "Block",
     "CausalSelfAttention",
+    "CharTokenizer",
     "CrossEntropyLoss",
     "Dropout",
     "Embedding",
@@ -41,6 +44,8 @@ __all__ = [
     "clip_grad_norm_",
     "configure_param_groups",
     "cosine_lr",
+    "filter_logits",
+    "generate",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
 ]

@@ -20,6 +20,7 @@ class LearnedPositionalEmbedding(Module):
         adds into rows ``0 .. T-1`` of dW ``(block_size, d_model)``.
 
     Raises:
+        TypeError: ``T`` is not an integer.
         ValueError: ``T`` is not in ``[1, block_size]``.
     """
 
@@ -29,6 +30,8 @@ class LearnedPositionalEmbedding(Module):
         self.weight = Parameter(rng.standard_normal((block_size, d_model)).astype(dtype))
 
     def forward(self, T: int) -> np.ndarray:
+        if isinstance(T, bool) or not isinstance(T, (int, np.integer)):
+            raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
         if not 1 <= T <= self.block_size:
             raise ValueError(
                 f"T: sequence length must lie in [1, block_size={self.block_size}], got {T}"

@@ -79,3 +79,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             f"{kind:<14}{dtype:<10}{r['checks']:>8}{r['max_abs']:>15.2e}"
             f"{r['max_normwise_rel']:>17.2e}{r['worst_fraction_of_tol']:>17.2e}"
         )
+    if config.getoption("verbose") > 0:
+        for (kind, dtype), r in sorted(REACHED.items()):
+            tr.write_line(f"closest to its tolerance, {kind} {dtype}: {r['worst_check']}")

@@ -150,7 +150,9 @@ def finite_difference_check(
         minus = np.array(forward(), dtype=np.float64, copy=True)
         flat[i] = original
         numeric[j] = np.sum(dout * (plus - minus)) / (2.0 * h)
-    where = ", ".join(str(np.unravel_index(i, array.shape)) for i in chosen[:4])
+    where = ", ".join(
+        str(tuple(int(j) for j in np.unravel_index(i, array.shape))) for i in chosen[:4]
+    )
     return assert_close(
         f"{name}: hand-written backward vs central differences at {where}...",
         analytic.reshape(-1)[chosen],

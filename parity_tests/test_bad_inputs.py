@@ -153,10 +153,6 @@ ROWS: dict[str, Row] = {
         lambda: T.LearnedPositionalEmbedding(BLOCK, C)(3.0),
         TypeError,
         r"^T\b",
-        known_bug={
-            "numpy": "numpy_impl's positional.forward does not check T's type; NumPy's "
-            "slicing raises 'slice indices must be integers...', which does not name T"
-        },
     ),
     "LearnedPositionalEmbedding: T = 0": Row(
         "ch05",

@@ -14,6 +14,9 @@ parametrized properties then run over the whole registry:
   every parameter. Reached at worst: |numeric - analytic| ~ 3e-9, a relative
   ~3e-8, about 0.1 of the FINITE_DIFF tolerance (the session summary prints it).
   NumPy vs torch reached ~1e-14 relative in float64 and ~2e-5 in float32.
+
+Then a few checks of single components: LayerNorm over one feature, causal
+attention ignoring the future, GELU far in its tails.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ from parity_tests.strategies import (
 from parity_tests.tolerances import assert_close
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Pair:
     """One component, twice.
 
@@ -77,6 +80,9 @@ class Pair:
     float_input: bool = True
     has_params: bool = True
 
+    def __repr__(self) -> str:  # what a failing example prints
+        return f"<{self.name} pair>"
+
 
 def _to_torch_input(pair: Pair, x, requires_grad: bool):
     if isinstance(x, int):
@@ -87,12 +93,6 @@ def _to_torch_input(pair: Pair, x, requires_grad: bool):
 # -- the registry ----------------------------------------------------------------------
 leading_dims = st.lists(st.integers(1, 4), min_size=0, max_size=3).map(tuple)  # (..., C)
 bt = st.tuples(batch_sizes, lengths)  # (B, T)
-
-
-def _attention_config(draw_bias=True):
-    return st.fixed_dictionaries(
-        {"bt": bt, "hc": heads_and_width(), "bias": st.booleans() if draw_bias else st.just(True)}
-    )
 
 
 def _layernorm_input(c: dict, rng: SeededRng, dtype) -> np.ndarray:
@@ -208,7 +208,7 @@ PAIRS = [
         Pair(
             f"CausalSelfAttention[{impl}]",
             "ch04",
-            _attention_config(),
+            st.fixed_dictionaries({"bt": bt, "hc": heads_and_width(), "bias": st.booleans()}),
             lambda c, dt: N.CausalSelfAttention(*c["hc"][::-1], bias=c["bias"], dtype=dt),
             lambda c, dt, impl=impl: T.CausalSelfAttention(
                 *c["hc"][::-1], bias=c["bias"], attn_impl=impl, dtype=dt
@@ -399,11 +399,6 @@ def test_causal_self_attention_ignores_the_future(impl, rng: SeededRng, B, T_, H
 
 
 @pytest.mark.ch06
-@pytest.mark.xfail(
-    strict=True,
-    reason="numpy_impl GELU('tanh') computes exp(-2u) and overflows for x below about "
-    "-10.5 (float32) or -27 (float64): right values, but a RuntimeWarning per call",
-)
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_gelu_large_inputs_no_overflow(dtype):
     """Far into the tails GELU is 0 (left) or x (right): no overflow warnings on the way."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import numpy_impl as N
@@ -90,14 +90,21 @@ def test_gpt_with_dropout_in_eval_mode(data, rng: SeededRng, B, T_, dropout):
 
 
 @pytest.mark.parametrize("tie", TIES)
-@settings(max_examples=max(1, settings.default.max_examples // 3))  # ~100 forwards each
 @given(data=st.data(), rng=rngs, B=st.integers(1, 2), T_=st.integers(1, 4))
 def test_gpt_backward_finite_differences(tie, data, rng: SeededRng, B, T_):
     """The NumPy GPT's backward alone vs central differences (float64), 3 random
     coordinates of every parameter, a random dlogits. Worst relative error
-    reached: ~3e-8, against FINITE_DIFF's 1e-6."""
+    reached: ~1e-7, against FINITE_DIFF's 1e-6.
+
+    d_model >= 4: with 2 features a LayerNorm row deep in the model can have a
+    tiny spread; 1/std then makes the loss so curved that the O(h^2) error of
+    the central difference itself exceeds 1e-6 (Hypothesis found a gradient of
+    150 off by 2.6e-4 at h = 1e-6, and by 2e-6 at h = 1e-7: the backward was right).
+    """
     config = data.draw(
-        gpt_configs(tie_weights=tie, vocab_size=data.draw(st.integers(2, 12), label="V")),
+        gpt_configs(
+            min_width=4, tie_weights=tie, vocab_size=data.draw(st.integers(2, 12), label="V")
+        ),
         label="config",
     )
     model = N.GPT(N.GPTConfig(**config), dtype=np.float64)

@@ -15,11 +15,15 @@ is the worst the suite reached (HYPOTHESIS_PROFILE=thorough), as a fraction of
 the tolerance; conftest.py prints it after every run.
 
     comparison                                  rtol    atol    worst reached
-    float64, hand-written vs autograd           1e-10   1e-12   ~1e-14 rel (0.11)
-    float64, central differences, h = 1e-6      1e-6    1e-8    ~3e-8 rel (0.12)
-    float32, NumPy vs torch                     1e-4    1e-5    ~2e-5 rel (0.30)
+    float64, hand-written vs autograd           1e-10   1e-12   ~1e-14 rel (0.23)
+    float64, central differences, h = 1e-6      1e-6    1e-8    ~3e-8 rel (0.24)
+    float32, NumPy vs torch                     1e-4    1e-5    ~3e-5 rel (0.70)
     float64 training run (per step, weights)    1e-9    1e-12   ~2e-16 rel (0.23)
     float16 / bfloat16 fused kernels on GPU     2 eps sqrt(n), scale-relative
+
+float32's 0.70 came from one thorough run; others stay below 0.4. The closest
+checks are LayerNorm and Block gradients: 1/std of a row with little spread
+multiplies float32 rounding in both backends alike.
 """
 
 from __future__ import annotations
@@ -102,18 +106,27 @@ def tol_for(dtype, kind: str = "autograd") -> Tol:
 #: Worst errors seen this session per (kind, dtype): printed at the end of the run by
 #: conftest.py, so the tolerances actually reached are visible (and can be tightened).
 REACHED: dict[tuple[str, str], dict[str, float]] = defaultdict(
-    lambda: {"max_abs": 0.0, "max_normwise_rel": 0.0, "worst_fraction_of_tol": 0.0, "checks": 0}
+    lambda: {
+        "max_abs": 0.0,
+        "max_normwise_rel": 0.0,
+        "worst_fraction_of_tol": 0.0,
+        "worst_check": "",
+        "checks": 0,
+    }
 )
 
 
-def _record(kind: str, dtype: str, max_abs: float, normwise: float, fraction: float) -> None:
+def _record(
+    name: str, kind: str, dtype: str, max_abs: float, normwise: float, fraction: float
+) -> None:
     """Keep the worst max-abs difference, the worst ``max|a - e| / max|e|`` (a
     relative error that stays meaningful when some elements are near zero),
-    and the worst fraction of the tolerance used."""
+    and the worst fraction of the tolerance used, with the check's name."""
     r = REACHED[(kind, dtype)]
     r["max_abs"] = max(r["max_abs"], max_abs)
     r["max_normwise_rel"] = max(r["max_normwise_rel"], normwise)
-    r["worst_fraction_of_tol"] = max(r["worst_fraction_of_tol"], fraction)
+    if fraction >= r["worst_fraction_of_tol"]:
+        r["worst_fraction_of_tol"], r["worst_check"] = fraction, name
     r["checks"] += 1
 
 
@@ -209,7 +222,7 @@ def assert_close(
     # relative to the tensor's largest element, but never to less than atol / rtol:
     # a gradient that is zero in exact arithmetic is judged on the absolute scale
     normwise = max_abs / max(float(mag.max()), tol.atol / tol.rtol)
-    _record(kind, dtype_name, max_abs, normwise, worst_fraction)
+    _record(name, kind, dtype_name, max_abs, normwise, worst_fraction)
     if worst_fraction <= 1.0:
         return worst_fraction
     worst = np.unravel_index(int(np.argmax(fraction)), a.shape) if a.ndim else ()

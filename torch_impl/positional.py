@@ -7,6 +7,8 @@ position to each token vector (Radford et al. 2019). Because the table has
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 from torch import nn
 
@@ -49,8 +51,9 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.weight)
 
     def forward(self, T: int) -> torch.Tensor:
-        if isinstance(T, bool) or not isinstance(T, int):
+        if isinstance(T, bool) or not isinstance(T, numbers.Integral):
             raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
+        T = int(T)
         if T < 1:
             raise ValueError(f"T: sequence length must be at least 1, got T={T}")
         if T > self.block_size:
