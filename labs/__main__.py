@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from . import UserError, bench, sample, train
+from .runtime import tune_malloc
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the command; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    tune_malloc()  # see labs/runtime.py: NumPy's temporaries stop page-faulting
     try:
         return args.func(args)
     except UserError as e:

@@ -98,6 +98,7 @@ class NumpyBackend:
             eps=ADAM_EPS,
             weight_decay=tc["weight_decay"],
         )
+        self._params = self.model.parameters()  # walked once, not at every step
         self.step = 0
 
     def current_lr(self) -> float:
@@ -123,11 +124,11 @@ class NumpyBackend:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
-        self.model.zero_grad()
+        self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
         logits = self.model.forward(x)  # (B, T) -> (B, T, V)
         loss = self.loss_fn.forward(logits, y)
         self.model.backward(self.loss_fn.backward())  # fills every p.grad
-        params = self.model.parameters()
+        params = self._params
         if self.train_config["grad_clip"] > 0:
             grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
         else:

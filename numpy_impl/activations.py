@@ -48,10 +48,9 @@ class GELU(Module):
         self._x = x
         if self.approximate == "tanh":
             s = x * x
-            s *= _GELU_COEF
-            s += 1.0
-            s *= x
-            s *= -2.0 * _SQRT_2_OVER_PI  # -2u
+            s *= -2.0 * _SQRT_2_OVER_PI * _GELU_COEF
+            s -= 2.0 * _SQRT_2_OVER_PI
+            s *= x  # -2u = -2 sqrt(2/pi) (x + 0.044715 x^3)
             # far left (x < -10 in float32) exp(-2u) overflows to inf and s becomes
             # exactly 0, the right limit: the overflow is expected, not an error
             with np.errstate(over="ignore"):
@@ -69,9 +68,8 @@ class GELU(Module):
         x, s = self._x, self._s
         if self.approximate == "tanh":
             g = x * x
-            g *= 3.0 * _GELU_COEF
-            g += 1.0
-            g *= 2.0 * _SQRT_2_OVER_PI  # 2 du/dx
+            g *= 2.0 * _SQRT_2_OVER_PI * 3.0 * _GELU_COEF
+            g += 2.0 * _SQRT_2_OVER_PI  # 2 du/dx = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2)
             g *= x
             g *= s
             g *= 1.0 - s  # x s (1 - s) 2 du/dx

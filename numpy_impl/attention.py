@@ -51,7 +51,8 @@ def scaled_dot_product_attention(
         rng: generator for the dropout mask.
 
     Returns:
-        out ``(..., T_q, d_v)``, and the cache ``(q, k, v, probs, drop_scale, scale)``.
+        out ``(..., T_q, d_v)``, and the cache ``(q * scale, k, v, out, probs, drop_scale, scale)``
+        (it keeps a reference to ``out``: do not modify ``out`` in place before backward).
 
     A query whose keys are all masked gets probabilities of zero, hence an
     output of zeros and finite gradients, as the fused PyTorch kernel does
@@ -71,8 +72,11 @@ def scaled_dot_product_attention(
     T_q, T_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
-    scores = q @ np.swapaxes(k, -1, -2)  # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
-    scores *= scale
+    # (q * scale) k^T = q k^T / sqrt(d_k): scaling q touches T_q * d_k numbers, the scores T_q * T_k
+    q_scaled = q * scale
+    scores = q_scaled @ np.swapaxes(
+        k, -1, -2
+    )  # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
     forbidden = None
     if is_causal:
         forbidden = _causal_mask(T_q, T_k)
@@ -116,7 +120,7 @@ def scaled_dot_product_attention(
         out = (probs * drop_scale) @ v
     else:
         out = probs @ v  # (..., T_q, T_k) @ (..., T_k, d_v) -> (..., T_q, d_v)
-    return out, (q, k, v, probs, drop_scale, scale)
+    return out, (q_scaled, k, v, out, probs, drop_scale, scale)
 
 
 def scaled_dot_product_attention_backward(
@@ -124,11 +128,17 @@ def scaled_dot_product_attention_backward(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of :func:`scaled_dot_product_attention`.
 
-    With S = q k^T * scale, P = softmax(S), out = P v:
+    With S = q k^T * scale, P = softmax(S) (rows), out = P v:
         dv = P^T dout
         dP = dout v^T
-        dS = P * (dP - rowsum(dP * P))         (softmax Jacobian-vector product)
+        dS = P * (dP - D),  D_i = sum_j dP_ij P_ij       (softmax Jacobian-vector product)
         dq = dS k * scale,   dk = dS^T q * scale
+
+    D_i is computed as ``sum(dout_i * out_i)``: since out_i = sum_j P_ij v_j,
+    sum_j P_ij (dout_i . v_j) = dout_i . out_i. That sums over d_v instead of
+    over T_k, a (T_q, d_v) product instead of a (T_q, T_k) one (the same trick
+    as the FlashAttention backward, Dao et al. 2022, Algorithm 4). It also holds
+    with dropout, where out_i = sum_j P_ij M_ij v_j and dP carries the mask M.
 
     Args:
         dout: ``(..., T_q, d_v)``.
@@ -137,19 +147,19 @@ def scaled_dot_product_attention_backward(
     Returns:
         dq ``(..., T_q, d_k)``, dk ``(..., T_k, d_k)``, dv ``(..., T_k, d_v)``.
     """
-    q, k, v, probs, drop_scale, scale = cache
+    q_scaled, k, v, out, probs, drop_scale, scale = cache
     p_used = probs if drop_scale is None else probs * drop_scale
     dv = np.swapaxes(p_used, -1, -2) @ dout  # (..., T_k, T_q) @ (..., T_q, d_v)
     dP = dout @ np.swapaxes(v, -1, -2)  # (..., T_q, d_v) @ (..., d_v, T_k)
     if drop_scale is not None:
         dP *= drop_scale
-    # softmax backward, in place in dP: dS = P * (dP - sum_j dP_j P_j)
-    dP -= np.sum(dP * probs, axis=-1, keepdims=True)
+    D = np.sum(dout * out, axis=-1, keepdims=True)  # (..., T_q, 1) = rowsum(dP * P)
+    dP -= D  # softmax backward, in place: dS = P * (dP - D)
     dP *= probs
-    dP *= scale
     dS = dP
     dq = dS @ k  # (..., T_q, T_k) @ (..., T_k, d_k)
-    dk = np.swapaxes(dS, -1, -2) @ q  # (..., T_k, T_q) @ (..., T_q, d_k)
+    dq *= scale
+    dk = np.swapaxes(dS, -1, -2) @ q_scaled  # (..., T_k, T_q) @ (..., T_q, d_k), scale included
     return dq, dk, dv
 
 

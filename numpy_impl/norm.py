@@ -41,9 +41,10 @@ class LayerNorm(Module):
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_last_dim(x, self.d_model, "x", "d_model")
+        C = self.d_model
         mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
         xhat = x - mean  # (..., C), a new array we can work in
-        var = np.mean(xhat * xhat, axis=-1, keepdims=True)  # biased variance
+        var = np.vecdot(xhat, xhat)[..., None] / C  # biased variance; a row dot product, no temp
         rstd = 1.0 / np.sqrt(var + self.eps)  # (..., 1)
         xhat *= rstd
         self._xhat, self._rstd = xhat, rstd
@@ -60,8 +61,10 @@ class LayerNorm(Module):
         if self.bias is not None:
             self.bias.grad += flat_dout.sum(axis=0)
         g = dout * self.weight.data  # dL/dxhat
+        g_dot_xhat = np.vecdot(g, xhat)[..., None] / C  # mean(g * xhat), per row
         dx = g - g.mean(axis=-1, keepdims=True)
-        dx -= xhat * np.mean(g * xhat, axis=-1, keepdims=True)
+        xhat_term = xhat * g_dot_xhat
+        dx -= xhat_term
         dx *= rstd
         self._xhat = self._rstd = None
         return dx

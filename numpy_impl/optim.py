@@ -53,6 +53,7 @@ class AdamW:
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
         self.param_groups = [{**defaults, **g, "params": list(g["params"])} for g in groups]
         self.state: dict[Parameter, dict] = {}
+        self._buf = None  # scratch space for step(), sized to the largest parameter
 
     def zero_grad(self) -> None:
         for group in self.param_groups:
@@ -73,16 +74,32 @@ class AdamW:
                     }
                 st["step"] += 1
                 t, m, v, g = st["step"], st["exp_avg"], st["exp_avg_sq"], p.grad
+                tmp = self._scratch(p)  # one reusable buffer: no temporaries per step
                 if wd != 0.0:
                     p.data *= 1.0 - lr * wd
-                m += (1.0 - beta1) * (g - m)  # = beta1 m + (1 - beta1) g, as torch's lerp
+                # m <- beta1 m + (1 - beta1) g, written as torch's lerp: m + (1 - beta1)(g - m)
+                np.subtract(g, m, out=tmp)
+                tmp *= 1.0 - beta1
+                m += tmp
+                # v <- beta2 v + (1 - beta2) g^2
                 v *= beta2
-                v += (1.0 - beta2) * (g * g)
+                np.multiply(g, g, out=tmp)
+                tmp *= 1.0 - beta2
+                v += tmp
+                # p <- p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)
                 step_size = lr / (1.0 - beta1**t)
-                denom = np.sqrt(v)
-                denom /= math.sqrt(1.0 - beta2**t)
-                denom += eps
-                p.data -= step_size * (m / denom)
+                np.sqrt(v, out=tmp)
+                tmp /= math.sqrt(1.0 - beta2**t)
+                tmp += eps
+                np.divide(m, tmp, out=tmp)
+                tmp *= step_size
+                p.data -= tmp
+
+    def _scratch(self, p: Parameter) -> np.ndarray:
+        """A view of one shared buffer, shaped like ``p`` (grown on demand)."""
+        if self._buf is None or self._buf.size < p.data.size or self._buf.dtype != p.dtype:
+            self._buf = np.empty(p.data.size, p.dtype)
+        return self._buf[: p.data.size].reshape(p.shape)
 
 
 def clip_grad_norm_(parameters: Iterable[Parameter], max_norm: float) -> float:
