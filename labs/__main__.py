@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import UserError, bench, sample, train
+from . import UserError, bench, diff, docs, exercises, sample, train
 from .runtime import tune_malloc
 
 
@@ -40,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("train", train, "train a character-level GPT on Tiny Shakespeare"),
         ("sample", sample, "continue a prompt with a trained checkpoint"),
         ("bench", bench, "time a training step on both backends"),
+        ("start", exercises.start, "make a workspace where one chapter's NumPy code is yours"),
+        ("check", exercises.check, "run one chapter's parity tests against your workspace"),
+        ("status", exercises.status, "show which chapters are done"),
+        ("reset", exercises.reset, "restore one chapter's exercise stubs in your workspace"),
+        ("diff", diff, "show the NumPy and PyTorch version of a component side by side"),
+        ("docs", docs, "build the HTML reference site under docs/site/"),
     ):
         sub = commands.add_parser(
             name,

@@ -68,6 +68,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--d-model", type=int, default=128, help="width C of the residual stream")
     g.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
     g.add_argument(
+        "--bias",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="biases in Linear and LayerNorm layers, as GPT-2 (default: on)",
+    )
+    g.add_argument(
+        "--gelu",
+        choices=("tanh", "none"),
+        default="tanh",
+        help="GELU form: tanh approximation (GPT-2) or exact erf ('none')",
+    )
+    g.add_argument(
         "--dtype", choices=("float32", "float64"), default="float32", help="parameter dtype"
     )
     g.add_argument(
@@ -191,6 +203,8 @@ def run(args: argparse.Namespace) -> dict:
         "n_heads": args.n_heads,
         "d_model": args.d_model,
         "dropout": args.dropout,
+        "bias": args.bias,
+        "gelu_approximate": args.gelu,
     }
     train_config = {
         "lr": args.lr,
