@@ -13,8 +13,9 @@ training step spells out what ``loss.backward()`` and the scheduler hide::
     clip_grad_norm_(params, clip)          clip_grad_norm_(params, clip)
     optimizer.step()                       optimizer.step(); scheduler.step()
 
-Everything crossing this boundary is NumPy: int64 batches in, float32
-state dicts and optimizer moments out, keyed by the shared parameter names.
+Everything crossing this boundary is NumPy: int64 batches in, state dicts
+and optimizer moments out (in the model's dtype, so a float64 run saves and
+resumes exactly), keyed by the shared parameter names.
 That is what makes checkpoints interchangeable between the backends.
 """
 
@@ -147,8 +148,8 @@ class NumpyBackend:
         return float(np.mean(losses))
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Every state-dict name (``head.weight`` included) -> float32 copy."""
-        return {k: v.astype(np.float32, copy=True) for k, v in self.model.state_dict().items()}
+        """Every state-dict name (``head.weight`` included) -> a copy in the model's dtype."""
+        return {k: v.copy() for k, v in self.model.state_dict().items()}
 
     def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
         """Copy weights in (``head.weight`` may be omitted when tied).
@@ -159,15 +160,15 @@ class NumpyBackend:
         self.model.load_state_dict(_with_tied_head(sd, self.config.tie_weights))
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
-        """AdamW's moments by parameter name, float32, plus ``"step"`` (0-d int64).
+        """AdamW's moments by parameter name (model dtype), plus ``"step"`` (0-d int64).
 
         Parameters the optimizer has not touched yet report zero moments."""
         state = {"step": np.array(self.step, dtype=np.int64)}
         for name, p in self.model.named_parameters():
             st = self.optimizer.state.get(p)
             for key in ("exp_avg", "exp_avg_sq"):
-                value = st[key] if st is not None else np.zeros(p.shape)
-                state[f"{key}.{name}"] = value.astype(np.float32, copy=True)
+                value = st[key] if st is not None else np.zeros(p.shape, p.dtype)
+                state[f"{key}.{name}"] = value.astype(p.dtype, copy=True)
         return state
 
     def load_optimizer_state(self, state: dict[str, np.ndarray]) -> None:
@@ -306,10 +307,7 @@ class TorchBackend:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """As :meth:`NumpyBackend.state_dict`."""
-        return {
-            k: v.detach().to(self.torch.float32).numpy().copy()
-            for k, v in self.model.state_dict().items()
-        }
+        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
 
     def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
         """As :meth:`NumpyBackend.load_state_dict`.
@@ -331,9 +329,9 @@ class TorchBackend:
             for key in ("exp_avg", "exp_avg_sq"):
                 value = st.get(key)
                 state[f"{key}.{name}"] = (
-                    np.zeros(p.shape, np.float32)
+                    np.zeros(p.shape, p.detach().numpy().dtype)
                     if value is None
-                    else value.detach().to(self.torch.float32).numpy().copy()
+                    else value.detach().numpy().copy()
                 )
         return state
 

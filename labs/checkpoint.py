@@ -20,6 +20,7 @@ checkpoint written by either loads into either.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -195,19 +196,61 @@ def save_checkpoint(
     if _is_tied(model_config):
         del weights[TIED_KEY]  # it is tok_emb.weight: store it once
 
+    # Everything is serialised and checked before the first byte is written, so a
+    # bad argument never replaces a good checkpoint.
+    blobs = {MODEL_FILE: save(_contiguous(weights))}
+    if optimizer_state is not None:
+        opt = _contiguous({k: np.asarray(v) for k, v in optimizer_state.items()})
+        if problems := _mismatches("optimizer_state", opt, _optimizer_shapes(model_config)):
+            raise ValueError(
+                "optimizer_state does not match config['model']: " + "; ".join(problems)
+            )
+        blobs[OPTIMIZER_FILE] = save(opt)
     document = {"format": FORMAT, "version": VERSION, **config, **meta}
     document.setdefault("step", 0)
+    # config.json, written last, names the exact bytes it belongs with: a crash between
+    # two of the renames leaves files that load_checkpoint refuses instead of mixing
+    document["files"] = {name: hashlib.sha256(b).hexdigest() for name, b in blobs.items()}
     text = json.dumps(document, indent=2) + "\n"  # fails here, before any write, if not JSON
 
     directory.mkdir(parents=True, exist_ok=True)
-    _atomic_write(directory / MODEL_FILE, save(_contiguous(weights)))
-    if optimizer_state is not None:
-        opt = _contiguous({k: np.asarray(v) for k, v in optimizer_state.items()})
-        _atomic_write(directory / OPTIMIZER_FILE, save(opt))
-    else:
+    for stale in directory.glob(".*.tmp"):  # left behind by a writer that was killed
+        stale.unlink(missing_ok=True)
+    for name, blob in blobs.items():
+        _atomic_write(directory / name, blob)
+    if optimizer_state is None:
         (directory / OPTIMIZER_FILE).unlink(missing_ok=True)
     _atomic_write(directory / CONFIG_FILE, text.encode("utf-8"))
     return directory
+
+
+def _optimizer_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of AdamW's state: ``step`` and two moments per trainable parameter."""
+    expected: dict[str, tuple[int, ...]] = {"step": ()}
+    for prefix in ("exp_avg", "exp_avg_sq"):
+        expected.update({f"{prefix}.{k}": s for k, s in _trainable_shapes(model_config).items()})
+    return expected
+
+
+def _check_belongs(directory: Path, config: dict, name: str) -> None:
+    """Raise unless file ``name`` holds the bytes config.json was written with."""
+    want = (config.get("files") or {}).get(name)
+    if want is None:
+        return  # written before config.json recorded hashes
+    if _sha256(directory / name) != want:
+        raise ValueError(
+            f"{directory / name} does not belong to {directory / CONFIG_FILE} (its SHA-256 "
+            "differs from the one recorded there): the checkpoint was interrupted while "
+            "being written"
+        )
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 # -- load ------------------------------------------------------------------------
@@ -275,6 +318,7 @@ def load_checkpoint(
     model_config = config["model"]
     model_path = directory / MODEL_FILE
     model_state = _load_safetensors(model_path)
+    _check_belongs(directory, config, MODEL_FILE)
     if _is_tied(model_config) and TIED_SOURCE in model_state:
         model_state[TIED_KEY] = model_state[TIED_SOURCE]  # one array, two names
     if problems := _mismatches(model_path.name, model_state, expected_shapes(model_config)):
@@ -286,11 +330,8 @@ def load_checkpoint(
     if not opt_path.exists():
         return model_state, config, None
     optimizer_state = _load_safetensors(opt_path)
-    params = _trainable_shapes(model_config)
-    expected = {"step": ()}
-    for prefix in ("exp_avg", "exp_avg_sq"):
-        expected.update({f"{prefix}.{k}": s for k, s in params.items()})
-    if problems := _mismatches(opt_path.name, optimizer_state, expected):
+    _check_belongs(directory, config, OPTIMIZER_FILE)
+    if problems := _mismatches(opt_path.name, optimizer_state, _optimizer_shapes(model_config)):
         raise ValueError(
             f"{directory / CONFIG_FILE} does not match {opt_path}: " + "; ".join(problems)
         )

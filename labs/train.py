@@ -253,6 +253,13 @@ def run(args: argparse.Namespace) -> dict:
 
     def evaluate_and_save() -> None:
         losses = {split: backend.eval_loss(batches) for split, batches in eval_sets.items()}
+        if not all(math.isfinite(v) for v in losses.values()):
+            # keep the last good checkpoint and a log of valid JSON: stop before writing
+            raise UserError(
+                f"the evaluation loss became non-finite at step {backend.step} "
+                f"(train {losses['train']}, val {losses['val']}); the checkpoint in {out} "
+                "is the last good one. Try a lower --lr or keep --grad-clip on"
+            )
         elapsed = elapsed_before + time.perf_counter() - t_start
         tok_s = train_tokens / train_time if train_time else 0.0
         row = {

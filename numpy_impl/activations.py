@@ -45,6 +45,10 @@ class GELU(Module):
         self._x = self._s = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch06
+        ### TODO: y = x Phi(x): the tanh form if self.approximate == "tanh", else the exact erf
+        ###   form (formulas above); cache what backward needs (self._x, self._s); no overflow
+        ###   warning for large |x| in float32
         self._x = x
         if self.approximate == "tanh":
             s = x * x
@@ -63,8 +67,11 @@ class GELU(Module):
             s *= 0.5  # s = Phi(x)
         self._s = s  # backward needs s; forward's output is x s
         return x * s
+        ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch06
+        ### TODO: dx = dout * dy/dx, with dy/dx from the formulas above for the form in use
         x, s = self._x, self._s
         if self.approximate == "tanh":
             g = x * x
@@ -82,3 +89,4 @@ class GELU(Module):
         g *= dout
         self._x = self._s = None
         return g
+        ### END SOLUTION

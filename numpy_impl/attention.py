@@ -69,14 +69,20 @@ def scaled_dot_product_attention(
         )
     if attn_mask is not None and is_causal:
         raise ValueError("attn_mask: cannot be combined with is_causal=True")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p: must lie in [0, 1), got {dropout_p}")
     T_q, T_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
+    ### BEGIN SOLUTION ch03
+    ### TODO: scores = q k^T * scale, shape (..., T_q, T_k); keep q * scale as q_scaled (the
+    ###   cache returned below holds it)
     # (q * scale) k^T = q k^T / sqrt(d_k): scaling q touches T_q * d_k numbers, the scores T_q * T_k
     q_scaled = q * scale
     scores = q_scaled @ np.swapaxes(
         k, -1, -2
     )  # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
+    ### END SOLUTION
     forbidden = None
     if is_causal:
         forbidden = _causal_mask(T_q, T_k)
@@ -99,6 +105,10 @@ def scaled_dot_product_attention(
             forbidden = ~attn_mask
         else:
             scores += attn_mask
+    ### BEGIN SOLUTION ch03
+    ### TODO: scores -> probs: -inf where `forbidden` (if not None) is True, then a stable
+    ###   softmax over the key axis (the last): subtract the row max, exp, divide by the row
+    ###   sum; a fully masked row must give probabilities 0, not NaN
     if forbidden is not None:
         np.copyto(scores, -np.inf, where=forbidden)
 
@@ -111,6 +121,7 @@ def scaled_dot_product_attention(
     denom[denom == 0.0] = 1.0  # fully masked row: probabilities stay 0, not NaN
     scores /= denom
     probs = scores  # (..., T_q, T_k), rows sum to 1 (or 0 if fully masked)
+    ### END SOLUTION
 
     drop_scale = None
     if dropout_p > 0.0:
@@ -147,6 +158,9 @@ def scaled_dot_product_attention_backward(
     Returns:
         dq ``(..., T_q, d_k)``, dk ``(..., T_k, d_k)``, dv ``(..., T_k, d_v)``.
     """
+    ### BEGIN SOLUTION ch03
+    ### TODO: unpack the cache and return dq, dk, dv by the formulas above; with dropout
+    ###   (drop_scale not None) the output used P * drop_scale, so dv and dP carry the mask
     q_scaled, k, v, out, probs, drop_scale, scale = cache
     p_used = probs if drop_scale is None else probs * drop_scale
     dv = np.swapaxes(p_used, -1, -2) @ dout  # (..., T_k, T_q) @ (..., T_q, d_v)
@@ -161,6 +175,7 @@ def scaled_dot_product_attention_backward(
     dq *= scale
     dk = np.swapaxes(dS, -1, -2) @ q_scaled  # (..., T_k, T_q) @ (..., T_q, d_k), scale included
     return dq, dk, dv
+    ### END SOLUTION
 
 
 class CausalSelfAttention(Module):
@@ -200,6 +215,11 @@ class CausalSelfAttention(Module):
         if x.ndim != 3 or x.shape[1] < 1:
             raise ValueError(f"x: expected shape (B, T>=1, d_model={self.d_model}), got {x.shape}")
         check_last_dim(x, self.d_model, "x", "d_model")
+        ### BEGIN SOLUTION ch04
+        ### TODO: qkv_proj(x) (B, T, 3C) -> q, k, v, each (B, H, T, d_k), split in that order;
+        ###   causal scaled_dot_product_attention (dropout_p = self.dropout in training, else 0;
+        ###   rng=self._rng; its cache in self._cache); merge the heads back to (B, T, C);
+        ###   then out_proj and resid_dropout
         B, T, C = x.shape
         H, d_k = self.n_heads, self.d_k
         qkv = self.qkv_proj(x)  # (B, T, C) -> (B, T, 3C)
@@ -211,8 +231,13 @@ class CausalSelfAttention(Module):
         )  # (B, H, T, d_k)
         y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # re-assemble heads: (B, T, C)
         return self.resid_dropout(self.out_proj(y))
+        ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch04
+        ### TODO: the forward in reverse: resid_dropout and out_proj backward, split dy into heads
+        ###   (B, H, T, d_k), scaled_dot_product_attention_backward(dy, self._cache), then put
+        ###   dq, dk, dv back into one (B, T, 3C) gradient, in the forward's layout, for qkv_proj
         B, T, C = dout.shape
         H, d_k = self.n_heads, self.d_k
         dy = self.out_proj.backward(self.resid_dropout.backward(dout))  # (B, T, C)
@@ -224,3 +249,4 @@ class CausalSelfAttention(Module):
         dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
         dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
         return self.qkv_proj.backward(dqkv.reshape(B, T, 3 * C))
+        ### END SOLUTION

@@ -45,12 +45,19 @@ class Block(Module):
         self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype, rng)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch07
+        ### TODO: x = x + attn(ln1(x)), then x = x + ffn(ln2(x)); never modify x in place
         x = x + self.attn(self.ln1(x))  # read from the stream, write back
         x = x + self.ffn(self.ln2(x))
         return x
+        ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch07
+        ### TODO: the forward in reverse: each residual add sends dout down both of its branches
+        ###   (the identity and the sub-layer), so their gradients add up
         # each residual add sends the gradient down both branches, so they sum
         dx = dout + self.ln2.backward(self.ffn.backward(dout))
         dx += self.ln1.backward(self.attn.backward(dx))
         return dx
+        ### END SOLUTION

@@ -40,10 +40,18 @@ class Embedding(Module):
 
     def forward(self, idx: np.ndarray) -> np.ndarray:
         idx = check_ids(idx, self.num_embeddings, "idx")
+        ### BEGIN SOLUTION ch02
+        ### TODO: keep idx in self._idx for backward; return the rows weight[idx],
+        ###   shape (..., embedding_dim)
         self._idx = idx
         return self.weight.data[idx]  # (..., ) -> (..., embedding_dim)
+        ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> None:
+        ### BEGIN SOLUTION ch02
+        ### TODO: scatter-add dout into the rows of weight.grad that the ids name: an id that occurs
+        ###   n times receives the sum of its n gradients (np.add.at; fancy-index += keeps one)
         flat = dout.reshape(-1, self.embedding_dim)  # (N, C)
         np.add.at(self.weight.grad, self._idx.reshape(-1), flat)  # scatter-add over repeats
         self._idx = None
+        ### END SOLUTION

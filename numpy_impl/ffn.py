@@ -42,9 +42,15 @@ class FeedForward(Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch06
+        ### TODO: fc1, act (GELU), fc2, dropout: (B, T, C) -> (B, T, d_ff) -> (B, T, C)
         h = self.act(self.fc1(x))  # (B, T, C) -> (B, T, d_ff)
         return self.dropout(self.fc2(h))  # (B, T, d_ff) -> (B, T, C)
+        ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch06
+        ### TODO: the backward of each layer of forward, in reverse order; return dx
         dh = self.fc2.backward(self.dropout.backward(dout))
         return self.fc1.backward(self.act.backward(dh))
+        ### END SOLUTION

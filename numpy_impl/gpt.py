@@ -118,7 +118,10 @@ class GPT(Module):
         self.ln_f = LayerNorm(c.d_model, bias=c.bias, dtype=dtype)
         self.head = Linear(c.d_model, c.vocab_size, bias=False, dtype=dtype, rng=rng)
         if c.tie_weights:
+            ### BEGIN SOLUTION ch08
+            ### TODO: tie the LM head to the token embedding: one Parameter object, two uses
             self.head.weight = self.tok_emb.weight  # one Parameter, two uses
+            ### END SOLUTION
         self._init_weights(rng, dtype)
 
     def _init_weights(self, rng: np.random.Generator, dtype) -> None:
@@ -142,14 +145,21 @@ class GPT(Module):
                 f"idx: sequence length T={T} must lie in [1, block_size={self.config.block_size}]"
             )
         idx = check_ids(idx, self.config.vocab_size, "idx")
+        ### BEGIN SOLUTION ch08
+        ### TODO: token + position embeddings, drop, every block in order, ln_f, head:
+        ###   idx (B, T) -> logits (B, T, vocab_size)
         x = self.tok_emb(idx) + self.pos_emb(T)  # (B, T, C) + (T, C) -> (B, T, C)
         x = self.drop(x)
         for block in self.blocks:
             x = block(x)
         x = self.ln_f(x)
         return self.head(x)  # (B, T, C) -> (B, T, vocab_size)
+        ### END SOLUTION
 
     def backward(self, dlogits: np.ndarray) -> None:
+        ### BEGIN SOLUTION ch08
+        ### TODO: the forward in reverse, down to both embeddings; the position vectors are shared
+        ###   by every sequence of the batch, so their gradient is summed over B; return None
         dx = self.head.backward(dlogits)  # (B, T, V) -> (B, T, C)
         dx = self.ln_f.backward(dx)
         for block in reversed(self.blocks):
@@ -157,3 +167,4 @@ class GPT(Module):
         dx = self.drop.backward(dx)
         self.pos_emb.backward(dx.sum(axis=0))  # position vectors are shared over the batch
         self.tok_emb.backward(dx)
+        ### END SOLUTION

@@ -44,14 +44,21 @@ class Linear(Module):
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_last_dim(x, self.in_features, "x", "in_features")
+        ### BEGIN SOLUTION ch02
+        ### TODO: y = x W^T + b: flatten x to (N, in_features), one matrix product, add the bias
+        ###   (if any), reshape to (..., out_features); keep x in self._x for backward
         self._x = x  # backward needs the input for dW = dout^T x
         x2 = x.reshape(-1, self.in_features)  # (N, in)
         out = x2 @ self.weight.data.T  # (N, in) @ (in, out) -> (N, out)
         if self.bias is not None:
             out += self.bias.data
         return out.reshape(*x.shape[:-1], self.out_features)
+        ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch02
+        ### TODO: ADD (+=) dW = dout^T x (out, in) and db = dout summed over rows into .grad;
+        ###   return dx = dout W, shaped like x
         x2 = self._x.reshape(-1, self.in_features)  # (N, in)
         d2 = dout.reshape(-1, self.out_features)  # (N, out)
         self.weight.grad += d2.T @ x2  # (out, N) @ (N, in) -> (out, in)
@@ -60,3 +67,4 @@ class Linear(Module):
         dx = d2 @ self.weight.data  # (N, out) @ (out, in) -> (N, in)
         self._x = None
         return dx.reshape(*dout.shape[:-1], self.in_features)
+        ### END SOLUTION

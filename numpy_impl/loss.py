@@ -51,6 +51,10 @@ class CrossEntropyLoss(Module):
                 f"targets: class ids must lie in [0, V={V}) or equal ignore_index="
                 f"{self.ignore_index}, got {bad[:5].tolist()}"
             )
+        ### BEGIN SOLUTION ch09
+        ### TODO: with z (N, V), t (N,) and keep (N,) from above: loss = mean over the kept
+        ###   rows n of logsumexp(z_n) - z_n[t_n], stable (subtract the row max first), a Python
+        ###   float, 0.0 if no row is kept; cache what backward needs in self._cache
         n_kept = int(keep.sum())
         t_safe = np.where(keep, t, 0)  # any valid column for ignored rows; masked below
 
@@ -63,9 +67,13 @@ class CrossEntropyLoss(Module):
         probs /= sum_exp[:, None]  # softmax, kept for the fused backward
         self._cache = (probs, t_safe, keep, n_kept, logits.shape)
         return loss
+        ### END SOLUTION
 
     def backward(self, dloss: float = 1.0) -> np.ndarray:
         """dlogits = dloss * (softmax - onehot) / N_kept; reuses the cached probabilities."""
+        ### BEGIN SOLUTION ch09
+        ### TODO: dlogits = dloss * (softmax - onehot(target)) / N_kept, zero on ignored rows,
+        ###   shaped like the logits
         probs, t_safe, keep, n_kept, shape = self._cache
         self._cache = None  # the buffer becomes the gradient
         dlogits = probs
@@ -73,3 +81,4 @@ class CrossEntropyLoss(Module):
         dlogits[~keep] = 0.0
         dlogits *= dloss / n_kept if n_kept else 0.0
         return dlogits.reshape(shape)
+        ### END SOLUTION

@@ -41,6 +41,10 @@ class LayerNorm(Module):
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_last_dim(x, self.d_model, "x", "d_model")
+        ### BEGIN SOLUTION ch07
+        ### TODO: normalise each row over the last axis: xhat = (x - mean) / sqrt(var + eps),
+        ###   var biased (divide by C); out = xhat * weight (+ bias); cache xhat and
+        ###   rstd = 1 / sqrt(var + eps) in self._xhat, self._rstd for backward
         C = self.d_model
         mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
         xhat = x - mean  # (..., C), a new array we can work in
@@ -52,8 +56,12 @@ class LayerNorm(Module):
         if self.bias is not None:
             out += self.bias.data
         return out
+        ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch07
+        ### TODO: ADD dweight = sum over rows of dout * xhat and dbias = sum of dout into .grad;
+        ###   return dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight
         xhat, rstd = self._xhat, self._rstd
         C = self.d_model
         flat_dout, flat_xhat = dout.reshape(-1, C), xhat.reshape(-1, C)
@@ -68,3 +76,4 @@ class LayerNorm(Module):
         dx *= rstd
         self._xhat = self._rstd = None
         return dx
+        ### END SOLUTION

@@ -18,6 +18,8 @@ def configure_param_groups(model: Module, weight_decay: float) -> list[dict]:
     GPT-3: decaying a gain towards 0 only fights the normalisation.
     A tied parameter appears once.
     """
+    if not weight_decay >= 0:
+        raise ValueError(f"weight_decay: must be >= 0, got {weight_decay}")
     params = model.parameters()
     return [
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": weight_decay},
@@ -48,6 +50,15 @@ class AdamW:
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
+        if not lr > 0:
+            raise ValueError(f"lr: must be > 0, got {lr}")
+        for i, beta in enumerate(betas):
+            if not 0.0 <= beta < 1.0:
+                raise ValueError(f"betas[{i}]: must lie in [0, 1), got {beta}")
+        if not eps > 0:
+            raise ValueError(f"eps: must be > 0, got {eps}")
+        if not weight_decay >= 0:
+            raise ValueError(f"weight_decay: must be >= 0, got {weight_decay}")
         params = list(params)
         groups = params if params and isinstance(params[0], dict) else [{"params": params}]
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
@@ -75,6 +86,10 @@ class AdamW:
                 st["step"] += 1
                 t, m, v, g = st["step"], st["exp_avg"], st["exp_avg_sq"], p.grad
                 tmp = self._scratch(p)  # one reusable buffer: no temporaries per step
+                ### BEGIN SOLUTION ch09
+                ### TODO: update p in place: decoupled decay p *= 1 - lr * wd, then m and v
+                ###   (in place), then p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t)
+                ###   + eps), in that order (torch's); tmp is a scratch array shaped like p
                 if wd != 0.0:
                     p.data *= 1.0 - lr * wd
                 # m <- beta1 m + (1 - beta1) g, written as torch's lerp: m + (1 - beta1)(g - m)
@@ -94,6 +109,7 @@ class AdamW:
                 np.divide(m, tmp, out=tmp)
                 tmp *= step_size
                 p.data -= tmp
+                ### END SOLUTION
 
     def _scratch(self, p: Parameter) -> np.ndarray:
         """A view of one shared buffer, shaped like ``p`` (grown on demand)."""
@@ -109,6 +125,9 @@ def clip_grad_norm_(parameters: Iterable[Parameter], max_norm: float) -> float:
     gradient is multiplied by max_norm / (norm + 1e-6) (torch's formula, so
     the backends clip identically). Returns the norm *before* clipping.
     """
+    ### BEGIN SOLUTION ch09
+    ### TODO: norm = sqrt(sum of g^2 over every gradient); if norm > max_norm scale every
+    ###   gradient in place by max_norm / (norm + 1e-6); return the norm before clipping
     grads = [p.grad for p in parameters]
     total = math.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads))
     coef = max_norm / (total + 1e-6)
@@ -116,6 +135,7 @@ def clip_grad_norm_(parameters: Iterable[Parameter], max_norm: float) -> float:
         for g in grads:
             g *= coef
     return total
+    ### END SOLUTION
 
 
 def cosine_lr(step: int, max_lr: float, min_lr: float, warmup_iters: int, lr_decay_iters: int):
@@ -126,9 +146,13 @@ def cosine_lr(step: int, max_lr: float, min_lr: float, warmup_iters: int, lr_dec
                              r = (step - warmup) / (decay - warmup)
     step > decay:            min_lr
     """
+    ### BEGIN SOLUTION ch09
+    ### TODO: the three pieces of the docstring: warmup, cosine decay, floor
+    ###   (if lr_decay_iters == warmup_iters there is no decay: min_lr)
     if step < warmup_iters:
         return max_lr * (step + 1) / (warmup_iters + 1)
     if step > lr_decay_iters or lr_decay_iters == warmup_iters:
         return min_lr
     ratio = (step - warmup_iters) / (lr_decay_iters - warmup_iters)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
+    ### END SOLUTION

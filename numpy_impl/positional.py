@@ -36,7 +36,13 @@ class LearnedPositionalEmbedding(Module):
             raise ValueError(
                 f"T: sequence length must lie in [1, block_size={self.block_size}], got {T}"
             )
+        ### BEGIN SOLUTION ch05
+        ### TODO: the vectors of positions 0 .. T-1: the first T rows of the table, (T, d_model)
         return self.weight.data[:T]  # (T, d_model)
+        ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> None:
+        ### BEGIN SOLUTION ch05
+        ### TODO: ADD dout (T, d_model) into the first T rows of weight.grad; return None
         self.weight.grad[: dout.shape[0]] += dout
+        ### END SOLUTION

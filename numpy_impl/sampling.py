@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from .module import Module
+from .module import Module, check_ids
 
 
 def _check_sampling_args(temperature, top_k, top_p) -> None:
-    if temperature < 0:
+    if not temperature >= 0:  # also catches NaN
         raise ValueError(f"temperature: must be >= 0 (0 = greedy), got {temperature}")
-    if top_k is not None and top_k <= 0:
-        raise ValueError(f"top_k: must be a positive integer or None, got {top_k}")
+    if top_k is not None and (
+        isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k <= 0
+    ):
+        raise ValueError(f"top_k: must be a positive int or None, got {top_k!r}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p: must lie in (0, 1] or be None, got {top_p}")
+        raise ValueError(f"top_p: must lie in (0, 1] or be None, got {top_p!r}")
 
 
 def filter_logits(logits: np.ndarray, temperature=1.0, top_k=None, top_p=None) -> np.ndarray:
@@ -37,9 +39,15 @@ def filter_logits(logits: np.ndarray, temperature=1.0, top_k=None, top_p=None) -
     Raises:
         ValueError: temperature <= 0, top_k <= 0, top_p outside (0, 1].
     """
+    if logits.ndim != 2:
+        raise ValueError(f"logits: expected shape (B, V), got {logits.shape}")
     _check_sampling_args(temperature, top_k, top_p)
     if temperature == 0:
         raise ValueError("temperature: filter_logits needs temperature > 0; 0 means greedy")
+    ### BEGIN SOLUTION ch10
+    ### TODO: divide by temperature (a new array), then set to -inf what top_k and top_p
+    ###   remove (see the docstring: ties at the k-th value stay; top-p keeps token i iff
+    ###   the mass of the tokens ranked above it is < top_p)
     logits = logits / temperature
     V = logits.shape[-1]
     if top_k is not None and top_k < V:
@@ -58,6 +66,7 @@ def filter_logits(logits: np.ndarray, temperature=1.0, top_k=None, top_p=None) -
         np.put_along_axis(remove, order, remove_sorted, axis=-1)
         logits[remove] = -np.inf
     return logits
+    ### END SOLUTION
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -91,12 +100,23 @@ def generate(
         ``(B, T0 + max_new_tokens)`` int64.
 
     Raises:
-        ValueError: empty prompt, temperature < 0, top_k <= 0, top_p outside (0, 1].
+        TypeError: the prompt is not integer.
+        ValueError: empty prompt, an id outside ``[0, vocab_size)``, max_new_tokens < 0,
+            temperature < 0, top_k <= 0, top_p outside (0, 1].
     """
     _check_sampling_args(temperature, top_k, top_p)
+    if (
+        isinstance(max_new_tokens, bool)
+        or not isinstance(max_new_tokens, (int, np.integer))
+        or max_new_tokens < 0
+    ):
+        raise ValueError(f"max_new_tokens: must be an int >= 0, got {max_new_tokens!r}")
     idx = np.asarray(idx)
     if idx.ndim != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx: expected a non-empty prompt of shape (B, T0), got {idx.shape}")
+    # every id of the prompt, not only the last block_size that the model sees;
+    # int64 so that new ids never wrap round in a narrow prompt dtype
+    idx = check_ids(idx, model.config.vocab_size, "idx")
     rng = np.random.default_rng() if rng is None else rng
     was_training = model.training
     model.eval()
@@ -107,11 +127,16 @@ def generate(
             if temperature == 0:
                 nxt = logits.argmax(axis=-1)
             else:
+                ### BEGIN SOLUTION ch10
+                ### TODO: draw nxt (B,), one token per row, from
+                ###   softmax(filter_logits(logits, ...)): inverse-CDF sampling with one
+                ###   u = rng.random() per row
                 probs = softmax(filter_logits(logits, temperature, top_k, top_p))
                 cdf = np.cumsum(probs, axis=-1)
                 u = rng.random((idx.shape[0], 1)) * cdf[:, -1:]
                 nxt = np.minimum((cdf <= u).sum(axis=-1), probs.shape[-1] - 1)
-            idx = np.concatenate([idx, nxt[:, None].astype(idx.dtype)], axis=1)
+                ### END SOLUTION
+            idx = np.concatenate([idx, nxt[:, None].astype(np.int64)], axis=1)
     finally:
         model.train(was_training)
-    return idx.astype(np.int64)
+    return idx

@@ -90,10 +90,14 @@ class CharTokenizer:
         """
         if not isinstance(text, str):
             raise TypeError(f"text: expected a str, got {type(text).__name__}")
+        ### BEGIN SOLUTION ch01
+        ### TODO: the id of each character, looked up in self._stoi; a character outside the
+        ###   vocabulary raises self._unknown_error(text), a ValueError that lists them
         try:
             return [self._stoi[c] for c in text]
         except KeyError:
             raise self._unknown_error(text) from None
+        ### END SOLUTION
 
     def encode_array(self, text: str, dtype=np.int64) -> np.ndarray:
         """Vectorised :meth:`encode` for a whole corpus.
@@ -137,6 +141,10 @@ class CharTokenizer:
             if ids.size and ids.dtype.kind not in "iu":
                 raise TypeError(f"ids: expected integer ids, got dtype {ids.dtype}")
             ids = ids.tolist()
+        ### BEGIN SOLUTION ch01
+        ### TODO: the character self.chars[i] of each id i, joined into one str; an id that is
+        ###   not an int (a bool is not an id) raises TypeError("ids: ..."), an id outside
+        ###   [0, vocab_size) raises ValueError("ids: ...")
         out = []
         for i in ids:
             if isinstance(i, (bool, np.bool_)) or not isinstance(i, (int, np.integer)):
@@ -145,6 +153,7 @@ class CharTokenizer:
                 raise ValueError(f"ids: id {int(i)} is outside [0, {self.vocab_size})")
             out.append(self.chars[i])
         return "".join(out)
+        ### END SOLUTION
 
     # -- serialisation (stored in a checkpoint's config.json) -----------------
     def to_dict(self) -> dict:

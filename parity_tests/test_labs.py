@@ -20,7 +20,7 @@ from labs import data
 from labs.checkpoint import CONFIG_FILE, MODEL_FILE, load_checkpoint
 from numpy_impl.tokenizer import CharTokenizer
 
-pytestmark = pytest.mark.ch09
+# No chapter marker but the tokenizer's (ch01): the rest is plumbing, not an exercise.
 ROOT = Path(__file__).resolve().parent.parent
 
 # A small corpus with Tiny Shakespeare's flavour; long enough for block 16.
@@ -199,3 +199,27 @@ def test_prompt_outside_vocabulary_is_a_clear_error(tmp_path, corpus):
     assert r.returncode == 0, r.stderr
     r = run_cli("sample", "--checkpoint", str(out), "--prompt", "Zebra")
     assert r.returncode == 2 and "error:" in r.stderr and "Z" in r.stderr
+
+
+def test_interrupted_checkpoint_write_is_refused_not_mixed(tmp_path, monkeypatch):
+    """New weights next to an old config.json (a crash between two renames) must not load."""
+    from labs import checkpoint as ck
+
+    cfg = {"vocab_size": 5, "block_size": 4, "n_layers": 1, "n_heads": 1, "d_model": 2}
+    shapes = ck.expected_shapes(cfg)
+    config = {"model": cfg, "tokenizer": {"type": "char", "chars": "abcde"}}
+    state = {k: np.zeros(s, np.float32) for k, s in shapes.items()}
+    ck.save_checkpoint(tmp_path, state, config, meta={"step": 1})
+    real_write = ck._atomic_write
+
+    def crash_before_config(path, data):
+        if path.name == ck.CONFIG_FILE:
+            raise OSError("simulated crash")
+        real_write(path, data)
+
+    monkeypatch.setattr(ck, "_atomic_write", crash_before_config)
+    state2 = {k: np.ones(s, np.float32) for k, s in shapes.items()}
+    with pytest.raises(OSError):
+        ck.save_checkpoint(tmp_path, state2, config, meta={"step": 2})
+    with pytest.raises(ValueError, match="interrupted"):
+        load_checkpoint(tmp_path)

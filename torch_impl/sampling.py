@@ -5,6 +5,8 @@ Twin of ``numpy_impl/sampling.py``.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -13,9 +15,11 @@ from .embedding import check_token_ids
 
 
 def _check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if temperature < 0:
+    if not temperature >= 0:  # also catches NaN
         raise ValueError(f"temperature: must be >= 0, got {temperature}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0):
+    if top_k is not None and (
+        isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k <= 0
+    ):
         raise ValueError(f"top_k: must be a positive int or None, got {top_k!r}")
     if top_p is not None and not 0.0 < top_p <= 1.0:
         raise ValueError(f"top_p: must lie in (0, 1] or be None, got {top_p!r}")
