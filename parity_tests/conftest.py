@@ -7,39 +7,139 @@ Hypothesis profiles (``HYPOTHESIS_PROFILE=thorough python -m pytest parity_tests
 
 Neither has a deadline (the first example pays for imports and warm-up) and
 both print the blob that replays a failure (``@reproduce_failure``).
+
+Two environment variables serve the exercises (``python -m labs check NN``,
+docs/exercises.md):
+
+* ``TWINFORMER_WORKSPACE=DIR``: test ``DIR/numpy_impl``, a learner's copy, instead
+  of the repository's. DIR goes first on ``sys.path`` and ``numpy_impl`` is
+  imported here, before any test module can import the repository's copy; the
+  run's header names the file that was imported. Hypothesis keeps that run's
+  failing examples in ``DIR/.hypothesis``.
+* ``TWINFORMER_REPORT=FILE``: write FILE, JSON: every test's outcome, exception
+  and the place in ``numpy_impl`` that raised it, and every ``assert_close``
+  comparison of its last example (the failing one, for a failed property).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
+import traceback
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from hypothesis.database import DirectoryBasedExampleDatabase
 
 # The suite runs from a checkout without `pip install -e .` too.
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+WORKSPACE_ENV = "TWINFORMER_WORKSPACE"
+REPORT_ENV = "TWINFORMER_REPORT"
+REPORT_PATH = os.environ.get(REPORT_ENV) or None
+#: What the report file will hold; see pytest_sessionfinish.
+REPORT: dict = {"numpy_impl": None, "tests": [], "collect_errors": [], "import_error": None}
+
+
+def _write_report() -> None:
+    if REPORT_PATH is None:
+        return
+    path = Path(REPORT_PATH)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(REPORT, indent=1, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _import_numpy_impl() -> Path:
+    """Import ``numpy_impl``, from ``$TWINFORMER_WORKSPACE`` when that is set.
+
+    Returns the package directory actually imported.
+    """
+    workspace = os.environ.get(WORKSPACE_ENV)
+    if workspace:
+        ws = Path(workspace).resolve()
+        package = ws / "numpy_impl"
+        if not (package / "__init__.py").is_file():
+            raise pytest.UsageError(
+                f"{WORKSPACE_ENV}={workspace}: {package} is not a package "
+                "(python -m labs start NN makes a workspace)"
+            )
+        loaded = sys.modules.get("numpy_impl")
+        if loaded is not None and Path(loaded.__file__).resolve().parent != package:
+            raise pytest.UsageError(
+                f"{WORKSPACE_ENV}: numpy_impl was already imported from {loaded.__file__}"
+            )
+        sys.path.insert(0, str(ws))
+    try:
+        import numpy_impl
+    except Exception as e:  # the learner's code does not import: say where, then stop
+        frames = traceback.extract_tb(e.__traceback__)
+        if isinstance(e, SyntaxError) and e.filename:  # its place is not a frame
+            frames.append(traceback.FrameSummary(e.filename, e.lineno or 0, "<module>"))
+        REPORT["import_error"] = {
+            "exception": type(e).__name__,
+            "message": str(e),
+            "where": _where(frames, package if workspace else ROOT / "numpy_impl"),
+            "traceback": "".join(traceback.format_exception(e, limit=-4)),
+        }
+        _write_report()
+        raise
+    imported = Path(numpy_impl.__file__).resolve().parent
+    if workspace and imported != package:
+        raise pytest.UsageError(f"{WORKSPACE_ENV}: imported {imported}, not {package}")
+    return imported
+
+
+def _where(frames, package: Path) -> str | None:
+    """``numpy_impl/attention.py:88 in scaled_dot_product_attention``: the last frame of
+    ``frames`` inside ``package`` (SyntaxErrors carry their place themselves)."""
+    for frame in reversed(frames):
+        path = Path(frame.filename).resolve()
+        if path.is_relative_to(package):
+            rel = Path("numpy_impl", path.relative_to(package)).as_posix()
+            return f"{rel}:{frame.lineno} in {frame.name}"
+    return None
+
+
+NUMPY_IMPL = _import_numpy_impl()
+REPORT["numpy_impl"] = str(NUMPY_IMPL)
+
 import torch  # noqa: E402  (after the path set-up, like the implementations)
 
 settings.register_profile("default", max_examples=15, deadline=None, print_blob=True)
 settings.register_profile("thorough", max_examples=300, deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+if os.environ.get(WORKSPACE_ENV):
+    # A learner's failing examples stay with the learner's code, and a failing property
+    # skips Hypothesis' "explain" phase: it costs seconds per failure (~6 s instead of
+    # 0.3 s for a stub's NotImplementedError) for a comment on the falsifying example.
+    settings.register_profile(
+        "workspace",
+        parent=settings.default,
+        database=DirectoryBasedExampleDatabase(NUMPY_IMPL.parent / ".hypothesis"),
+        phases=[p for p in settings.default.phases if p.name != "explain"],
+    )
+    settings.load_profile("workspace")
 
-#: One marker per chapter of the course, so a learner runs ``pytest -m ch04``.
+#: One marker per chapter of the course, so a learner runs ``pytest -m ch04``. A
+#: chapter's marker selects exactly the tests of the functions it has the learner
+#: write (numpy_impl's ``### BEGIN SOLUTION chNN`` regions; docs/exercises.md).
 CHAPTERS = {
-    "ch01": "foundations: Linear layer, parameters and state dicts",
-    "ch02": "token embeddings",
-    "ch03": "scaled dot-product attention",
+    "ch01": "tokens: CharTokenizer.encode, decode",
+    "ch02": "embeddings and linear maps: Embedding, Linear",
+    "ch03": "scaled dot-product attention, forward and backward",
     "ch04": "multi-head (causal self-) attention",
-    "ch05": "positional embeddings",
-    "ch06": "feed-forward network, GELU, dropout",
-    "ch07": "LayerNorm and the transformer block",
+    "ch05": "learned positional embeddings",
+    "ch06": "feed-forward network and GELU (and the dropout it uses)",
+    "ch07": "LayerNorm and the residual block",
     "ch08": "the GPT model",
-    "ch09": "training: loss, AdamW, clipping, schedule, checkpoints",
+    "ch09": "training: cross-entropy, AdamW, gradient clipping, the LR schedule",
     "ch10": "sampling: filter_logits, generate",
 }
 
@@ -82,3 +182,116 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if config.getoption("verbose") > 0:
         for (kind, dtype), r in sorted(REACHED.items()):
             tr.write_line(f"closest to its tolerance, {kind} {dtype}: {r['worst_check']}")
+
+
+def pytest_report_header(config) -> list[str] | None:
+    if os.environ.get(WORKSPACE_ENV):
+        return [f"numpy_impl: {NUMPY_IMPL} (from {WORKSPACE_ENV})"]
+    return None
+
+
+# -- the report for python -m labs check (TWINFORMER_REPORT) ---------------------------
+class _Comparisons:
+    """The ``assert_close`` records of the running test, grouped by Hypothesis example.
+
+    Hypothesis runs a property many times and, when one fails, replays the
+    smallest failing example last (``is_final``): that replay's comparisons are
+    the ones to show. A test without Hypothesis is one group.
+    """
+
+    def __init__(self) -> None:
+        self.context = self.final = self.last = None
+
+    def add(self, record: dict) -> None:
+        context = _hypothesis_context()
+        if self.last is None or context is not self.context:
+            self.context, self.last = context, []
+            if getattr(context, "is_final", False):
+                self.final = self.last
+        self.last.append(record)
+
+
+def _hypothesis_context():
+    from hypothesis.control import current_build_context, currently_in_test_context
+
+    return current_build_context() if currently_in_test_context() else None
+
+
+_RUNNING = _Comparisons()
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    """The first exception inside an exception group (Hypothesis: several distinct bugs)."""
+    while getattr(exc, "exceptions", None):
+        exc = exc.exceptions[0]
+    return exc
+
+
+if REPORT_PATH is not None:
+    from parity_tests import tolerances
+
+    tolerances.ON_COMPARISON = lambda record: _RUNNING.add(record)
+
+    def pytest_runtest_setup(item) -> None:
+        global _RUNNING
+        _RUNNING = _Comparisons()
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        outcome = yield
+        rep = outcome.get_result()
+        if call.when != "call" and rep.passed:
+            return  # setup and teardown that went well say nothing
+        if call.when == "teardown" and not rep.failed:
+            return
+        entry = {
+            "nodeid": item.nodeid,
+            "outcome": rep.outcome if call.when == "call" else "error",
+            "duration": rep.duration,
+            "exception": None,
+            "message": None,
+            "notes": [],
+            "where": None,
+            "comparisons": [],
+        }
+        if hasattr(rep, "wasxfail"):
+            entry["outcome"] = "xfailed" if rep.skipped else "xpassed"
+        elif rep.skipped:
+            entry["outcome"] = "skipped"
+            if isinstance(rep.longrepr, tuple):  # (path, line, "Skipped: reason")
+                entry["message"] = str(rep.longrepr[2]).removeprefix("Skipped: ")
+        if call.excinfo is not None and not rep.skipped and not hasattr(rep, "wasxfail"):
+            exc = call.excinfo.value
+            leaf = _first_leaf(exc)
+            entry["exception"] = type(leaf).__name__
+            entry["message"] = str(leaf)[:3000]
+            entry["notes"] = [str(n)[:500] for n in getattr(exc, "__notes__", [])][:8]
+            entry["where"] = _where(traceback.extract_tb(leaf.__traceback__), NUMPY_IMPL)
+            if leaf is not exc:
+                entry["notes"].insert(0, f"{len(exc.exceptions)} distinct failures; the first:")
+        uses_hypothesis = hasattr(getattr(item, "obj", None), "hypothesis")
+        if rep.failed and uses_hypothesis:
+            entry["comparisons"] = _RUNNING.final or []
+        else:
+            entry["comparisons"] = _RUNNING.last or []
+        REPORT["tests"].append(entry)
+
+    def pytest_collection_finish(session) -> None:
+        REPORT["collected"] = [
+            {
+                "nodeid": item.nodeid,
+                "chapters": sorted({m.name for m in item.iter_markers() if m.name in CHAPTERS}),
+            }
+            for item in session.items
+        ]
+
+    def pytest_collectreport(report) -> None:
+        if report.failed:
+            REPORT["collect_errors"].append(
+                {"nodeid": report.nodeid, "message": str(report.longrepr)[-4000:]}
+            )
+
+    def pytest_sessionfinish(session, exitstatus) -> None:
+        REPORT["exitstatus"] = int(exitstatus)
+        REPORT["finished"] = time.time()
+        _write_report()

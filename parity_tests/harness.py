@@ -81,6 +81,11 @@ def copy_weights_to_torch(numpy_module, torch_module: torch.nn.Module) -> None:
     )
 
 
+ASSIGNED_NOT_ACCUMULATED = (
+    "gradients assigned instead of accumulated (use +=): backward must ADD into .grad"
+)
+
+
 def torch_grad(p: torch.Tensor) -> np.ndarray:
     """``p.grad`` as a NumPy array; zeros when autograd never reached ``p``."""
     return np.zeros(tuple(p.shape)) if p.grad is None else p.grad.detach().numpy()
@@ -99,10 +104,12 @@ def assert_param_grads_close(
     own = dict(numpy_module.named_parameters())
     suffix = f" ({what})" if what else ""
     for name, p in torch_module.named_parameters():
-        got = own[name].grad
+        got, expected, hints = own[name].grad, torch_grad(p), None
         if subtract is not None:
             got = got - subtract[name]
-        assert_close(f"grad of {name}{suffix}", got, torch_grad(p), dtype)
+            # `.grad = g` instead of `.grad += g` leaves g - prior after the subtraction
+            hints = {ASSIGNED_NOT_ACCUMULATED: expected - subtract[name]}
+        assert_close(f"grad of {name}{suffix}", got, expected, dtype, hints=hints)
 
 
 def assert_unchanged(name: str, before: np.ndarray, after: np.ndarray) -> None:

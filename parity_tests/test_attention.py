@@ -84,6 +84,40 @@ def make_problem(p: dict, mask_kind: str, rng: SeededRng, dtype):
     return q, k, v, mask
 
 
+def attention_variant(q, k, v, mask, is_causal, scale, axis=-1, scaled=True, masked=True):
+    """Plain attention with one thing changed, as a bug would: the softmax over
+    ``axis``, no ``scale``, no mask. For the hints of a failing comparison."""
+    s = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = (q @ np.swapaxes(k, -1, -2)) * (s if scaled else 1.0)
+    if masked and is_causal:
+        scores = np.where(np.triu(np.ones(scores.shape[-2:], bool), 1), -np.inf, scores)
+    elif masked and mask is not None:
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
+    top = np.max(scores, axis=axis, keepdims=True)
+    e = np.exp(scores - np.where(np.isfinite(top), top, 0.0))
+    total = np.sum(e, axis=axis, keepdims=True)
+    return (e / np.where(total == 0.0, 1.0, total)) @ v
+
+
+def attention_hints(q, k, v, mask, is_causal, scale) -> dict:
+    """What the output looks like after the usual mistakes (see tolerances.assert_close)."""
+    args = (q, k, v, mask, is_causal, scale)
+    hints = {
+        "wrong softmax axis: your probabilities sum to 1 over the queries (axis -2); "
+        "each query's row must sum to 1 over the keys (axis -1)": lambda: attention_variant(
+            *args, axis=-2
+        ),
+        "scores not scaled: multiply q k^T by scale (1 / sqrt(d_k) by default)": lambda: (
+            attention_variant(*args, scaled=False)
+        ),
+    }
+    if mask is not None or is_causal:
+        hints["the mask is not applied: forbidden scores must become -inf"] = lambda: (
+            attention_variant(*args, masked=False)
+        )
+    return hints
+
+
 def fully_masked_queries(mask: np.ndarray | None, out_shape) -> np.ndarray:
     """Bool ``(B, H, Tq, 1)``: queries with no key to attend to."""
     if mask is None or mask.dtype != np.bool_:
@@ -117,7 +151,8 @@ def test_sdpa_parity(impl, mask_kind, dtype, data, rng: SeededRng):
         impl=impl,
     )
     assert out.dtype == np.dtype(dtype)
-    assert_close(f"output of {what}", out, out_t, dtype)
+    hints = attention_hints(q, k, v, mask, is_causal, p["scale"])
+    assert_close(f"output of {what}", out, out_t, dtype, hints=hints)
 
     dead = fully_masked_queries(mask, out.shape)
     if dead.any():

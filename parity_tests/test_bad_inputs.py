@@ -56,9 +56,9 @@ class Row:
 
 
 ROWS: dict[str, Row] = {
-    # -- ch01: Linear -----------------------------------------------------------------
+    # -- ch02: Linear -----------------------------------------------------------------
     "Linear: wrong input width": Row(
-        "ch01",
+        "ch02",
         lambda: N.Linear(3, 2, dtype=np.float64)(np.zeros((2, 4))),
         lambda: T.Linear(3, 2, dtype=torch.float64)(torch.zeros(2, 4, dtype=torch.float64)),
         ValueError,

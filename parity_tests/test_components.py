@@ -69,6 +69,8 @@ class Pair:
         make_input: ``(config, rng, np dtype) -> input`` (array, ids or an int).
         float_input: the input is a float array with a gradient (not ids or T).
         has_params: the component has parameters (GELU has none).
+        hints: ``(numpy module, input) -> {label: wrong output}`` for the failure
+            message of the output comparison (see tolerances.assert_close).
     """
 
     name: str
@@ -79,6 +81,7 @@ class Pair:
     make_input: Callable[[dict, SeededRng, Any], Any]
     float_input: bool = True
     has_params: bool = True
+    hints: Callable[[Any, Any], dict] | None = None
 
     def __repr__(self) -> str:  # what a failing example prints
         return f"<{self.name} pair>"
@@ -108,10 +111,50 @@ def _layernorm_input(c: dict, rng: SeededRng, dtype) -> np.ndarray:
     return (c["scale"] * (z + c["offset"])).astype(dtype)
 
 
+def attention_variant(module, x: np.ndarray, split=True, merge=True, causal=True):
+    """CausalSelfAttention's output computed plainly from ``module``'s weights, with a bug:
+    heads split (``split=False``) or merged (``merge=False``) by a bare reshape, where the
+    head axis must be moved; or no causal mask."""
+    sd = module.state_dict()
+    B, T, C = x.shape
+    H = module.n_heads
+    d = C // H
+
+    def linear(a, name):
+        bias = sd.get(f"{name}.bias")
+        return a @ sd[f"{name}.weight"].T + (0.0 if bias is None else bias)
+
+    def heads(a):  # (B, T, C) -> (B, H, T, d)
+        return a.reshape(B, T, H, d).transpose(0, 2, 1, 3) if split else a.reshape(B, H, T, d)
+
+    q, k, v = (heads(a) for a in np.split(linear(x, "qkv_proj"), 3, axis=-1))
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d)
+    if causal:
+        scores = np.where(np.triu(np.ones((T, T), bool), 1), -np.inf, scores)
+    p = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    y = (p / p.sum(axis=-1, keepdims=True)) @ v
+    y = y.transpose(0, 2, 1, 3).reshape(B, T, C) if merge else y.reshape(B, T, C)
+    return linear(y, "out_proj")
+
+
+def attention_hints(module, x) -> dict:
+    return {
+        "heads merged with a bare reshape: move the head axis back first, (B, H, T, d_k) "
+        "-> (B, T, H, d_k), then reshape to (B, T, C)": lambda: attention_variant(
+            module, x, merge=False
+        ),
+        "heads split (and merged) with a bare reshape: (B, T, C) -> (B, T, H, d_k), then "
+        "swap the T and H axes": lambda: attention_variant(module, x, split=False, merge=False),
+        "no causal mask: position t must not see the positions after it": lambda: attention_variant(
+            module, x, causal=False
+        ),
+    }
+
+
 PAIRS = [
     Pair(
         "Linear",
-        "ch01",
+        "ch02",
         st.fixed_dictionaries(
             {
                 "lead": leading_dims,
@@ -214,6 +257,7 @@ PAIRS = [
                 *c["hc"][::-1], bias=c["bias"], attn_impl=impl, dtype=dt
             ),
             lambda c, rng, dt: rng.uniform((*c["bt"], c["hc"][1]), dt, bound=2.0),
+            hints=attention_hints,
         )
         for impl in ("explicit", "sdpa")
     ],
@@ -288,7 +332,8 @@ def test_forward_backward_parity(pair: Pair, dtype, data, rng: SeededRng):
         f"{pair.name} forward returned {type(out_np).__name__} of dtype "
         f"{getattr(out_np, 'dtype', None)}, expected {np.dtype(dtype).name}"
     )
-    assert_close(f"output of {pair.name}", out_np, out_t, dtype)
+    hints = pair.hints(numpy_mod, x) if pair.hints else None
+    assert_close(f"output of {pair.name}", out_np, out_t, dtype, hints=hints)
 
     dout = rng.normal(out_np.shape, dtype)
     dout_before = dout.copy()

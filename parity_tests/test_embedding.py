@@ -51,7 +51,15 @@ def test_repeated_ids_accumulate(dtype, rng: SeededRng, B, T_, vocab, used, dim)
     for b in range(B):
         for t in range(T_):
             oracle[idx[b, t]] += dout[b, t]
-    assert_close("grad of weight vs per-token loop", numpy_mod.weight.grad, oracle, dtype)
+    buffered = np.zeros((vocab, dim), dtype=np.float64)
+    buffered[idx.reshape(-1)] += dout.reshape(-1, dim)  # the bug: one write per repeated id
+    hints = {
+        "repeated ids keep one gradient: `grad[idx] += dout` writes each row once; "
+        "np.add.at(grad, idx, dout) adds every occurrence": buffered
+    }
+    assert_close(
+        "grad of weight vs per-token loop", numpy_mod.weight.grad, oracle, dtype, hints=hints
+    )
     assert_close(
         "grad of weight (Embedding, repeated ids)",
         numpy_mod.weight.grad,

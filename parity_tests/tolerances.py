@@ -7,7 +7,14 @@ opening the test.
 
 An element passes when ``|actual - expected| <= atol + rtol * |expected|``
 (the rule of ``numpy.isclose`` and ``torch.testing.assert_close``), and NaN or
-infinity must appear in the same places in both tensors.
+infinity must appear in the same places in both tensors. A failure also says
+what the wrong result looks like, when it recognises it (see :func:`diagnose`):
+the reference transposed, negated or scaled, all zeros, or one of the test's own
+``hints`` (e.g. attention with the softmax over the wrong axis).
+
+Every comparison, passed or failed, is also handed to :data:`ON_COMPARISON`
+when that is set: ``python -m labs check`` uses it (through conftest.py) to
+report each tensor's errors to a learner.
 
 Tolerances (see /work/shared/STYLE.md). Tighten them when the code allows;
 never loosen one to make a test pass without saying why, here. The last column
@@ -28,8 +35,10 @@ multiplies float32 rounding in both backends alike.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import defaultdict
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -130,6 +139,92 @@ def _record(
     r["checks"] += 1
 
 
+#: Called with one dict per :func:`assert_close` call, passed or failed: ``name``,
+#: ``actual_shape``, ``expected_shape``, ``dtype``, ``kind``, ``rtol``, ``atol``,
+#: ``passed``, ``max_abs``, ``max_rel`` (elementwise ``|a - e| / |e|``), ``rel``
+#: (``max|a - e| / max|e|``), ``fraction`` (of the tolerance), ``hint``. The errors are
+#: None when the shapes differ. conftest.py sets it when a report is asked for.
+ON_COMPARISON: Callable[[dict], None] | None = None
+
+
+def _emit(record: dict) -> None:
+    if ON_COMPARISON is not None:
+        ON_COMPARISON(record)
+
+
+# -- what a wrong result looks like ------------------------------------------------------
+#: A hint for :func:`assert_close`: label -> the wrong result it describes, or a
+#: callable that computes it (only called when the comparison fails).
+Hints = Mapping[str, object]
+
+_MAX_PERMUTED_NDIM = 6  # 720 axis orders at most
+
+
+def _matches(a: np.ndarray, candidate, tol: Tol, atol: float) -> bool:
+    c = np.asarray(candidate, dtype=np.float64)
+    if c.shape != a.shape:
+        return False
+    with np.errstate(invalid="ignore", over="ignore"):
+        return bool(np.all(np.isclose(a, c, rtol=tol.rtol, atol=atol, equal_nan=True)))
+
+
+def _describe_permutation(perm: tuple[int, ...]) -> str:
+    moved = [i for i, p in enumerate(perm) if p != i]
+    if len(moved) == 2:
+        return f"axes {moved[0]} and {moved[1]} swapped"
+    return f"axes in the order {perm}"
+
+
+def diagnose(a: np.ndarray, e: np.ndarray, tol: Tol, atol: float, hints: Hints | None = None):
+    """What a failing ``actual`` looks like, in one line, or None if nothing recognised.
+
+    In order: one of the caller's ``hints``; the reference with its axes permuted
+    ("missing transpose"); NaN or inf where the reference is finite; all zeros;
+    the reference negated; the reference times a constant.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    e = np.asarray(e, dtype=np.float64)
+    for label, candidate in (hints or {}).items():
+        try:
+            value = candidate() if callable(candidate) else candidate
+            if _matches(a, value, tol, atol):
+                return label
+        except Exception:  # a hint must never hide the real failure
+            continue
+    if a.size == e.size and 2 <= a.ndim <= _MAX_PERMUTED_NDIM and a.size > 1:
+        for perm in itertools.permutations(range(a.ndim)):
+            if perm == tuple(range(a.ndim)) or tuple(a.shape[i] for i in perm) != e.shape:
+                continue
+            if _matches(np.transpose(a, perm), e, tol, atol):
+                return (
+                    "missing transpose: your result is the reference with "
+                    f"{_describe_permutation(perm)}"
+                )
+    if a.shape != e.shape:
+        return None
+    if not np.all(np.isfinite(a)) and np.all(np.isfinite(e)):
+        return (
+            "NaN or inf where the reference is finite: an overflow (subtract the row max "
+            "before exp) or a 0/0 (a row with nothing to normalise?)"
+        )
+    if not np.all(np.isfinite(a)) or not np.all(np.isfinite(e)):
+        return None
+    e_scale = float(np.max(np.abs(e))) if e.size else 0.0
+    if e_scale > atol and not np.any(a):
+        return "your result is all zeros (nothing computed, or written into a copy?)"
+    if e_scale > atol and _matches(-a, e, tol, atol):
+        return "sign flipped: your result is minus the reference"
+    denom = float(np.sum(e * e))
+    if e_scale > atol and np.count_nonzero(e) >= 2:  # one number fits any factor
+        factor = float(np.sum(a * e)) / denom
+        if abs(factor - 1.0) > 1e-6 and _matches(a, factor * e, tol, atol):
+            return (
+                f"off by a constant factor: your result is {factor:.6g} x the reference "
+                "(a missing or doubled scale?)"
+            )
+    return None
+
+
 # -- the assertion ---------------------------------------------------------------------
 def _dtype_name(dtype) -> str:
     text = str(dtype)  # "torch.float64", "float64", "<class 'numpy.float64'>"
@@ -162,6 +257,7 @@ def assert_close(
     kind: str = "autograd",
     tol: Tol | None = None,
     scale_atol: bool = False,
+    hints: Hints | None = None,
 ) -> float:
     """Assert ``actual`` matches ``expected`` elementwise, or fail with a readable report.
 
@@ -176,25 +272,52 @@ def assert_close(
         tol: an explicit tolerance instead of the table's.
         scale_atol: multiply ``tol.atol`` by ``max |expected|`` (scale-relative;
             used for low-precision kernels).
+        hints: ``{label: wrong result}`` (or a callable returning it): if the
+            comparison fails and ``actual`` matches one of them, the failure says
+            ``hint: label``. Computed only on failure.
 
     Returns:
         the largest elementwise ``|actual - expected| / (atol + rtol |expected|)``:
         the fraction of the tolerance used (< 1 when the check passes).
 
     The failure message names the tensor, its shapes, the tolerance, the max abs
-    and max rel differences, how many elements fail, and the worst element's
-    index with both values.
+    and max rel differences, how many elements fail, the worst element's index
+    with both values, and a hint when :func:`diagnose` recognises the mistake.
     """
     a, e = to_numpy(actual), to_numpy(expected)
     dtype_name = _dtype_name(dtype if dtype is not None else e.dtype)
     if tol is None:
         tol = tol_for(dtype_name, kind)
     header = f"{name}: NumPy side (actual) vs reference (expected), {dtype_name}"
+    record = {
+        "name": name,
+        "actual_shape": list(a.shape),
+        "expected_shape": list(e.shape),
+        "dtype": dtype_name,
+        "kind": kind,
+        "rtol": tol.rtol,
+        "atol": tol.atol,
+        "passed": False,
+        "max_abs": None,
+        "max_rel": None,
+        "rel": None,
+        "fraction": None,
+        "hint": None,
+    }
     if a.shape != e.shape:
-        raise AssertionError(f"{header}\n  shape mismatch: actual {a.shape}, expected {e.shape}")
+        record["hint"] = diagnose(a, e, tol, tol.atol, hints) or (
+            f"shape mismatch: yours {a.shape}, the reference's {e.shape}"
+        )
+        _emit(record)
+        raise AssertionError(
+            f"{header}\n  shape mismatch: actual {a.shape}, expected {e.shape}"
+            + _hint_line(record["hint"])
+        )
     a64, e64 = a.astype(np.float64), e.astype(np.float64)
     shape = f"  shape {a.shape}, tolerance rtol={tol.rtol:g} atol={tol.atol:g}"
     if a.size == 0:
+        record.update(passed=True, max_abs=0.0, max_rel=0.0, rel=0.0, fraction=0.0)
+        _emit(record)
         return 0.0
     finite_a, finite_e = np.isfinite(a64), np.isfinite(e64)
     same_special = np.array_equal(finite_a, finite_e) and np.array_equal(
@@ -203,10 +326,12 @@ def assert_close(
     if not same_special:
         bad = np.argwhere(finite_a != finite_e)
         where = _fmt_index(tuple(bad[0])) if len(bad) else "(same positions, different values)"
+        record["hint"] = diagnose(a64, e64, tol, tol.atol, hints)
+        _emit(record)
         raise AssertionError(
             f"{header}\n{shape}\n  non-finite values differ: "
             f"{int((~finite_a).sum())} in actual, {int((~finite_e).sum())} in expected; "
-            f"first difference at {where}"
+            f"first difference at {where}" + _hint_line(record["hint"])
         )
     both = finite_a & finite_e
     diff = np.abs(np.subtract(a64, e64, out=np.zeros_like(a64), where=both))
@@ -223,8 +348,19 @@ def assert_close(
     # a gradient that is zero in exact arithmetic is judged on the absolute scale
     normwise = max_abs / max(float(mag.max()), tol.atol / tol.rtol)
     _record(name, kind, dtype_name, max_abs, normwise, worst_fraction)
-    if worst_fraction <= 1.0:
+    passed = worst_fraction <= 1.0
+    record.update(
+        passed=passed,
+        max_abs=max_abs,
+        max_rel=max_rel,
+        rel=max_abs / float(mag.max()) if mag.max() > 0 else (0.0 if max_abs == 0 else math.inf),
+        fraction=worst_fraction,
+    )
+    if passed:
+        _emit(record)
         return worst_fraction
+    record["hint"] = diagnose(a64, e64, tol, atol, hints)
+    _emit(record)
     worst = np.unravel_index(int(np.argmax(fraction)), a.shape) if a.ndim else ()
     n_bad = int((fraction > 1.0).sum())
     raise AssertionError(
@@ -236,4 +372,9 @@ def assert_close(
         f"diff {diff[worst]:.3e} (allowed {allowed[worst]:.3e})\n"
         f"  actual (first values):   {np.array2string(a64.ravel()[:6], precision=6)}\n"
         f"  expected (first values): {np.array2string(e64.ravel()[:6], precision=6)}"
+        + _hint_line(record["hint"])
     )
+
+
+def _hint_line(hint: str | None) -> str:
+    return f"\n  hint: {hint}" if hint else ""

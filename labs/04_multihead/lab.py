@@ -1,0 +1,270 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Chapter 04 lab: multi-head causal self-attention
+#
+# A plain Python script that is also a notebook (jupytext percent format).
+# Run it from the repository root or from this folder:
+#
+#     TWINFORMER_DATA=/path/to/tinyshakespeare.txt python labs/04_multihead/lab.py
+#
+# It prints numbers and writes PNGs into `labs/04_multihead/figures/`. Section
+# 5 trains a one-layer model for a few hundred steps with the PyTorch twin
+# (several seconds on a laptop CPU); everything else is instant. It never
+# downloads: without `$TWINFORMER_DATA` or a cached corpus it trains on a
+# short built-in passage and says so.
+#
+# What we look at:
+#
+# 1. Every shape of `CausalSelfAttention.forward`, step by step, rebuilt by
+#    hand and checked against the module.
+# 2. One combined `(3C, C)` QKV projection is three `(C, C)` projections, and
+#    each head is a slice of `d_k` columns of each.
+# 3. The reshape that looks equally plausible and is wrong.
+# 4. The NumPy module against its PyTorch twin, output and every gradient.
+# 5. What the heads of a briefly trained model attend to.
+
+# %%
+import os
+import sys
+from pathlib import Path
+
+try:
+    _start = Path(__file__).resolve().parent
+except NameError:  # inside a notebook kernel: no __file__, start from the working directory
+    _start = Path.cwd()
+ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+FIGURES = ROOT / "labs" / "04_multihead" / "figures"
+
+import matplotlib
+
+if "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")  # files only, no display needed
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+import numpy_impl as N
+import torch_impl as T
+from labs.data import DATA_ENV_VAR, BatchSampler, cache_path, load_corpus, resolve_corpus
+
+torch.set_num_threads(1)  # small tensors: extra threads only add overhead
+np.set_printoptions(precision=3, suppress=True, linewidth=100)
+rng = np.random.default_rng(0)
+
+
+def save(fig, name: str) -> None:
+    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    path = FIGURES / name
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    print(f"wrote {path.relative_to(ROOT)}")
+    if matplotlib.get_backend().lower() == "agg":
+        plt.close(fig)
+
+
+def max_diff(a, b) -> float:
+    """Largest absolute difference between a NumPy array and an array or tensor."""
+    if isinstance(b, torch.Tensor):
+        b = b.detach().numpy()
+    return float(np.max(np.abs(np.asarray(a) - b)))
+
+
+# %% [markdown]
+# ## 1. The shapes, step by step
+#
+# `x` is `(B, T, C)` with `C = d_model`; `n_heads = H` heads of width
+# `d_k = C / H`. Below, the forward of `numpy_impl.CausalSelfAttention` is
+# redone line by line with its own weights, printing each shape, and the
+# result is compared with the module's output.
+
+# %%
+B, T_, C, H = 2, 6, 12, 3
+d_k = C // H
+attn = N.CausalSelfAttention(C, H, dtype=np.float64, rng=rng)
+x = rng.standard_normal((B, T_, C))
+
+qkv = attn.qkv_proj(x)
+print(f"x                {x.shape}   (B, T, C)")
+print(f"qkv_proj.weight  {attn.qkv_proj.weight.shape}     (3C, C)")
+print(f"qkv_proj(x)      {qkv.shape}   (B, T, 3C)")
+split = qkv.reshape(B, T_, 3, H, d_k)
+print(f"reshape          {split.shape} (B, T, 3, H, d_k)")
+heads = split.transpose(2, 0, 3, 1, 4)
+print(f"transpose        {heads.shape} (3, B, H, T, d_k)")
+q, k, v = heads
+y, _ = N.scaled_dot_product_attention(q, k, v, is_causal=True)
+print(f"attention        {y.shape}    (B, H, T, d_k), weights (B, H, T, T)")
+y = y.transpose(0, 2, 1, 3)
+print(f"transpose        {y.shape}    (B, T, H, d_k)")
+y = y.reshape(B, T_, C)
+print(f"reshape          {y.shape}      (B, T, C): heads side by side")
+out = attn.out_proj(y)
+print(f"out_proj         {out.shape}      (B, T, C)")
+print(f"same as attn(x): max diff {max_diff(out, attn(x)):.1e}")
+
+# %% [markdown]
+# ## 2. One QKV projection is three projections, and a head is a slice
+#
+# The rows of `qkv_proj.weight` `(3C, C)` are stacked in the order q, k, v:
+# rows `0 .. C-1` make the queries, `C .. 2C-1` the keys, `2C .. 3C-1` the
+# values. Cutting the weight (and bias) into three `(C, C)` blocks gives three
+# ordinary Linear layers with the same outputs. Within each, head `h` owns
+# the columns `h*d_k .. (h+1)*d_k - 1`: that is what the reshape to
+# `(..., H, d_k)` means.
+
+# %%
+W, b = attn.qkv_proj.weight.data, attn.qkv_proj.bias.data
+separate = {}
+for i, name in enumerate("qkv"):
+    lin = N.Linear(C, C, dtype=np.float64)
+    lin.load_state_dict({"weight": W[i * C : (i + 1) * C], "bias": b[i * C : (i + 1) * C]})
+    separate[name] = lin(x)  # (B, T, C)
+for i, (name, combined) in enumerate(zip("qkv", (q, k, v), strict=True)):
+    sep = separate[name]  # (B, T, C)
+    per_head = np.stack([sep[..., h * d_k : (h + 1) * d_k] for h in range(H)], axis=1)
+    print(
+        f"{name}: Linear(C, C) vs features {('0..C-1', 'C..2C-1', '2C..3C-1')[i]} of qkv: "
+        f"{max_diff(sep, qkv[..., i * C : (i + 1) * C]):.1e};  "
+        f"column slices per head vs the reshape: {max_diff(per_head, combined):.1e}"
+    )
+
+# %% [markdown]
+# ## 3. A plausible reshape that is wrong
+#
+# `qkv.reshape(B, T, H, 3, d_k)` has the same number of elements and the same
+# rank, and nothing raises. But it reads the `3C` features as if they were
+# grouped by head first: "head 0's q, k, v, then head 1's q, k, v", which is
+# not how the weight is laid out. Each "query" then mixes pieces of the real
+# q, k and v. Only a comparison with a reference notices.
+
+# %%
+q_bad, k_bad, v_bad = qkv.reshape(B, T_, H, 3, d_k).transpose(3, 0, 2, 1, 4)
+y_bad, _ = N.scaled_dot_product_attention(q_bad, k_bad, v_bad, is_causal=True)
+out_bad = attn.out_proj(y_bad.transpose(0, 2, 1, 3).reshape(B, T_, C))
+print(f"shapes agree: {out_bad.shape == out.shape};  max diff from the right output:")
+print(f"  (B, T, H, 3, d_k) reshape        {max_diff(out_bad, out):.2f}")
+y_noT = N.scaled_dot_product_attention(q, k, v, is_causal=True)[0].reshape(B, T_, C)
+print(f"  heads merged without transpose   {max_diff(attn.out_proj(y_noT), out):.2f}")
+
+# %% [markdown]
+# ## 4. NumPy against PyTorch
+#
+# The state dict of the NumPy module loads into the PyTorch twin unchanged
+# (`qkv_proj.weight (3C, C)`, `qkv_proj.bias (3C,)`, `out_proj.weight (C, C)`,
+# `out_proj.bias (C,)`). The PyTorch module can run the written-out attention
+# or the fused `F.scaled_dot_product_attention`; both must match.
+
+# %%
+dout = rng.standard_normal((B, T_, C))
+attn.zero_grad()
+out = attn(x)
+dx = attn.backward(dout)
+print({name: p.shape for name, p in attn.named_parameters()})
+for impl in ("explicit", "sdpa"):
+    attn_t = T.CausalSelfAttention(C, H, attn_impl=impl, dtype=torch.float64)
+    attn_t.load_state_dict({n: torch.from_numpy(a) for n, a in attn.state_dict().items()})
+    x_t = torch.from_numpy(x).requires_grad_()
+    out_t = attn_t(x_t)
+    (out_t * torch.from_numpy(dout)).sum().backward()
+    grads_t = dict(attn_t.named_parameters())
+    worst = max(max_diff(p.grad, grads_t[n].grad) for n, p in attn.named_parameters())
+    print(
+        f"torch {impl:<8}: out {max_diff(out, out_t):.1e}  dx {max_diff(dx, x_t.grad):.1e}  "
+        f"worst parameter gradient {worst:.1e}"
+    )
+
+# %% [markdown]
+# ## 5. What do the heads look at?
+#
+# Random weights give blurry, meaningless patterns. So we train the smallest
+# useful model, one block of 4 heads with `d_model = 32`, on characters for a
+# few hundred steps with the PyTorch twin, move its weights into the NumPy
+# `GPT` (same state-dict names, no conversion), run a line of text through
+# the NumPy model and read each head's attention weights from the attention
+# module's cache. Expect heads that differ: some weight the current
+# character, some the one or two before it. (When the file is imported
+# rather than run, `STEPS` is 0 and the model stays untrained.)
+
+
+# %%
+def load_text() -> tuple[str, str]:
+    """The corpus and where it came from; never downloads (see lab 01)."""
+    if os.environ.get(DATA_ENV_VAR) or cache_path().is_file():
+        try:
+            path = resolve_corpus()
+            return load_corpus(path), str(path)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"could not read the corpus ({e})")
+    fallback = (
+        "ROMEO:\nBut soft! What light through yonder window breaks?\n"
+        "It is the east, and Juliet is the sun.\n"
+        "Arise, fair sun, and kill the envious moon,\n"
+        "Who is already sick and pale with grief,\n"
+        "That thou her maid art far more fair than she.\n"
+    )
+    print(f"no corpus found (set {DATA_ENV_VAR}=PATH): training on a built-in passage")
+    return fallback, "built-in passage (Romeo and Juliet II.2)"
+
+
+STEPS = 400 if __name__ == "__main__" else 0
+text, source = load_text()
+tok = N.CharTokenizer.from_text(text)
+cfg = {"vocab_size": tok.vocab_size, "block_size": 32, "n_layers": 1, "n_heads": 4, "d_model": 32}
+torch.manual_seed(0)
+model_t = T.GPT(T.GPTConfig(**cfg))
+opt = T.make_optimizer(model_t, lr=1e-2, weight_decay=0.0)
+loss_fn = T.CrossEntropyLoss()
+batches = BatchSampler(tok.encode_array(text), cfg["block_size"], 16, seed=0)
+for step in range(STEPS + 1):
+    xb, yb = batches.next()
+    loss = loss_fn(model_t(torch.from_numpy(xb)), torch.from_numpy(yb))
+    if step % 100 == 0:
+        print(
+            f"step {step:4d}  train loss {loss.item():.3f}"
+            f"  (uniform guessing: ln vocab_size = {np.log(tok.vocab_size):.3f})"
+        )
+    if step < STEPS:
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+model_np = N.GPT(N.GPTConfig(**cfg), seed=0).eval()
+model_np.load_state_dict({n: p.detach().numpy() for n, p in model_t.state_dict().items()})
+line = "ROMEO:\nBut soft! What light"
+line = "".join(c for c in line if c in tok.chars)[: cfg["block_size"]]
+ids = np.array([tok.encode(line)])  # (1, T)
+logits_np = model_np(ids)
+with torch.no_grad():
+    logits_t = model_t(torch.from_numpy(ids))
+print(
+    f"{source}: logits {logits_np.shape}, "
+    f"NumPy vs torch max diff {max_diff(logits_np, logits_t):.1e}"
+)
+P = model_np.blocks[0].attn._cache[4][0]  # (n_heads, T, T): the cached attention weights
+
+fig, axes = plt.subplots(2, 2, figsize=(11, 11), layout="constrained")
+axes = axes.ravel()
+ticks = [{" ": "\u2423", "\n": "\u21b5"}.get(c, c) for c in line]  # visible space, newline
+for h, ax in enumerate(axes):
+    ax.imshow(P[h], cmap="viridis", vmin=0, vmax=1)
+    ax.set_xticks(range(len(line)), ticks, family="monospace", fontsize=8)
+    ax.set_yticks(range(len(line)), ticks, family="monospace", fontsize=8)
+    own = np.mean(np.diagonal(P[h]))
+    prev = np.mean(np.diagonal(P[h], -1))
+    ax.set_title(f"head {h}: self {own:.2f}, previous {prev:.2f}", fontsize=10)
+    ax.set_xlabel("key")
+    ax.set_ylabel("query")
+fig.suptitle(f"Attention weights per head after {STEPS} training steps (block 0, one line)")
+save(fig, "heads.png")
+for h in range(cfg["n_heads"]):
+    by_offset = [np.mean(np.diagonal(P[h], -o)) for o in range(5)]
+    print(f"head {h}: mean weight on the key 0, 1, 2, 3, 4 places back: {np.round(by_offset, 2)}")

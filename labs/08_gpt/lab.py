@@ -1,0 +1,326 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Chapter 08 lab: the whole GPT
+#
+# A plain Python script that is also a notebook (jupytext percent format).
+# Run it from the repository root or from this folder:
+#
+#     python labs/08_gpt/lab.py
+#
+# It prints numbers and writes PNGs into `labs/08_gpt/figures/` (ten to twenty
+# seconds on a laptop CPU; building the 16M-parameter seed model is most of it).
+#
+# 1. One forward pass taken apart, with the shape after every step.
+# 2. Where the parameters are: the count by component, by formula, and by
+#    `num_parameters()`, for the default character model and for the seed
+#    example (vocabulary 50257), tied and untied.
+# 3. The tied head: one matrix, two gradient contributions.
+# 4. GPT-2's initialisation: the loss at step 0 is ln(vocab_size), and the
+#    1/sqrt(2 n_layers) scaling keeps the residual stream the same size at any
+#    depth.
+# 5. The NumPy GPT against the PyTorch GPT.
+
+# %%
+import os
+import sys
+from pathlib import Path
+
+try:
+    _start = Path(__file__).resolve().parent
+except NameError:  # inside a notebook kernel: no __file__, start from the working directory
+    _start = Path.cwd()
+ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+FIGURES = ROOT / "labs" / "08_gpt" / "figures"
+# The arrays here are small: BLAS threads only add synchronisation (on a busy
+# 2-core machine they made NumPy ten times slower). Set before NumPy loads.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import math
+from collections import Counter
+
+import matplotlib
+
+if "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")  # files only, no display needed
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+
+import numpy_impl as N
+import torch_impl as T
+
+torch.set_num_threads(1)  # small tensors: extra threads only add overhead
+np.set_printoptions(precision=4, suppress=True)
+
+#: ``python -m labs train``'s model: nanoGPT's CPU "baby GPT" on 65 characters.
+DEFAULT = {"vocab_size": 65, "block_size": 64, "n_layers": 4, "n_heads": 4, "d_model": 128}
+#: The seed example: GPT-2's BPE vocabulary, a small body.
+SEED = {"vocab_size": 50257, "block_size": 512, "n_layers": 4, "n_heads": 8, "d_model": 256}
+
+
+def save(fig, name: str) -> None:
+    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    path = FIGURES / name
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    print(f"wrote {path.relative_to(ROOT)}")
+    if matplotlib.get_backend().lower() == "agg":
+        plt.close(fig)
+
+
+# %% [markdown]
+# ## 1. One forward pass, step by step
+#
+# `GPT.forward` is six lines. Here they are one at a time on the default
+# model, with the shape after each; then the same ids through
+# `model.forward` to show nothing was left out.
+
+# %%
+rng = np.random.default_rng(0)
+model = N.GPT(N.GPTConfig(**DEFAULT), seed=0, dtype=np.float64)
+B, T_len = 2, 16
+idx = rng.integers(0, DEFAULT["vocab_size"], (B, T_len))
+print(f"idx                      {idx.shape}          (B, T) integer ids")
+tok = model.tok_emb(idx)
+print(f"tok_emb(idx)             {tok.shape}     (B, T, d_model): one row per id")
+pos = model.pos_emb(T_len)
+print(f"pos_emb(T)               {pos.shape}        (T, d_model): rows 0..T-1")
+x = tok + pos
+print(f"tok + pos                {x.shape}     broadcast over the batch")
+for i, block in enumerate(model.blocks):
+    x = block(x)
+    print(f"blocks[{i}]                {x.shape}     (B, T, d_model), residual stream")
+x = model.ln_f(x)
+print(f"ln_f                     {x.shape}")
+logits = model.head(x)
+print(f"head                     {logits.shape}      (B, T, vocab_size) logits")
+print(f"same as model.forward(idx): max |diff| {np.abs(logits - model(idx)).max():.1e}")
+
+# %% [markdown]
+# ## 2. Where the parameters are
+#
+# By formula, with V = vocab_size, C = d_model, L = n_layers and d_ff = 4C:
+#
+# | piece | count |
+# |---|---|
+# | token embedding | V C |
+# | position embedding | block_size C |
+# | per block: ln1, ln2 | 2 x 2C |
+# | per block: qkv_proj, out_proj | 3C^2 + 3C + C^2 + C |
+# | per block: fc1, fc2 | 4C^2 + 4C + 4C^2 + C |
+# | ln_f | 2C |
+# | head | 0 if tied, else V C |
+#
+# so one block is 12 C^2 + 13 C. We count the same thing by walking
+# `named_parameters()` (a tied matrix is listed once) and compare with
+# `num_parameters()`. For the seed config, torch builds the model on the
+# "meta" device: shapes without memory, instant.
+
+
+# %%
+def formula(vocab_size, block_size, n_layers, d_model, tie_weights=True, **_) -> int:
+    V, C, L = vocab_size, d_model, n_layers
+    return (
+        V * C + block_size * C + L * (12 * C * C + 13 * C) + 2 * C + (0 if tie_weights else V * C)
+    )
+
+
+def component(name: str) -> str:
+    if name.startswith("tok_emb"):
+        return "token embedding"
+    if name.startswith("pos_emb"):
+        return "position embedding"
+    if ".attn." in name:
+        return "attention"
+    if ".ffn." in name:
+        return "feed-forward"
+    if name.startswith("head"):
+        return "head (untied)"
+    return "LayerNorms"  # ln1, ln2, ln_f
+
+
+def breakdown(named_parameters) -> Counter:
+    counts = Counter()
+    for name, p in named_parameters:
+        counts[component(name)] += math.prod(p.shape)
+    return counts
+
+
+PIECES = [
+    "token embedding",
+    "position embedding",
+    "attention",
+    "feed-forward",
+    "LayerNorms",
+    "head (untied)",
+]
+cases = {}
+for tie in (True, False):
+    m = N.GPT(N.GPTConfig(**DEFAULT, tie_weights=tie), seed=0)
+    counts = cases[f"default, {'tied' if tie else 'untied'}"] = breakdown(m.named_parameters())
+    assert sum(counts.values()) == m.num_parameters() == formula(**DEFAULT, tie_weights=tie)
+for tie in (True, False):
+    with torch.device("meta"):  # shapes only: no memory, no initialisation cost
+        m = T.GPT(T.GPTConfig(**SEED, tie_weights=tie))
+    counts = cases[f"seed, {'tied' if tie else 'untied'}"] = breakdown(m.named_parameters())
+    assert sum(counts.values()) == m.num_parameters() == formula(**SEED, tie_weights=tie)
+
+print(f"{'':<16}" + "".join(f"{c:>17}" for c in cases))
+for piece in PIECES:
+    print(f"{piece:<16}" + "".join(f"{counts[piece]:>17,}" for counts in cases.values()))
+print(f"{'total':<16}" + "".join(f"{sum(c.values()):>17,}" for c in cases.values()))
+
+fig, ax = plt.subplots(figsize=(9, 3.2))
+labels = list(cases)
+left = np.zeros(len(labels))
+for piece in PIECES:
+    share = np.array([cases[c][piece] / sum(cases[c].values()) for c in labels])
+    ax.barh(labels, share, left=left, label=piece)
+    left += share
+for i, c in enumerate(labels):
+    ax.text(1.01, i, f"{sum(cases[c].values()) / 1e6:.2f} M", va="center", fontsize=8)
+ax.set_xlim(0, 1.12)
+ax.invert_yaxis()
+ax.set_xlabel("share of the parameters")
+ax.set_title("where the parameters are: 65 characters vs 50257 BPE tokens")
+ax.legend(fontsize=7, ncol=3, loc="upper center", bbox_to_anchor=(0.5, -0.25))
+fig.tight_layout()
+save(fig, "parameter_breakdown.png")
+
+# %% [markdown]
+# The seed model's NumPy build is checked too (it allocates 16M float32
+# numbers and draws them from N(0, 0.02); a few seconds), and we keep it for
+# section 4.
+
+# %%
+if __name__ == "__main__":
+    seed_model = N.GPT(N.GPTConfig(**SEED), seed=0)
+    print(
+        f"seed config, NumPy num_parameters(): {seed_model.num_parameters():,} "
+        f"(formula: {formula(**SEED):,})"
+    )
+
+# %% [markdown]
+# ## 3. The tied head: one matrix, two gradients
+#
+# With `tie_weights` the head *is* the token-embedding Parameter. Backward
+# passes add into `.grad`, so that matrix collects the head's gradient and the
+# embedding's scatter-add. Check: an untied model holding the same numbers in
+# two separate matrices gets two gradients whose sum is the tied gradient.
+
+# %%
+tiny = {"vocab_size": 11, "block_size": 8, "n_layers": 1, "n_heads": 2, "d_model": 8}
+tied = N.GPT(N.GPTConfig(**tiny), seed=1, dtype=np.float64)
+untied = N.GPT(N.GPTConfig(**tiny, tie_weights=False), seed=2, dtype=np.float64)
+untied.load_state_dict(tied.state_dict())  # state_dict lists the tied matrix under both names
+print(f"tied: head.weight is tok_emb.weight -> {tied.head.weight is tied.tok_emb.weight}")
+idx = rng.integers(0, tiny["vocab_size"], (3, 8))
+dlogits = rng.standard_normal((3, 8, tiny["vocab_size"]))
+for m in (tied, untied):
+    m(idx)
+    m.zero_grad()
+    m.backward(dlogits)
+summed = untied.tok_emb.weight.grad + untied.head.weight.grad
+print(f"|head grad| {np.linalg.norm(untied.head.weight.grad):.3f}, ", end="")
+print(f"|embedding grad| {np.linalg.norm(untied.tok_emb.weight.grad):.3f}")
+gap = np.abs(tied.tok_emb.weight.grad - summed).max()
+print(f"tied grad - (head grad + embedding grad): {gap:.1e}")
+
+# %% [markdown]
+# ## 4. GPT-2's initialisation
+#
+# Every matrix starts N(0, 0.02). With the final LayerNorm giving unit-size
+# vectors, the logits start around 0.02 sqrt(d_model) in size: nearly equal,
+# so the softmax is nearly uniform and the loss is about ln(vocab_size). A
+# loss well above that at step 0 means the model starts out confidently wrong.
+
+# %%
+loss_fn = N.CrossEntropyLoss()
+idx = rng.integers(0, DEFAULT["vocab_size"], (8, 64))
+targets = rng.integers(0, DEFAULT["vocab_size"], (8, 64))
+base = N.GPT(N.GPTConfig(**DEFAULT, tie_weights=False), seed=0)
+print(f"default model: ln(65) = {math.log(65):.4f}")
+for std in (0.02, 0.2, 1.0):
+    base.head.weight.data[...] = rng.normal(0.0, std, base.head.weight.shape)
+    print(f"  head weights N(0, {std}): initial loss {loss_fn(base(idx), targets):.4f}")
+
+if __name__ == "__main__":
+    idx = rng.integers(0, SEED["vocab_size"], (2, 64))
+    targets = rng.integers(0, SEED["vocab_size"], (2, 64))
+    logits = seed_model(idx)
+    print(
+        f"seed model: logits {logits.shape}, initial loss {loss_fn(logits, targets):.4f}, "
+        f"ln(50257) = {math.log(50257):.4f}"
+    )
+
+# %% [markdown]
+# The two projections that write into the residual stream (`attn.out_proj`
+# and `ffn.fc2`) start with std 0.02 / sqrt(2 n_layers): a stack of L blocks
+# makes 2L additions to the stream, and with that scaling their total variance
+# does not depend on L. Without it, the stream at the top of the stack grows
+# like sqrt(L). Measured on fresh models of growing depth:
+
+# %%
+if __name__ == "__main__":
+    depths = [1, 2, 4, 8, 16, 32]
+    small = {"vocab_size": 65, "block_size": 32, "n_heads": 4, "d_model": 64}
+    growth = {"GPT-2 init (scaled)": [], "all N(0, 0.02)": []}
+    idx = rng.integers(0, 65, (2, 32))
+    for L in depths:
+        for label, values in growth.items():
+            m = N.GPT(N.GPTConfig(**small, n_layers=L), seed=L)
+            if label != "GPT-2 init (scaled)":
+                for blk in m.blocks:
+                    for p in (blk.attn.out_proj.weight, blk.ffn.fc2.weight):
+                        p.data[...] = rng.normal(0.0, 0.02, p.shape)
+            h = m.tok_emb(idx) + m.pos_emb(32)
+            h0 = h.std()
+            for blk in m.blocks:
+                h = blk(h)
+            values.append(h.std() / h0)
+    for label, values in growth.items():
+        print(f"{label:<20} std(top of stream) / std(embeddings):", np.array(values))
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for (label, values), style in zip(growth.items(), ("o-", "s-"), strict=True):
+        ax.plot(depths, values, style, label=label)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(depths, [str(d) for d in depths])
+    ax.minorticks_off()
+    ax.set_xlabel("n_layers")
+    ax.set_ylabel("std of the stream at the top / at the bottom")
+    ax.set_title("residual projections scaled by 1/sqrt(2 n_layers)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    save(fig, "residual_scaling.png")
+
+# %% [markdown]
+# ## 5. The NumPy GPT against the PyTorch GPT
+#
+# Same weights (the NumPy model's, through the state dict), same ids: the
+# logits agree to float64 rounding. The parity suite does this with every
+# gradient too, on configurations Hypothesis draws.
+
+# %%
+numpy_gpt = N.GPT(N.GPTConfig(**DEFAULT), seed=0, dtype=np.float64)
+torch_gpt = T.GPT(T.GPTConfig(**DEFAULT), dtype=torch.float64)
+torch_gpt.load_state_dict(
+    {k: torch.from_numpy(v.copy()) for k, v in numpy_gpt.state_dict().items()}
+)
+idx = rng.integers(0, DEFAULT["vocab_size"], (4, 64))
+with torch.no_grad():
+    logits_t = torch_gpt(torch.from_numpy(idx)).numpy()
+print(
+    f"logits {logits_t.shape}: max |NumPy - torch| = {np.abs(numpy_gpt(idx) - logits_t).max():.1e}"
+)

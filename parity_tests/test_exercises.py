@@ -1,0 +1,471 @@
+"""The exercises (labs/exercises.py, docs/exercises.md): stubs generated from the reference.
+
+For every chapter 01..10:
+
+* its marker selects tests, from the files that test its functions only
+  (one ``--collect-only`` run over the whole suite);
+* a workspace with the chapter stubbed FAILS them with NotImplementedError, and
+  the tests really ran the workspace's ``numpy_impl`` (one ``pytest -m chNN -x``
+  per chapter, two at a time);
+* the generator is deterministic and leaves everything but the chapter's
+  regions byte-identical to the reference.
+
+That the reference passes every chapter's tests is the rest of the suite's job.
+Then the workspace's life (start, a second chapter, edits kept, reset, damaged
+fences), ``check`` end to end on chapter 05, and the hints of ``assert_close``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labs import UserError, exercises
+from labs.exercises import (
+    CHAPTERS,
+    Reference,
+    Workspace,
+    add_stubs,
+    parse_chapter,
+    parse_regions,
+    replace_bodies,
+)
+from parity_tests import conftest, tolerances
+from parity_tests.tolerances import FLOAT64, assert_close, diagnose
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: chapter -> file -> the functions that hold its regions (one entry per region).
+FENCES = {
+    "01": {"tokenizer.py": ["CharTokenizer.encode", "CharTokenizer.decode"]},
+    "02": {
+        "embedding.py": ["Embedding.forward", "Embedding.backward"],
+        "linear.py": ["Linear.forward", "Linear.backward"],
+    },
+    "03": {
+        "attention.py": [
+            "scaled_dot_product_attention",  # the scores
+            "scaled_dot_product_attention",  # mask and softmax
+            "scaled_dot_product_attention_backward",
+        ]
+    },
+    "04": {"attention.py": ["CausalSelfAttention.forward", "CausalSelfAttention.backward"]},
+    "05": {
+        "positional.py": [
+            "LearnedPositionalEmbedding.forward",
+            "LearnedPositionalEmbedding.backward",
+        ]
+    },
+    "06": {
+        "activations.py": ["GELU.forward", "GELU.backward"],
+        "ffn.py": ["FeedForward.forward", "FeedForward.backward"],
+    },
+    "07": {
+        "block.py": ["Block.forward", "Block.backward"],
+        "norm.py": ["LayerNorm.forward", "LayerNorm.backward"],
+    },
+    "08": {"gpt.py": ["GPT.__init__", "GPT.forward", "GPT.backward"]},
+    "09": {
+        "loss.py": ["CrossEntropyLoss.forward", "CrossEntropyLoss.backward"],
+        "optim.py": ["AdamW.step", "clip_grad_norm_", "cosine_lr"],
+    },
+    "10": {"sampling.py": ["filter_logits", "generate"]},
+}
+
+#: chapter -> the test files its marker selects from: the files that test its functions.
+TEST_FILES = {
+    "01": {"test_labs.py", "test_tokenizer.py"},
+    "02": {"test_bad_inputs.py", "test_components.py", "test_embedding.py"},
+    "03": {"test_attention.py", "test_bad_inputs.py", "test_gpu.py"},
+    "04": {"test_bad_inputs.py", "test_components.py"},
+    "05": {"test_bad_inputs.py", "test_components.py"},
+    "06": {"test_bad_inputs.py", "test_components.py", "test_dropout.py"},
+    "07": {"test_bad_inputs.py", "test_components.py"},
+    "08": {"test_bad_inputs.py", "test_gpt.py"},
+    "09": {"test_bad_inputs.py", "test_loss.py", "test_training.py"},
+    "10": {"test_bad_inputs.py", "test_sampling.py"},
+}
+WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09"]
+ALL = list(CHAPTERS)
+
+
+def pytest_env(workspace: Path | None, report: Path) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != conftest.WORKSPACE_ENV}
+    env.update({conftest.REPORT_ENV: str(report), "HYPOTHESIS_PROFILE": "default"})
+    if workspace is not None:
+        env[conftest.WORKSPACE_ENV] = str(workspace)
+    return env
+
+
+def run_pytest(args: list[str], workspace: Path | None, report: Path):
+    """``python -m pytest parity_tests ARGS`` in a fresh process, and its JSON report."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "parity_tests", "-q", "-p", "no:cacheprovider",
+         "-o", "addopts=", *args],
+        cwd=ROOT, env=pytest_env(workspace, report), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    data = json.loads(report.read_text()) if report.exists() else {}
+    return proc, data
+
+
+@pytest.fixture(scope="module")
+def reference() -> Reference:
+    return Reference()
+
+
+@pytest.fixture(scope="module")
+def stubbed_runs(tmp_path_factory, reference):
+    """Per chapter: a fresh workspace with that chapter stubbed, and ``pytest -m chNN -x``
+    run against it; plus one ``--collect-only`` of the whole suite. Two processes at a
+    time (each spends ~3 s importing torch and collecting)."""
+    base = tmp_path_factory.mktemp("stubbed")
+    jobs = {"collect": (["--collect-only"], None, base / "collect.json")}
+    for chapter in ALL:
+        ws = Workspace(base / f"ch{chapter}")
+        add_stubs(reference, ws, chapter)
+        jobs[chapter] = (["-m", f"ch{chapter}", "-x"], ws.root, base / f"ch{chapter}.json")
+    with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2))) as pool:
+        futures = {name: pool.submit(run_pytest, *job) for name, job in jobs.items()}
+        return {name: f.result() for name, f in futures.items()} | {"base": base}
+
+
+# -- the fences ----------------------------------------------------------------------------
+def test_fences_are_where_the_learning_path_says(reference):
+    found: dict[str, dict[str, list[str]]] = {}
+    for f, regions in reference.regions.items():
+        for r in regions:
+            found.setdefault(r.chapter, {}).setdefault(f, []).append(r.function)
+            assert r.kept and r.kept[0].strip().startswith("### TODO: "), (
+                f"{f}: the region in {r.function} has no '### TODO:' line after its BEGIN"
+            )
+            assert len(r.body) > len(r.kept), f"{f}: the region in {r.function} holds no code"
+    assert found == FENCES
+
+
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("    ### BEGIN SOLUTION ch03\nx = 1\n", "without an END"),
+        ("x = 1\n### END SOLUTION\n", "without a BEGIN"),
+        ("### BEGIN SOLUTION\nx = 1\n### END SOLUTION\n", "write the chapter"),
+        ("### BEGIN SOLUTION ch11\nx = 1\n### END SOLUTION\n", "write the chapter"),
+        ("    ### BEGIN SOLUTION ch03\n    x = 1\n### END SOLUTION\n", "not indented like"),
+        ("### BEGIN SOLUTION ch03\n### BEGIN SOLUTION ch03\n", "inside the region"),
+        ("x = 1  ### END SOLUTION\n", "alone on its line"),
+    ],
+    ids=["no-end", "no-begin", "no-chapter", "bad-chapter", "indent", "nested", "inline"],
+)
+def test_malformed_fences_are_errors_naming_the_line(text, match):
+    with pytest.raises(exercises.FenceError, match=match):
+        parse_regions(text, "x.py", names=False)
+
+
+@pytest.mark.parametrize("chapter", ALL)
+def test_generator_is_deterministic_and_touches_only_the_chapter(chapter, reference, tmp_path):
+    """Two fresh workspaces are byte-identical; in them, every file without the chapter's
+    regions is the reference's, byte for byte, and so is every file with them once its
+    stubs are swapped back for the reference's bodies."""
+    a, b = Workspace(tmp_path / "a"), Workspace(tmp_path / "b")
+    add_stubs(reference, a, chapter)
+    add_stubs(Reference(), b, chapter)
+    files = sorted(p.relative_to(a.package).as_posix() for p in a.package.rglob("*") if p.is_file())
+    assert files == reference.files
+    stubbed_files = set()
+    for f in files:
+        data = (a.package / f).read_bytes()
+        assert data == (b.package / f).read_bytes(), f"{f}: two generations differ"
+        original = (reference.root / f).read_bytes()
+        regions = [r for r in reference.regions.get(f, []) if r.chapter == chapter]
+        if not regions:
+            assert data == original, f"{f} has no ch{chapter} region but differs"
+            continue
+        stubbed_files.add(f)
+        text = data.decode()
+        compile(text, f, "exec")  # the stubbed file is valid Python
+        mine = parse_regions(text, f, names=False)
+        for r in regions:
+            body = next(m for m in mine if m.key == r.key).body
+            assert body == reference.stub(r), f"{f}: {r.function} is not its stub"
+            assert f'raise NotImplementedError("ch{chapter}: {r.function} \u2014 ' in body[-1]
+            assert f"see {reference.folders[chapter]}/README.md" in body[-1]
+        restored = replace_bodies(text, mine, {r.key: r.body for r in regions})
+        assert restored.encode() == original, f"{f}: more than the ch{chapter} regions changed"
+    assert stubbed_files == set(FENCES[chapter])
+
+
+def test_every_chapter_stubbed_at_once_still_compiles(reference):
+    for f in reference.texts:
+        ast.parse(reference.render(f, CHAPTERS), f)
+
+
+# -- the markers, and the stubs failing them -------------------------------------------------
+def test_each_marker_selects_exactly_its_chapters_test_files(stubbed_runs):
+    proc, data = stubbed_runs["collect"]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    by_chapter: dict[str, list[str]] = {c: [] for c in ALL}
+    for item in data["collected"]:
+        for marker in item["chapters"]:
+            by_chapter[marker.removeprefix("ch")].append(item["nodeid"])
+    for chapter, nodeids in by_chapter.items():
+        files = {n.split("::")[0].removeprefix("parity_tests/") for n in nodeids}
+        assert files == TEST_FILES[chapter], f"ch{chapter} selects tests of {sorted(files)}"
+        behaviour = [n for n in nodeids if "test_bad_inputs.py" not in n]
+        assert behaviour, f"ch{chapter}: only bad-input tests"
+        if chapter in WITH_BACKWARD:
+            assert any("finite_differences" in n for n in nodeids), f"ch{chapter}: no FD test"
+            assert any("parity" in n or "every_gradient" in n for n in nodeids), (
+                f"ch{chapter}: no parity test of the backward"
+            )
+
+
+@pytest.mark.parametrize("chapter", ALL)
+def test_stubbed_chapter_fails_its_tests(chapter, stubbed_runs):
+    proc, data = stubbed_runs[chapter]
+    output = proc.stdout + proc.stderr
+    workspace = stubbed_runs["base"] / f"ch{chapter}"
+    imported = data.get("numpy_impl")  # the report names the package conftest imported
+    assert imported and Path(imported) == (workspace / "numpy_impl").resolve(), output[-3000:]
+    assert proc.returncode == 1, output[-3000:]
+    assert "NotImplementedError" in output
+    failed = [t for t in data["tests"] if t["outcome"] == "failed"]
+    assert len(failed) == 1  # -x
+    assert f"ch{chapter}: " in failed[0]["message"], failed[0]["message"]
+
+
+# -- the workspace's life --------------------------------------------------------------------
+def write_region(ws: Workspace, f: str, key, lines: list[str]) -> None:
+    path = ws.package / f
+    text = path.read_text()
+    regions = parse_regions(text, f, names=False)
+    indent = next(r.indent for r in regions if r.key == key)
+    path.write_text(replace_bodies(text, regions, {key: [f"{indent}{x}\n" for x in lines]}))
+
+
+def region_body(ws: Workspace, f: str, key) -> str:
+    regions = parse_regions((ws.package / f).read_text(), f, names=False)
+    return "".join(next(r for r in regions if r.key == key).body)
+
+
+def test_start_a_second_chapter_keeps_the_learners_code(reference, tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    add_stubs(reference, ws, "03")
+    write_region(ws, "attention.py", ("03", 0), ["q_scaled = q * scale  # mine", "scores = 0"])
+    mine = region_body(ws, "attention.py", ("03", 0))
+    add_stubs(reference, ws, "04")  # the same file, other regions
+    assert region_body(ws, "attention.py", ("03", 0)) == mine
+    assert "NotImplementedError" in region_body(ws, "attention.py", ("03", 1))
+    assert "NotImplementedError" in region_body(ws, "attention.py", ("04", 0))
+    assert ws.started() == {"03", "04"}
+    # starting a started chapter again changes nothing, edited or not
+    before = (ws.package / "attention.py").read_text()
+    with pytest.raises(UserError, match=r"your code is in attention.py: scaled_dot_product"):
+        add_stubs(reference, ws, "03")
+    assert [w.action for w in add_stubs(reference, ws, "04")] == ["unchanged"]
+    assert (ws.package / "attention.py").read_text() == before
+    # --force and reset put the stub back
+    add_stubs(reference, ws, "03", force=True)
+    assert "# mine" not in (ws.package / "attention.py").read_text()
+    assert "NotImplementedError" in region_body(ws, "attention.py", ("04", 0))
+
+
+def test_missing_or_damaged_files_are_regenerated_around_the_learners_code(reference, tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    for chapter in ("03", "04"):
+        add_stubs(reference, ws, chapter)
+    (ws.package / "attention.py").unlink()
+    assert [w.action for w in add_stubs(reference, ws, "03")] == ["created"]
+    assert (ws.package / "attention.py").read_text() == reference.render(
+        "attention.py", {"03", "04"}
+    )
+    # the fences of a ch03 region deleted by hand: refused; with --force the file is
+    # rebuilt from the reference, ch04's code (the learner's) kept
+    write_region(ws, "attention.py", ("04", 1), ["return 'mine'"])
+    text = (ws.package / "attention.py").read_text()
+    (ws.package / "attention.py").write_text(text.replace("    ### END SOLUTION\n", "", 1))
+    with pytest.raises(UserError, match="fences are missing or damaged"):
+        add_stubs(reference, ws, "03")
+    (ws.package / "attention.py").write_text(
+        text.replace("    ### BEGIN SOLUTION ch03\n", "", 1).replace(
+            "    ### END SOLUTION\n", "", 1
+        )
+    )
+    with pytest.raises(UserError, match="fences are missing or damaged"):
+        add_stubs(reference, ws, "03")
+    assert [w.action for w in add_stubs(reference, ws, "03", force=True)] == ["rewritten"]
+    assert "NotImplementedError" in region_body(ws, "attention.py", ("03", 0))
+    assert "return 'mine'" in region_body(ws, "attention.py", ("04", 1))
+
+
+def cli(*argv: str) -> argparse.Namespace:
+    from labs.__main__ import build_parser
+
+    return build_parser().parse_args(list(argv))
+
+
+def test_commands_print_what_they_did_and_refuse_bad_input(tmp_path, capsys):
+    ws = str(tmp_path / "ws")
+    for argv, match in [
+        (("status", "--workspace", ws), "no workspace yet"),
+        (("check", "03", "--workspace", ws), "no workspace yet"),
+        (("reset", "03", "--workspace", ws), "no workspace yet"),
+        (("start", "11", "--workspace", ws), "unknown chapter '11'"),
+    ]:
+        args = cli(*argv)
+        with pytest.raises(UserError, match=match):
+            args.func(args)
+    assert [parse_chapter(c) for c in ("3", "03", "ch03", "CH3")] == ["03"] * 4
+
+    args = cli("start", "3", "--workspace", ws)
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "numpy_impl/attention.py: scaled_dot_product_attention (2 places)" in out
+    assert "python -m labs check 03" in out
+    args = cli("check", "05", "--workspace", ws)
+    with pytest.raises(UserError, match="chapter 05 is not started"):
+        args.func(args)
+
+    state = Workspace(Path(ws)).load_state()
+    last = {"time": "2026-01-01T10:00:00", "passed": True, "tests": 10, "tests_passing": 10}
+    state["chapters"]["05"] = {"started": "2026-01-01T09:00:00", "last_check": last}
+    Workspace(Path(ws)).save_state(state)
+    args = cli("status", "--workspace", ws)
+    assert args.func(args) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    assert "not started" in lines["01"]
+    assert "in progress" in lines["03"] and "not checked yet" in lines["03"]
+    assert "done" in lines["05"] and "10 of 10 tests pass" in lines["05"]
+
+    args = cli("reset", "ch03", "--workspace", ws)
+    assert args.func(args) == 0
+    assert "reset chapter 03" in capsys.readouterr().out
+
+
+def test_check_runs_the_workspace_and_explains_failures(reference, tmp_path, capsys):
+    """Chapter 05 with an assigning backward: the accumulate test fails with its hint, the
+    others pass with their errors listed; then the fix passes, and status says done."""
+    ws = Workspace(tmp_path / "ws")
+    add_stubs(reference, ws, "05")
+    forward, backward = (r for r in reference.regions["positional.py"] if r.chapter == "05")
+    path = ws.package / "positional.py"
+    bodies = {
+        forward.key: forward.body,
+        backward.key: [
+            f"{backward.indent}self.weight.grad[: dout.shape[0]] = dout  # = instead of +=\n"
+        ],
+    }
+    path.write_text(replace_bodies(path.read_text(), parse_regions(path.read_text(), "p"), bodies))
+
+    assert exercises.run_check(ws, "05") == 1
+    out = capsys.readouterr().out
+    assert "FAIL  test_components.py::test_backward_accumulates[LearnedPositionalEmbedding]" in out
+    assert "hint: gradients assigned instead of accumulated (use +=)" in out
+    assert "PASS  test_components.py::test_forward_backward_parity[Learned" in out
+    assert "max abs" in out and "output of LearnedPositionalEmbedding" in out
+    report = json.loads((ws.root / exercises.REPORTS_DIR / "ch05.json").read_text())
+    assert Path(report["numpy_impl"]) == ws.package.resolve()
+    assert ws.load_state()["chapters"]["05"]["last_check"]["passed"] is False
+
+    path.write_text(replace_bodies(path.read_text(), parse_regions(path.read_text(), "p"),
+                                   {backward.key: backward.body}))  # fmt: skip
+    assert exercises.run_check(ws, "05", quiet=True) == 0
+    assert "Done!" in capsys.readouterr().out
+    assert ws.load_state()["chapters"]["05"]["last_check"]["passed"] is True
+
+
+def test_check_hints_for_failed_tests():
+    accumulate = {
+        "nodeid": "parity_tests/test_components.py::test_backward_accumulates[Linear]",
+        "outcome": "failed",
+        "exception": "AssertionError",
+        "message": "grad of weight (Linear, minus prior .grad): ...",
+        "comparisons": [{"passed": False, "hint": None}],
+    }
+    parity = {
+        "nodeid": "parity_tests/test_components.py::test_forward_backward_parity[Linear-float64]",
+        "outcome": "passed",
+    }
+    hint = exercises.failure_hint(accumulate, "02", [accumulate, parity])
+    assert hint.startswith("gradients assigned instead of accumulated (use +=)")
+    broken = {**parity, "outcome": "failed"}  # then its comparison lines say it all
+    assert exercises.failure_hint(accumulate, "02", [accumulate, broken]) is None
+    stub = {
+        "nodeid": "x",
+        "outcome": "failed",
+        "exception": "NotImplementedError",
+        "message": "ch03: scaled_dot_product_attention \u2014 the scores; see labs/...",
+    }
+    assert exercises.failure_hint(stub, "03") == "not implemented yet: scaled_dot_product_attention"
+    assert "(finish chapter 03 first)" in exercises.failure_hint(stub, "07")
+    shapes = {
+        "nodeid": "x",
+        "outcome": "failed",
+        "exception": "ValueError",
+        "message": "operands could not be broadcast together with shapes (2,3) (3,2)",
+        "where": "workspace/numpy_impl/linear.py:50 in forward",
+    }
+    assert exercises.failure_hint(shapes, "02").startswith(
+        "shape mismatch inside your code, workspace/numpy_impl/linear.py:50 in forward: operands"
+    )
+
+
+# -- the hints of assert_close ---------------------------------------------------------------
+@pytest.fixture
+def private_reached(monkeypatch):
+    """These comparisons fail on purpose: keep them out of the session's tolerance summary."""
+    monkeypatch.setattr(tolerances, "REACHED", defaultdict(tolerances.REACHED.default_factory))
+
+
+def hint_of(actual, expected, **kwargs) -> str:
+    with pytest.raises(AssertionError) as info:
+        assert_close("x", actual, expected, np.float64, **kwargs)
+    message = str(info.value)
+    return message.split("hint: ", 1)[1] if "hint: " in message else ""
+
+
+@pytest.mark.usefixtures("private_reached")
+def test_assert_close_recognises_the_usual_mistakes():
+    rng = np.random.default_rng(0)
+    e = rng.normal(size=(2, 3, 4))
+    assert hint_of(e.transpose(0, 2, 1), e).startswith("missing transpose")
+    assert "axes 1 and 2 swapped" in hint_of(e.transpose(0, 2, 1), e)
+    square = rng.normal(size=(3, 3))
+    assert hint_of(square.T, square).startswith("missing transpose")
+    assert hint_of(e[..., :3], e) == "shape mismatch: yours (2, 3, 3), the reference's (2, 3, 4)"
+    assert hint_of(-e, e).startswith("sign flipped")
+    assert "0.5 x the reference" in hint_of(0.5 * e, e)
+    assert "all zeros" in hint_of(np.zeros_like(e), e)
+    bad = e.copy()
+    bad[0, 0, 0] = np.nan
+    assert hint_of(bad, e).startswith("NaN or inf")
+    other = rng.normal(size=e.shape)
+    assert hint_of(other, e, hints={"the bug": lambda: other}) == "the bug"
+    assert hint_of(other, e) == ""  # nothing recognised, nothing claimed
+    assert diagnose(e, e + 1.0, FLOAT64, FLOAT64.atol) is None
+
+
+@pytest.mark.usefixtures("private_reached")
+def test_softmax_over_the_wrong_axis_is_recognised():
+    from parity_tests.test_attention import attention_hints, attention_variant
+
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.normal(size=(2, 1, 3, 4)) for _ in range(3))
+    right = attention_variant(q, k, v, None, True, None)
+    wrong = attention_variant(q, k, v, None, True, None, axis=-2)
+    hint = hint_of(wrong, right, hints=attention_hints(q, k, v, None, True, None))
+    assert hint.startswith("wrong softmax axis")
+
+
+def test_the_env_vars_are_the_same_on_both_sides():
+    assert exercises.WORKSPACE_ENV == conftest.WORKSPACE_ENV
+    assert exercises.REPORT_ENV == conftest.REPORT_ENV
+    assert {f"ch{c}" for c in CHAPTERS} == set(conftest.CHAPTERS)
