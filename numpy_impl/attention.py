@@ -249,11 +249,13 @@ class CausalSelfAttention(Module):
         qkv = self.qkv_proj(x)  # (B, T, 3C): only the new positions
         q, k, v = qkv.reshape(B, T, 3, H, d_k).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, d_k)
         k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
-        allowed = None  # one new query sees every cached key
-        if T > 1:  # query start_pos + i sees keys 0 .. start_pos + i
+        # one new query sees every cached key; a prefill (start_pos 0) is plain causal;
+        # otherwise query start_pos + i sees keys 0 .. start_pos + i
+        allowed, is_causal = None, T > 1 and start_pos == 0
+        if T > 1 and start_pos > 0:
             allowed = np.arange(start_pos + T)[None, :] <= start_pos + np.arange(T)[:, None]
         p = self.dropout if self.training else 0.0
-        y, _ = scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p, rng=self._rng)
+        y, _ = scaled_dot_product_attention(q, k, v, allowed, is_causal, dropout_p=p, rng=self._rng)
         self._cache = None  # nothing to differentiate: backward raises
         y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # (B, H, T, d_k) -> (B, T, C)
         return self.resid_dropout(self.out_proj(y))

@@ -375,15 +375,21 @@ class CausalSelfAttention(nn.Module):
         k = k.view(B, T, H, d_k).transpose(1, 2)
         v = v.view(B, T, H, d_k).transpose(1, 2)
         k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
-        allowed = None  # one new query sees every cached key
-        if T > 1:  # query start_pos + i sees keys 0 .. start_pos + i
+        # one new query sees every cached key; a prefill (start_pos 0) is plain causal (which
+        # the flash kernel takes; it takes no mask); otherwise query start_pos + i sees keys
+        # 0 .. start_pos + i
+        allowed, is_causal = None, T > 1 and start_pos == 0
+        if T > 1 and start_pos > 0:
             pos_k = torch.arange(start_pos + T, device=x.device)
             allowed = pos_k[None, :] <= start_pos + torch.arange(T, device=x.device)[:, None]
         if self.attn_impl == "sdpa":
             p = self.attn_dropout.p if self.training else 0.0
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=p)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed, dropout_p=p, is_causal=is_causal
+            )
         else:
-            y = self.attn_dropout(attention_weights(q, k, attn_mask=allowed)) @ v
+            attn = attention_weights(q, k, attn_mask=allowed, is_causal=is_causal)
+            y = self.attn_dropout(attn) @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, d_k) -> (B, T, C)
         return self.resid_dropout(self.out_proj(y))
 
