@@ -83,6 +83,7 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
     "08": ("gpt", (Part("gpt"),)),
     "09": ("training", (Part("loss"), Part("optim"))),
     "10": ("sampling", (Part("sampling"),)),
+    "12": ("efficient_attention", (Part("flash_attention"), Part("kv_cache"))),
 }
 
 

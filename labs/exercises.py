@@ -61,6 +61,7 @@ CHAPTERS: dict[str, tuple[str, str]] = {
     "08": ("the GPT", "08_gpt"),
     "09": ("training", "09_training"),
     "10": ("sampling", "10_sampling"),
+    "12": ("efficient attention and the KV cache", "12_efficient_attention"),
 }
 
 
@@ -660,8 +661,8 @@ def _print_summary(
     files = sorted({r.file for r in Reference().chapter_regions(chapter)})
     where = ", ".join(_show(ws.package / f) for f in files)
     if passed:
-        following = f"{int(chapter) + 1:02d}"
-        if following in CHAPTERS:
+        following = next((c for c in sorted(CHAPTERS) if c > chapter), None)
+        if following is not None:
             print(f"next: python -m labs start {following}")
         else:
             print("that was the last chapter: python -m labs train --backend numpy")
@@ -694,7 +695,9 @@ def _workspace_option(p: argparse.ArgumentParser) -> None:
 
 
 def _chapter_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("chapter", help="chapter number, 01 to 10 (3, 03 and ch03 all work)")
+    p.add_argument(
+        "chapter", help=f"chapter number, 01 to {max(CHAPTERS)} (3, 03 and ch03 all work)"
+    )
 
 
 def _start_arguments(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,9 @@ from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding
 from .ffn import FeedForward
+from .flash_attention import flash_attention, flash_attention_backward
 from .gpt import GPT, GPTConfig
+from .kv_cache import KVCache, LayerKVCache
 from .linear import Linear
 from .loss import CrossEntropyLoss
 from .module import Module, ModuleList, Parameter
@@ -35,6 +37,8 @@ __all__ = [
     "Embedding",
     "FeedForward",
     "GPTConfig",
+    "KVCache",
+    "LayerKVCache",
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "Linear",
@@ -45,6 +49,8 @@ __all__ = [
     "configure_param_groups",
     "cosine_lr",
     "filter_logits",
+    "flash_attention",
+    "flash_attention_backward",
     "generate",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",

@@ -211,10 +211,12 @@ class CausalSelfAttention(Module):
         self._rng = np.random.default_rng()
         self._cache = None
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
+    def forward(self, x: np.ndarray, kv_cache=None, start_pos: int = 0) -> np.ndarray:
         if x.ndim != 3 or x.shape[1] < 1:
             raise ValueError(f"x: expected shape (B, T>=1, d_model={self.d_model}), got {x.shape}")
         check_last_dim(x, self.d_model, "x", "d_model")
+        if kv_cache is not None:
+            return self._forward_cached(x, kv_cache, start_pos)
         ### BEGIN SOLUTION ch04
         ### TODO: qkv_proj(x) (B, T, 3C) -> q, k, v, each (B, H, T, d_k), split in that order;
         ###   causal scaled_dot_product_attention (dropout_p = self.dropout in training, else 0;
@@ -233,7 +235,37 @@ class CausalSelfAttention(Module):
         return self.resid_dropout(self.out_proj(y))
         ### END SOLUTION
 
+    def _forward_cached(self, x: np.ndarray, kv_cache, start_pos: int) -> np.ndarray:
+        """Inference with a :class:`~numpy_impl.kv_cache.LayerKVCache` (chapter 12).
+
+        x ``(B, T, C)`` holds the tokens at positions ``start_pos .. start_pos + T - 1``;
+        the cache holds keys and values of positions ``0 .. start_pos - 1`` and gains
+        these. Query ``start_pos + i`` may attend to keys ``0 .. start_pos + i`` (the
+        causal mask, bottom-right aligned). A model with RoPE would rotate q and k by
+        their absolute positions here, before ``kv_cache.update``. No backward.
+        """
+        B, T, C = x.shape
+        H, d_k = self.n_heads, self.d_k
+        qkv = self.qkv_proj(x)  # (B, T, 3C): only the new positions
+        q, k, v = qkv.reshape(B, T, 3, H, d_k).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, d_k)
+        k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
+        # one new query sees every cached key; a prefill (start_pos 0) is plain causal;
+        # otherwise query start_pos + i sees keys 0 .. start_pos + i
+        allowed, is_causal = None, T > 1 and start_pos == 0
+        if T > 1 and start_pos > 0:
+            allowed = np.arange(start_pos + T)[None, :] <= start_pos + np.arange(T)[:, None]
+        p = self.dropout if self.training else 0.0
+        y, _ = scaled_dot_product_attention(q, k, v, allowed, is_causal, dropout_p=p, rng=self._rng)
+        self._cache = None  # nothing to differentiate: backward raises
+        y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # (B, H, T, d_k) -> (B, T, C)
+        return self.resid_dropout(self.out_proj(y))
+
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        if self._cache is None:
+            raise RuntimeError(
+                "backward: no forward to differentiate (a forward with a kv_cache is "
+                "inference-only, and each forward allows one backward)"
+            )
         ### BEGIN SOLUTION ch04
         ### TODO: the forward in reverse: resid_dropout and out_proj backward, split dy into heads
         ###   (B, H, T, d_k), scaled_dot_product_attention_backward(dy, self._cache), then put

@@ -26,6 +26,10 @@ class Block(Module):
 
     Shapes:
         forward: x ``(B, T, C)`` -> ``(B, T, C)``; backward: dout -> dx, same shape.
+
+    ``forward(x, kv_cache=layer_cache, start_pos=p)`` decodes with a
+    :class:`~numpy_impl.kv_cache.LayerKVCache` (x = the tokens at positions
+    ``p .. p + T - 1``); inference only.
     """
 
     def __init__(
@@ -44,7 +48,10 @@ class Block(Module):
         self.ln2 = LayerNorm(d_model, bias=bias, dtype=dtype)
         self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype, rng)
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
+    def forward(self, x: np.ndarray, kv_cache=None, start_pos: int = 0) -> np.ndarray:
+        if kv_cache is not None:  # decoding with a LayerKVCache (chapter 12): inference only
+            x = x + self.attn(self.ln1(x), kv_cache=kv_cache, start_pos=start_pos)
+            return x + self.ffn(self.ln2(x))
         ### BEGIN SOLUTION ch07
         ### TODO: x = x + attn(ln1(x)), then x = x + ffn(ln2(x)); never modify x in place
         x = x + self.attn(self.ln1(x))  # read from the stream, write back

@@ -13,6 +13,7 @@ import numpy as np
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding
+from .kv_cache import KVCache
 from .linear import Linear
 from .module import Module, ModuleList, check_ids
 from .norm import LayerNorm
@@ -98,10 +99,16 @@ class GPT(Module):
         forward: idx ``(B, T)`` integer -> logits ``(B, T, vocab_size)``.
         backward: dlogits ``(B, T, vocab_size)`` -> None; fills every ``.grad``.
 
+    Decoding with a cache (inference only): ``cache = model.new_kv_cache()``, then
+    ``model.forward(idx, kv_cache=cache, start_pos=p)`` returns the logits of the
+    tokens ``idx`` at positions ``p .. p + T - 1`` while the cache supplies the
+    keys and values of positions ``0 .. p - 1`` (``start_pos=None``: append).
+
     Raises:
         TypeError: idx is not an integer array.
         ValueError: idx not of rank 2, T not in ``[1, block_size]``, or an id
-            outside ``[0, vocab_size)``.
+            outside ``[0, vocab_size)``; with a cache, ``start_pos`` outside
+            ``[0, kv_cache.length]`` or positions past ``block_size``.
     """
 
     def __init__(self, config: GPTConfig, seed=None, dtype=np.float32):
@@ -135,7 +142,7 @@ class GPT(Module):
             for p in (block.attn.out_proj.weight, block.ffn.fc2.weight):
                 p.data[...] = rng.normal(0.0, resid_std, p.shape)
 
-    def forward(self, idx: np.ndarray) -> np.ndarray:
+    def forward(self, idx: np.ndarray, kv_cache=None, start_pos: int | None = None) -> np.ndarray:
         idx = np.asarray(idx)
         if idx.ndim != 2:
             raise ValueError(f"idx: expected shape (B, T), got {idx.shape}")
@@ -145,6 +152,8 @@ class GPT(Module):
                 f"idx: sequence length T={T} must lie in [1, block_size={self.config.block_size}]"
             )
         idx = check_ids(idx, self.config.vocab_size, "idx")
+        if kv_cache is not None or start_pos is not None:
+            return self._forward_cached(idx, kv_cache, start_pos)
         ### BEGIN SOLUTION ch08
         ### TODO: token + position embeddings, drop, every block in order, ln_f, head:
         ###   idx (B, T) -> logits (B, T, vocab_size)
@@ -155,6 +164,48 @@ class GPT(Module):
         x = self.ln_f(x)
         return self.head(x)  # (B, T, C) -> (B, T, vocab_size)
         ### END SOLUTION
+
+    def new_kv_cache(self) -> KVCache:
+        """An empty :class:`~numpy_impl.kv_cache.KVCache` for this model (one layer per block)."""
+        return KVCache(self.config.n_layers, self.config.block_size)
+
+    def _forward_cached(self, idx: np.ndarray, kv_cache: KVCache, start_pos: int | None):
+        """Logits of the tokens ``idx`` at positions ``start_pos ..``, reusing ``kv_cache``.
+
+        The cache holds the keys and values of positions ``0 .. start_pos - 1`` of
+        every block; it gains those of ``idx``. ``start_pos=None`` appends
+        (``kv_cache.length``); ``start_pos=0`` starts afresh (prefill). With learned
+        absolute positions a position's vector is fixed, so the cached keys stay
+        valid only while the window does not move: once generation passes
+        ``block_size`` the window slides, every token changes position, and the
+        cache has to be refilled from scratch (see ``generate``). Inference only.
+        """
+        if not isinstance(kv_cache, KVCache) or len(kv_cache.layers) != len(self.blocks):
+            raise ValueError(
+                f"kv_cache: expected a KVCache with n_layers={len(self.blocks)} "
+                "(model.new_kv_cache())"
+            )
+        B, T = idx.shape
+        start_pos = kv_cache.length if start_pos is None else start_pos
+        if isinstance(start_pos, bool) or not isinstance(start_pos, (int, np.integer)):
+            raise ValueError(f"start_pos: expected an int, got {start_pos!r}")
+        if not 0 <= start_pos <= kv_cache.length:
+            raise ValueError(
+                f"start_pos: must lie in [0, kv_cache.length={kv_cache.length}], got {start_pos}"
+            )
+        if start_pos + T > self.config.block_size:
+            raise ValueError(
+                f"idx: positions {start_pos} .. {start_pos + T - 1} exceed "
+                f"block_size={self.config.block_size}"
+            )
+        start_pos = int(start_pos)
+        # the position vectors of start_pos .. start_pos + T - 1: (T, C)
+        x = self.tok_emb(idx) + self.pos_emb(start_pos + T)[start_pos:]
+        x = self.drop(x)
+        for block, layer_cache in zip(self.blocks, kv_cache.layers, strict=True):
+            x = block(x, kv_cache=layer_cache, start_pos=start_pos)
+        x = self.ln_f(x)
+        return self.head(x)  # (B, T, vocab_size)
 
     def backward(self, dlogits: np.ndarray) -> None:
         ### BEGIN SOLUTION ch08

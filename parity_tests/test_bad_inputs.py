@@ -354,6 +354,72 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^idx\b",
     ),
+    "generate: uniforms of the wrong shape": Row(
+        "ch10",
+        lambda: NS.generate(np_gpt(), ids([1]), 3, uniforms=np.full((2, 1), 0.5)),
+        lambda: T.generate(torch_gpt(), t(ids([1])), 3, uniforms=torch.full((2, 1), 0.5)),
+        ValueError,
+        r"^uniforms\b",
+    ),
+    "generate: a uniform number of 1": Row(
+        "ch10",
+        lambda: NS.generate(np_gpt(), ids([1]), 2, uniforms=np.array([[0.5], [1.0]])),
+        lambda: T.generate(torch_gpt(), t(ids([1])), 2, uniforms=torch.tensor([[0.5], [1.0]])),
+        ValueError,
+        r"^uniforms\b",
+    ),
+    # -- ch12: FlashAttention, the KV cache ------------------------------------------------------
+    "flash_attention: tile_q = 0": Row(
+        "ch12",
+        lambda: N.flash_attention(Q, Q, Q, tile_q=0),
+        lambda: T.flash_attention(t(Q), t(Q), t(Q), tile_q=0),
+        ValueError,
+        r"^tile_q\b",
+    ),
+    "flash_attention: attn_mask with is_causal": Row(
+        "ch12",
+        lambda: N.flash_attention(Q, Q, Q, attn_mask=np.ones((3, 3), bool), is_causal=True),
+        lambda: T.flash_attention(
+            t(Q), t(Q), t(Q), attn_mask=torch.ones(3, 3, dtype=torch.bool), is_causal=True
+        ),
+        ValueError,
+        r"^attn_mask\b",
+    ),
+    "flash_attention: integer attn_mask": Row(
+        "ch12",
+        lambda: N.flash_attention(Q, Q, Q, attn_mask=np.ones((3, 3), np.int64)),
+        lambda: T.flash_attention(t(Q), t(Q), t(Q), attn_mask=torch.ones(3, 3, dtype=torch.long)),
+        TypeError,
+        r"^attn_mask\b",
+    ),
+    "flash_attention: mask that does not broadcast": Row(
+        "ch12",
+        lambda: N.flash_attention(Q, Q, Q, attn_mask=np.ones((2, 3), bool)),
+        lambda: T.flash_attention(t(Q), t(Q), t(Q), attn_mask=torch.ones(2, 3, dtype=torch.bool)),
+        ValueError,
+        r"^attn_mask\b",
+    ),
+    "GPT with kv_cache: start_pos past the cached positions": Row(
+        "ch12",
+        lambda: (m := np_gpt()).forward(ids([1]), kv_cache=m.new_kv_cache(), start_pos=1),
+        lambda: (m := torch_gpt())(t(ids([1])), kv_cache=m.new_kv_cache(), start_pos=1),
+        ValueError,
+        r"^start_pos\b",
+    ),
+    "GPT with kv_cache: a cache of the wrong depth": Row(
+        "ch12",
+        lambda: np_gpt().forward(ids([1]), kv_cache=N.KVCache(2, BLOCK)),
+        lambda: torch_gpt()(t(ids([1])), kv_cache=T.KVCache(2, BLOCK)),
+        ValueError,
+        r"^kv_cache\b",
+    ),
+    "KVCache: max_len = 0": Row(
+        "ch12",
+        lambda: N.KVCache(1, 0),
+        lambda: T.KVCache(1, 0),
+        ValueError,
+        r"^max_len\b",
+    ),
 }
 
 

@@ -80,6 +80,11 @@ FENCES = {
         "optim.py": ["AdamW.step", "clip_grad_norm_", "cosine_lr"],
     },
     "10": {"sampling.py": ["filter_logits", "generate"]},
+    "12": {
+        "flash_attention.py": ["flash_attention"],
+        "kv_cache.py": ["LayerKVCache.update"],
+        "sampling.py": ["_cached_next_logits"],
+    },
 }
 
 #: chapter -> the test files its marker selects from: the files that test its functions.
@@ -94,6 +99,7 @@ TEST_FILES = {
     "08": {"test_bad_inputs.py", "test_gpt.py"},
     "09": {"test_bad_inputs.py", "test_loss.py", "test_training.py"},
     "10": {"test_bad_inputs.py", "test_sampling.py"},
+    "12": {"test_bad_inputs.py", "test_flash_attention.py", "test_kv_cache.py"},
 }
 WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09"]
 ALL = list(CHAPTERS)

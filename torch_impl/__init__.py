@@ -11,12 +11,15 @@ from .attention import (
     attention_weights,
     scaled_dot_product_attention,
     scaled_dot_product_attention_explicit,
+    use_sdpa_backend,
 )
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
 from .ffn import FeedForward
+from .flash_attention import flash_attention
 from .gpt import GPT, GPTConfig
+from .kv_cache import KVCache, LayerKVCache
 from .linear import Linear
 from .loss import CrossEntropyLoss
 from .norm import LayerNorm
@@ -28,7 +31,7 @@ from .optim import (
     make_optimizer,
 )
 from .positional import LearnedPositionalEmbedding
-from .sampling import filter_logits, generate
+from .sampling import filter_logits, generate, sample_inverse_cdf
 
 __all__ = [
     "GELU",
@@ -41,6 +44,8 @@ __all__ = [
     "Embedding",
     "FeedForward",
     "GPTConfig",
+    "KVCache",
+    "LayerKVCache",
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "Linear",
@@ -49,9 +54,12 @@ __all__ = [
     "clip_grad_norm_",
     "configure_param_groups",
     "filter_logits",
+    "flash_attention",
     "generate",
     "make_lr_scheduler",
     "make_optimizer",
+    "sample_inverse_cdf",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_explicit",
+    "use_sdpa_backend",
 ]

@@ -13,7 +13,9 @@ attribute, so the two can be checked against each other and timed.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +25,45 @@ from .dropout import Dropout, check_probability
 from .linear import Linear
 
 ATTN_IMPLS = ("sdpa", "explicit")
+#: Kernels ``F.scaled_dot_product_attention`` can be restricted to
+#: (``torch.nn.attention.SDPBackend``); "auto" leaves PyTorch's own choice.
+#: On CPU only "math" and "flash" exist.
+SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
+
+
+@contextlib.contextmanager
+def use_sdpa_backend(backend: str = "auto") -> Iterator[None]:
+    """Force the kernel behind ``F.scaled_dot_product_attention`` inside a ``with`` block.
+
+    A thin wrapper of ``torch.nn.attention.sdpa_kernel`` (PyTorch >= 2.3) that
+    takes a name: ``"flash"`` (FlashAttention-2, Dao 2023), ``"efficient"``
+    (memory-efficient attention, Rabe & Staats 2021, the xFormers kernel),
+    ``"math"`` (the unfused reference, in C++), ``"cudnn"``, or ``"auto"``
+    (no restriction: PyTorch picks the fastest eligible one). Every
+    ``F.scaled_dot_product_attention`` call inside the block, including those of
+    :class:`CausalSelfAttention` with ``attn_impl="sdpa"``, uses only that kernel;
+    when the kernel cannot take the inputs (``"efficient"`` on CPU, ``"flash"``
+    with an ``attn_mask`` on CUDA, float64 on CUDA's fused kernels...) the call
+    raises ``RuntimeError`` ("No available kernel"), never silently falls back.
+
+    Raises:
+        ValueError: ``backend`` not in :data:`SDPA_BACKENDS`.
+    """
+    if backend not in SDPA_BACKENDS:
+        raise ValueError(f"sdpa_backend: expected one of {SDPA_BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kernel = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }[backend]
+    with sdpa_kernel(kernel):
+        yield
 
 
 def _check_attention_inputs(
@@ -173,6 +214,7 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     impl: str = "sdpa",
+    sdpa_backend: str = "auto",
 ) -> torch.Tensor:
     """Scaled dot-product attention (Vaswani et al. 2017, eq. 1) by the chosen implementation.
 
@@ -184,26 +226,32 @@ def scaled_dot_product_attention(
             evaluation time).
         impl: ``"sdpa"`` for PyTorch's fused ``F.scaled_dot_product_attention``,
             ``"explicit"`` for the written-out version.
+        sdpa_backend: with ``impl="sdpa"``, the kernel to force (see
+            :func:`use_sdpa_backend`); ``"auto"`` lets PyTorch choose.
 
     Returns:
         out: ``(B, n_heads, Tq, d_v)``, q's dtype.
 
     Raises:
-        ValueError: an unknown ``impl``, or any input error listed for
+        ValueError: an unknown ``impl`` or ``sdpa_backend``, or any input error listed for
             :func:`scaled_dot_product_attention_explicit` (checked up front for
             both implementations, so they fail identically).
         TypeError: an ``attn_mask`` that is neither bool nor floating.
+        RuntimeError: the forced ``sdpa_backend`` cannot take these inputs.
     """
     if impl not in ATTN_IMPLS:
         raise ValueError(f"impl: expected one of {ATTN_IMPLS}, got {impl!r}")
+    if sdpa_backend not in SDPA_BACKENDS:
+        raise ValueError(f"sdpa_backend: expected one of {SDPA_BACKENDS}, got {sdpa_backend!r}")
     _check_attention_inputs(q, k, v, attn_mask, is_causal, dropout_p)
     if impl == "explicit":
         return scaled_dot_product_attention_explicit(
             q, k, v, attn_mask, is_causal, scale, dropout_p, training=True
         )
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
-    )
+    with use_sdpa_backend(sdpa_backend):
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        )
 
 
 class CausalSelfAttention(nn.Module):
@@ -283,7 +331,7 @@ class CausalSelfAttention(nn.Module):
             raise ValueError(f"attn_impl: expected one of {ATTN_IMPLS}, got {value!r}")
         self._attn_impl = value
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv_cache=None, start_pos: int = 0) -> torch.Tensor:
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x: expected shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}"
@@ -291,6 +339,8 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         if T < 1:
             raise ValueError(f"x: sequence length T must be at least 1, got T={T}")
+        if kv_cache is not None:
+            return self._forward_cached(x, kv_cache, start_pos)
         H, d_k = self.n_heads, self.d_k
 
         q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)  # (B, T, 3C) -> 3 x (B, T, C)
@@ -307,6 +357,40 @@ class CausalSelfAttention(nn.Module):
 
         # Re-join the heads: (B, H, T, d_k) -> (B, T, H, d_k) -> (B, T, C).
         y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.out_proj(y))
+
+    def _forward_cached(self, x: torch.Tensor, kv_cache, start_pos: int) -> torch.Tensor:
+        """Inference with a :class:`~torch_impl.kv_cache.LayerKVCache` (chapter 12).
+
+        x ``(B, T, C)`` holds the tokens at positions ``start_pos .. start_pos + T - 1``;
+        the cache holds keys and values of positions ``0 .. start_pos - 1`` and gains
+        these. Query ``start_pos + i`` may attend to keys ``0 .. start_pos + i`` (the
+        causal mask, bottom-right aligned). A model with RoPE would rotate q and k by
+        their absolute positions here, before ``kv_cache.update``.
+        """
+        B, T, C = x.shape
+        H, d_k = self.n_heads, self.d_k
+        q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)  # 3 x (B, T, C), new positions
+        q = q.view(B, T, H, d_k).transpose(1, 2)  # (B, H, T, d_k)
+        k = k.view(B, T, H, d_k).transpose(1, 2)
+        v = v.view(B, T, H, d_k).transpose(1, 2)
+        k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
+        # one new query sees every cached key; a prefill (start_pos 0) is plain causal (which
+        # the flash kernel takes; it takes no mask); otherwise query start_pos + i sees keys
+        # 0 .. start_pos + i
+        allowed, is_causal = None, T > 1 and start_pos == 0
+        if T > 1 and start_pos > 0:
+            pos_k = torch.arange(start_pos + T, device=x.device)
+            allowed = pos_k[None, :] <= start_pos + torch.arange(T, device=x.device)[:, None]
+        if self.attn_impl == "sdpa":
+            p = self.attn_dropout.p if self.training else 0.0
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed, dropout_p=p, is_causal=is_causal
+            )
+        else:
+            attn = attention_weights(q, k, attn_mask=allowed, is_causal=is_causal)
+            y = self.attn_dropout(attn) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, d_k) -> (B, T, C)
         return self.resid_dropout(self.out_proj(y))
 
     def extra_repr(self) -> str:

@@ -33,6 +33,10 @@ class Block(nn.Module):
     Shapes:
         x: ``(B, T, d_model)`` -> ``(B, T, d_model)``, x's dtype.
 
+    ``forward(x, kv_cache=layer_cache, start_pos=p)`` decodes with a
+    :class:`~torch_impl.kv_cache.LayerKVCache` (x = the tokens at positions
+    ``p .. p + T - 1``); inference only.
+
     Raises:
         ValueError: bad hyperparameters (see the submodules) or an input that
             is not ``(B, T, d_model)`` with ``T >= 1``.
@@ -64,10 +68,13 @@ class Block(nn.Module):
             dtype=dtype,
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kv_cache=None, start_pos: int = 0) -> torch.Tensor:
         d_model = self.attn.d_model
         if x.dim() != 3 or x.shape[-1] != d_model:
             raise ValueError(f"x: expected shape (B, T, d_model={d_model}), got {tuple(x.shape)}")
+        if kv_cache is not None:  # decoding with a LayerKVCache (chapter 12): inference only
+            x = x + self.attn(self.ln1(x), kv_cache=kv_cache, start_pos=start_pos)
+            return x + self.ffn(self.ln2(x))
         x = x + self.attn(self.ln1(x))  # attention reads the stream and writes back
         x = x + self.ffn(self.ln2(x))  # so does the feed-forward network
         return x

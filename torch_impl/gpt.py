@@ -18,6 +18,7 @@ from .activations import GELU_APPROXIMATIONS
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
+from .kv_cache import KVCache
 from .linear import Linear
 from .norm import LayerNorm
 from .positional import LearnedPositionalEmbedding
@@ -131,10 +132,16 @@ class GPT(nn.Module):
         idx: ``(B, T)`` any integer dtype, ``1 <= T <= block_size`` ->
         logits: ``(B, T, vocab_size)``, parameter dtype.
 
+    Decoding with a cache (inference only): ``cache = model.new_kv_cache()``, then
+    ``model(idx, kv_cache=cache, start_pos=p)`` returns the logits of the tokens
+    ``idx`` at positions ``p .. p + T - 1`` while the cache supplies the keys and
+    values of positions ``0 .. p - 1`` (``start_pos=None``: append).
+
     Raises:
         TypeError: ``idx`` that is not an integer tensor.
         ValueError: ``idx`` not 2-D, ``T == 0``, ``T > block_size``, or ids
-            outside ``[0, vocab_size)``.
+            outside ``[0, vocab_size)``; with a cache, ``start_pos`` outside
+            ``[0, kv_cache.length]`` or positions past ``block_size``.
     """
 
     def __init__(
@@ -198,7 +205,9 @@ class GPT(nn.Module):
         for block in self.blocks:
             block.attn.attn_impl = value
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, idx: torch.Tensor, kv_cache: KVCache | None = None, start_pos: int | None = None
+    ) -> torch.Tensor:
         if not isinstance(idx, torch.Tensor):
             raise TypeError(f"idx: expected an integer torch.Tensor, got {type(idx).__name__}")
         if idx.dim() != 2:
@@ -211,6 +220,8 @@ class GPT(nn.Module):
                 f"idx: sequence length T={T} exceeds block_size={self.config.block_size}"
             )
         idx = check_token_ids(idx, self.config.vocab_size, bound="vocab_size")
+        if kv_cache is not None or start_pos is not None:
+            return self._forward_cached(idx, kv_cache, start_pos)
 
         # (B, T, d_model) + (T, d_model) -> (B, T, d_model): positions broadcast over the batch
         x = self.tok_emb(idx) + self.pos_emb(T)
@@ -219,6 +230,46 @@ class GPT(nn.Module):
             x = block(x)  # (B, T, d_model) -> (B, T, d_model)
         x = self.ln_f(x)
         return self.head(x)  # (B, T, d_model) -> (B, T, vocab_size)
+
+    def new_kv_cache(self) -> KVCache:
+        """An empty :class:`~torch_impl.kv_cache.KVCache` for this model (one layer per block)."""
+        return KVCache(self.config.n_layers, self.config.block_size)
+
+    def _forward_cached(
+        self, idx: torch.Tensor, kv_cache: KVCache | None, start_pos: int | None
+    ) -> torch.Tensor:
+        """Logits of the tokens ``idx`` at positions ``start_pos ..``, reusing ``kv_cache``.
+
+        As in the NumPy twin: the cache holds positions ``0 .. start_pos - 1`` of
+        every block and gains those of ``idx``; ``start_pos=None`` appends,
+        ``start_pos=0`` starts afresh. With learned absolute positions the cache
+        stays valid only while the window does not slide (see ``generate``).
+        """
+        if not isinstance(kv_cache, KVCache) or len(kv_cache.layers) != len(self.blocks):
+            raise ValueError(
+                f"kv_cache: expected a KVCache with n_layers={len(self.blocks)} "
+                "(model.new_kv_cache())"
+            )
+        B, T = idx.shape
+        start_pos = kv_cache.length if start_pos is None else start_pos
+        if isinstance(start_pos, bool) or not isinstance(start_pos, int):
+            raise ValueError(f"start_pos: expected an int, got {start_pos!r}")
+        if not 0 <= start_pos <= kv_cache.length:
+            raise ValueError(
+                f"start_pos: must lie in [0, kv_cache.length={kv_cache.length}], got {start_pos}"
+            )
+        if start_pos + T > self.config.block_size:
+            raise ValueError(
+                f"idx: positions {start_pos} .. {start_pos + T - 1} exceed "
+                f"block_size={self.config.block_size}"
+            )
+        # the position vectors of start_pos .. start_pos + T - 1: (T, d_model)
+        x = self.tok_emb(idx) + self.pos_emb(start_pos + T)[start_pos:]
+        x = self.drop(x)
+        for block, layer_cache in zip(self.blocks, kv_cache.layers, strict=True):
+            x = block(x, kv_cache=layer_cache, start_pos=start_pos)
+        x = self.ln_f(x)
+        return self.head(x)  # (B, T, vocab_size)
 
     def num_parameters(self) -> int:
         """Number of scalar parameters; the tied embedding/head matrix is counted once."""
