@@ -61,6 +61,8 @@ CHAPTERS: dict[str, tuple[str, str]] = {
     "08": ("the GPT", "08_gpt"),
     "09": ("training", "09_training"),
     "10": ("sampling", "10_sampling"),
+    "13": ("positional encodings II: RoPE", "13_positional_rope"),
+    "14": ("RMSNorm, post-norm, SwiGLU", "14_norms_ffn"),
 }
 
 
@@ -73,7 +75,7 @@ def parse_chapter(text: str) -> str:
     digits = str(text).strip().lower().removeprefix("ch")
     if digits.isdigit() and f"{int(digits):02d}" in CHAPTERS:
         return f"{int(digits):02d}"
-    raise UserError(f"chapter: unknown chapter {text!r}; the chapters are 01 to {max(CHAPTERS)}")
+    raise UserError(f"chapter: unknown chapter {text!r}; the chapters are {', '.join(CHAPTERS)}")
 
 
 def chapter_folder(chapter: str, labs: Path = REPO / "labs") -> str:
@@ -694,7 +696,9 @@ def _workspace_option(p: argparse.ArgumentParser) -> None:
 
 
 def _chapter_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("chapter", help="chapter number, 01 to 10 (3, 03 and ch03 all work)")
+    p.add_argument(
+        "chapter", help=f"chapter number, one of {', '.join(CHAPTERS)} (3, 03 and ch03 all work)"
+    )
 
 
 def _start_arguments(p: argparse.ArgumentParser) -> None:

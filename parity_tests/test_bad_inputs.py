@@ -469,7 +469,7 @@ ROWS: dict[str, Row] = {
         lambda: N.SwiGLUFeedForward(C, dtype=np.float64)(X[..., :5]),
         lambda: T.SwiGLUFeedForward(C, dtype=torch.float64)(t(X[..., :5])),
         ValueError,
-        r"^x\b.*in_features",
+        r"^x\b.*d_model",
     ),
     "FeedForward: unknown activation": Row(
         "ch14",
