@@ -7,7 +7,7 @@ import numpy as np
 from .activations import GELU, ReLU, SiLU
 from .dropout import Dropout
 from .linear import Linear
-from .module import Module
+from .module import Module, check_last_dim
 
 FFN_ACTIVATIONS = ("gelu", "relu")
 
@@ -130,6 +130,7 @@ class SwiGLUFeedForward(Module):
         self._gate = self._up = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        check_last_dim(x, self.d_model, "x", "d_model")
         ### BEGIN SOLUTION ch14
         ### TODO: gate = act(w1(x)), up = w3(x) (both (..., d_ff)); cache them in self._gate,
         ###   self._up; return dropout(w2(gate * up))

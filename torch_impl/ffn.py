@@ -131,5 +131,9 @@ class SwiGLUFeedForward(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() < 1 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x: expected shape (..., d_model={self.d_model}), got {tuple(x.shape)}"
+            )
         # (..., d_model) -> two (..., d_ff) branches, gated product -> (..., d_model)
         return self.dropout(self.w2(self.act(self.w1(x)) * self.w3(x)))
