@@ -62,6 +62,8 @@ CHAPTERS: dict[str, tuple[str, str]] = {
     "09": ("training", "09_training"),
     "10": ("sampling", "10_sampling"),
     "12": ("efficient attention and the KV cache", "12_efficient_attention"),
+    "13": ("positional encodings II: RoPE", "13_positional_rope"),
+    "14": ("RMSNorm, post-norm, SwiGLU", "14_norms_ffn"),
 }
 
 
@@ -74,7 +76,7 @@ def parse_chapter(text: str) -> str:
     digits = str(text).strip().lower().removeprefix("ch")
     if digits.isdigit() and f"{int(digits):02d}" in CHAPTERS:
         return f"{int(digits):02d}"
-    raise UserError(f"chapter: unknown chapter {text!r}; the chapters are 01 to {max(CHAPTERS)}")
+    raise UserError(f"chapter: unknown chapter {text!r}; the chapters are {', '.join(CHAPTERS)}")
 
 
 def chapter_folder(chapter: str, labs: Path = REPO / "labs") -> str:
@@ -696,7 +698,7 @@ def _workspace_option(p: argparse.ArgumentParser) -> None:
 
 def _chapter_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "chapter", help=f"chapter number, 01 to {max(CHAPTERS)} (3, 03 and ch03 all work)"
+        "chapter", help=f"chapter number, one of {', '.join(CHAPTERS)} (3, 03 and ch03 all work)"
     )
 
 

@@ -24,7 +24,14 @@ import numpy_impl.sampling as NS
 import torch_impl as T
 import torch_impl.sampling as TS
 from parity_tests.harness import copy_weights, randomize_, tensor
-from parity_tests.strategies import SeededRng, batch_sizes, gpt_configs, rngs
+from parity_tests.strategies import (
+    SeededRng,
+    batch_sizes,
+    even_heads_and_width,
+    gpt_configs,
+    rngs,
+    rope_layouts,
+)
 from parity_tests.tolerances import assert_close
 
 pytestmark = pytest.mark.ch12
@@ -63,6 +70,36 @@ def test_cached_decoding_equals_full_recomputation_at_every_step(
         assert_close(f"NumPy, cached vs recomputed: {what}", cached, full, np.float64)
         assert_close(f"NumPy cached vs torch cached ({attn_impl}): {what}", cached, cached_t)
         assert cache.length == cache_t.length == min(idx.shape[1], block)
+        idx = np.concatenate([idx, rng.ids(config["vocab_size"], (B, 1))], axis=1)
+
+
+@given(data=st.data(), rng=rngs, B=batch_sizes, T0=st.integers(1, 12), steps=st.integers(1, 6))
+def test_cached_decoding_of_llama_style_and_post_norm_models(data, rng: SeededRng, B, T0, steps):
+    """The same, for the catalogue's options: RoPE (q and k rotated at their absolute
+    positions before they enter the cache), RMSNorm, SwiGLU, post-norm."""
+    h, c = data.draw(even_heads_and_width(), label="n_heads, d_model")
+    options = {
+        "n_heads": h,
+        "d_model": c,
+        "pos_emb": data.draw(st.sampled_from(["learned", "rope"]), label="pos_emb"),
+        "rope_layout": data.draw(rope_layouts, label="rope_layout"),
+        "norm": data.draw(st.sampled_from(["layernorm", "rmsnorm"]), label="norm"),
+        "ffn": data.draw(st.sampled_from(["gelu", "relu", "swiglu"]), label="ffn"),
+        "norm_position": data.draw(st.sampled_from(["pre", "post"]), label="norm_position"),
+    }
+    config = data.draw(gpt_configs(**options), label="config")
+    numpy_model, torch_model = twin_models(config, rng)
+    block = config["block_size"]
+    idx = rng.ids(config["vocab_size"], (B, T0))
+    cache, cache_t = numpy_model.new_kv_cache(), torch_model.new_kv_cache()
+    for step in range(steps):
+        full = numpy_model.forward(idx[:, -block:])[:, -1, :]
+        cached = NS._cached_next_logits(numpy_model, idx, cache)
+        with torch.no_grad():
+            cached_t = TS._cached_next_logits(torch_model, tensor(idx), cache_t)
+        what = f"next-token logits at step {step} ({options}, T={idx.shape[1]})"
+        assert_close(f"NumPy, cached vs recomputed: {what}", cached, full, np.float64)
+        assert_close(f"NumPy cached vs torch cached: {what}", cached, cached_t)
         idx = np.concatenate([idx, rng.ids(config["vocab_size"], (B, 1))], axis=1)
 
 

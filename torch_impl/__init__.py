@@ -5,24 +5,27 @@ names and parameter shapes of ``numpy_impl``, so state dicts move between
 the two backends unchanged. Nothing here imports ``numpy_impl``.
 """
 
-from .activations import GELU
+from .activations import GELU, ReLU, SiLU
 from .attention import (
     CausalSelfAttention,
+    MultiHeadAttention,
     attention_weights,
+    merge_qkv_state_dict,
     scaled_dot_product_attention,
     scaled_dot_product_attention_explicit,
+    split_qkv_state_dict,
     use_sdpa_backend,
 )
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
-from .ffn import FeedForward
+from .ffn import FeedForward, SwiGLUFeedForward, swiglu_hidden_dim
 from .flash_attention import flash_attention
 from .gpt import GPT, GPTConfig
 from .kv_cache import KVCache, LayerKVCache
 from .linear import Linear
 from .loss import CrossEntropyLoss
-from .norm import LayerNorm
+from .norm import LayerNorm, RMSNorm
 from .optim import (
     AdamW,
     clip_grad_norm_,
@@ -31,6 +34,13 @@ from .optim import (
     make_optimizer,
 )
 from .positional import LearnedPositionalEmbedding
+from .rope import (
+    RotaryEmbedding,
+    apply_rope,
+    permute_qkv_for_rope,
+    rope_cos_sin,
+    rope_permutation,
+)
 from .sampling import filter_logits, generate, sample_inverse_cdf
 
 __all__ = [
@@ -62,4 +72,17 @@ __all__ = [
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_explicit",
     "use_sdpa_backend",
+    "ReLU",
+    "SiLU",
+    "MultiHeadAttention",
+    "merge_qkv_state_dict",
+    "split_qkv_state_dict",
+    "SwiGLUFeedForward",
+    "swiglu_hidden_dim",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "apply_rope",
+    "permute_qkv_for_rope",
+    "rope_cos_sin",
+    "rope_permutation",
 ]

@@ -1,7 +1,9 @@
 """A GPT-2 style decoder-only language model (Radford et al. 2019), twin of ``numpy_impl/gpt.py``.
 
 token ids -> token + position embeddings -> ``n_layers`` pre-norm blocks ->
-final LayerNorm -> linear head -> logits over the vocabulary.
+final LayerNorm -> linear head -> logits over the vocabulary. Configured with
+RoPE, RMSNorm, SwiGLU and no biases, the same class is a Llama-style decoder
+(Touvron et al. 2023, sec. 2.2).
 """
 
 from __future__ import annotations
@@ -15,13 +17,17 @@ import torch
 from torch import nn
 
 from .activations import GELU_APPROXIMATIONS
-from .block import Block
+from .block import Block, check_block_options
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
+from .ffn import SwiGLUFeedForward
 from .kv_cache import KVCache
 from .linear import Linear
-from .norm import LayerNorm
+from .norm import LayerNorm, RMSNorm
 from .positional import LearnedPositionalEmbedding
+from .rope import ROPE_LAYOUTS
+
+POS_EMBS = ("learned", "rope")
 
 
 @dataclass
@@ -39,12 +45,23 @@ class GPTConfig:
         bias: biases in the linear layers and LayerNorms (the head never has one).
         tie_weights: share the token embedding with the output head (GPT-2 does).
         gelu_approximate: ``"tanh"`` (GPT-2) or ``"none"``.
+        pos_emb: ``"learned"`` (GPT-2) or ``"rope"`` (rotary q and k in every layer).
+        rope_layout: ``"interleaved"`` or ``"half"`` (``torch_impl/rope.py``).
+        rope_base: RoPE's frequency base (10000).
+        norm: ``"layernorm"`` or ``"rmsnorm"`` (every norm, ``ln_f`` included).
+        ffn: ``"gelu"``, ``"relu"`` or ``"swiglu"``.
+        norm_position: ``"pre"`` (GPT-2) or ``"post"`` (Vaswani et al. 2017).
+
+    Llama-style: ``pos_emb="rope", norm="rmsnorm", ffn="swiglu", bias=False``.
+    A dict written before these fields existed loads with their defaults.
 
     Raises:
         ValueError: from ``__post_init__``, naming the offending field: a
             size that is not a positive int, ``d_model`` not divisible by
-            ``n_heads``, ``dropout`` outside ``[0, 1)``, or an unknown
-            ``gelu_approximate``.
+            ``n_heads``, ``dropout`` outside ``[0, 1)``, an unknown
+            ``gelu_approximate``, ``pos_emb``, ``rope_layout``, ``norm``,
+            ``ffn`` or ``norm_position``, ``rope_base <= 1``, or RoPE with an
+            odd head dimension.
     """
 
     vocab_size: int
@@ -57,6 +74,12 @@ class GPTConfig:
     bias: bool = True
     tie_weights: bool = True
     gelu_approximate: str = "tanh"
+    pos_emb: str = "learned"
+    rope_layout: str = "interleaved"
+    rope_base: float = 10000.0
+    norm: str = "layernorm"
+    ffn: str = "gelu"
+    norm_position: str = "pre"
 
     def __post_init__(self) -> None:
         sizes = ["vocab_size", "block_size", "n_layers", "n_heads", "d_model"]
@@ -75,6 +98,20 @@ class GPTConfig:
                 f"gelu_approximate: expected one of {GELU_APPROXIMATIONS}, "
                 f"got {self.gelu_approximate!r}"
             )
+        if self.pos_emb not in POS_EMBS:
+            raise ValueError(f"pos_emb: expected one of {POS_EMBS}, got {self.pos_emb!r}")
+        if self.rope_layout not in ROPE_LAYOUTS:
+            raise ValueError(
+                f"rope_layout: expected one of {ROPE_LAYOUTS}, got {self.rope_layout!r}"
+            )
+        if not self.rope_base > 1.0:
+            raise ValueError(f"rope_base: expected a frequency base > 1, got {self.rope_base!r}")
+        if self.pos_emb == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"d_model={self.d_model}, n_heads={self.n_heads}: RoPE needs an even head "
+                f"dimension d_k = d_model / n_heads, got {self.d_model // self.n_heads}"
+            )
+        check_block_options(self.norm, self.ffn, self.norm_position)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain, JSON-ready dict (field order preserved)."""
@@ -112,10 +149,11 @@ class GPT(nn.Module):
 
     Submodules (in this exact order, matching the NumPy twin):
         tok_emb: ``Embedding(vocab_size, d_model)``.
-        pos_emb: ``LearnedPositionalEmbedding(block_size, d_model)``.
+        pos_emb: ``LearnedPositionalEmbedding(block_size, d_model)``, or None
+            with ``pos_emb="rope"`` (the attention layers rotate q and k instead).
         drop: ``Dropout(dropout)`` on the summed embeddings.
         blocks: ``nn.ModuleList`` of ``n_layers`` :class:`Block`.
-        ln_f: final ``LayerNorm(d_model)``.
+        ln_f: final ``LayerNorm(d_model)`` (``RMSNorm`` with ``norm="rmsnorm"``).
         head: ``Linear(d_model, vocab_size, bias=False)``; with ``tie_weights``
             its weight *is* ``tok_emb.weight`` (Press & Wolf 2017), so
             ``state_dict()`` lists the tensor under both names and
@@ -151,7 +189,9 @@ class GPT(nn.Module):
         self.config = config
         c = config
         self.tok_emb = Embedding(c.vocab_size, c.d_model, dtype=dtype)
-        self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, dtype=dtype)
+        self.pos_emb = None
+        if c.pos_emb == "learned":
+            self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, dtype=dtype)
         self.drop = Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             [
@@ -164,11 +204,19 @@ class GPT(nn.Module):
                     gelu_approximate=c.gelu_approximate,
                     attn_impl=attn_impl,
                     dtype=dtype,
+                    norm=c.norm,
+                    ffn=c.ffn,
+                    norm_position=c.norm_position,
+                    rope=c.rope_layout if c.pos_emb == "rope" else None,
+                    rope_base=c.rope_base,
                 )
                 for _ in range(c.n_layers)
             ]
         )
-        self.ln_f = LayerNorm(c.d_model, bias=c.bias, dtype=dtype)
+        if c.norm == "rmsnorm":
+            self.ln_f = RMSNorm(c.d_model, dtype=dtype)
+        else:
+            self.ln_f = LayerNorm(c.d_model, bias=c.bias, dtype=dtype)
         self.head = Linear(c.d_model, c.vocab_size, bias=False, dtype=dtype)
         if c.tie_weights:
             self.head.weight = self.tok_emb.weight  # one tensor, two roles
@@ -188,12 +236,15 @@ class GPT(nn.Module):
                 nn.init.ones_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
         # Each block adds two residual branches; shrink their output weights so the
         # residual stream's variance stays ~constant with depth (Radford et al. 2019).
         residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
         for block in self.blocks:
             nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
-            nn.init.normal_(block.ffn.fc2.weight, mean=0.0, std=residual_std)
+            ffn_out = block.ffn.w2 if isinstance(block.ffn, SwiGLUFeedForward) else block.ffn.fc2
+            nn.init.normal_(ffn_out.weight, mean=0.0, std=residual_std)
 
     @property
     def attn_impl(self) -> str:
@@ -223,8 +274,9 @@ class GPT(nn.Module):
         if kv_cache is not None or start_pos is not None:
             return self._forward_cached(idx, kv_cache, start_pos)
 
-        # (B, T, d_model) + (T, d_model) -> (B, T, d_model): positions broadcast over the batch
-        x = self.tok_emb(idx) + self.pos_emb(T)
+        x = self.tok_emb(idx)  # (B, T, d_model)
+        if self.pos_emb is not None:  # (T, d_model) positions broadcast over the batch
+            x = x + self.pos_emb(T)
         x = self.drop(x)
         for block in self.blocks:
             x = block(x)  # (B, T, d_model) -> (B, T, d_model)
@@ -264,7 +316,9 @@ class GPT(nn.Module):
                 f"block_size={self.config.block_size}"
             )
         # the position vectors of start_pos .. start_pos + T - 1: (T, d_model)
-        x = self.tok_emb(idx) + self.pos_emb(start_pos + T)[start_pos:]
+        x = self.tok_emb(idx)
+        if self.pos_emb is not None:  # RoPE models rotate q and k in attention instead
+            x = x + self.pos_emb(start_pos + T)[start_pos:]
         x = self.drop(x)
         for block, layer_cache in zip(self.blocks, kv_cache.layers, strict=True):
             x = block(x, kv_cache=layer_cache, start_pos=start_pos)
