@@ -589,7 +589,13 @@ def main(args: argparse.Namespace) -> int:
     right = load_source(TORCH_DIR / f"{comp}.py")
     pairs = pair_sources(left, right)
     if args.method:
-        pairs = select_method(pairs, args.method)
+        method = args.method
+        if "." not in method and args.component not in (comp, f"{comp}.py"):
+            # `diff LayerNorm --method forward`: that class's forward, not RMSNorm's
+            qualified = f"{Path(args.component).stem}.{method}"
+            if any(p.qualname == qualified for p in pairs):
+                method = qualified
+        pairs = select_method(pairs, method)
     width = args.width or shutil.get_terminal_size((2 * MIN_COLUMN + 3, 40)).columns
     lines = render_text(
         pairs,

@@ -36,6 +36,7 @@ from parity_tests.harness import (
     copy_weights,
     finite_difference_check,
     randomize_,
+    tensor,
 )
 from parity_tests.strategies import (
     SeededRng,
@@ -130,6 +131,26 @@ def test_llama_gpt_finite_differences(data, rng: SeededRng, B, T_):
             rng,
             n_coords=3,
         )
+
+
+@pytest.mark.ch13
+@pytest.mark.ch14
+@given(data=st.data(), rng=rngs, B=batch_sizes, T_=st.integers(2, 9))
+def test_gpt_options_never_see_the_future(data, rng: SeededRng, B, T_):
+    """Changing the tokens after position t leaves the logits at 0..t unchanged, in both
+    backends (RoPE rotates q and k, it must not undo the causal mask)."""
+    config = data.draw(catalogue_configs(), label="config")
+    numpy_model, torch_model = build_gpts(config, rng)
+    t = int(rng.gen.integers(0, T_ - 1))
+    idx = rng.ids(config["vocab_size"], (B, T_))
+    other = idx.copy()
+    other[:, t + 1 :] = (idx[:, t + 1 :] + 1) % config["vocab_size"]
+    with torch.no_grad():
+        for side, f in (("NumPy", numpy_model), ("torch", lambda a: torch_model(tensor(a)))):
+            a, b = f(idx), f(other)
+            assert_close(
+                f"{side} logits 0..{t} with the future changed", b[:, : t + 1], a[:, : t + 1]
+            )
 
 
 # -- what the Llama configuration builds -------------------------------------------------------
