@@ -21,16 +21,18 @@ from .norm import LayerNorm
 from .optim import AdamW, clip_grad_norm_, configure_param_groups, cosine_lr
 from .positional import LearnedPositionalEmbedding
 from .sampling import filter_logits, generate
-from .tokenizer import CharTokenizer
+from .tokenizer import BPETokenizer, CharTokenizer, DecodeStream
 
 __all__ = [
     "GELU",
     "GPT",
     "AdamW",
+    "BPETokenizer",
     "Block",
     "CausalSelfAttention",
     "CharTokenizer",
     "CrossEntropyLoss",
+    "DecodeStream",
     "Dropout",
     "Embedding",
     "FeedForward",

@@ -29,14 +29,17 @@ from .optim import (
 )
 from .positional import LearnedPositionalEmbedding
 from .sampling import filter_logits, generate
+from .tokenizer import BPETokenizer, DecodeStream
 
 __all__ = [
     "GELU",
     "GPT",
     "AdamW",
+    "BPETokenizer",
     "Block",
     "CausalSelfAttention",
     "CrossEntropyLoss",
+    "DecodeStream",
     "Dropout",
     "Embedding",
     "FeedForward",
