@@ -141,6 +141,7 @@ CHAPTERS = {
     "ch08": "the GPT model",
     "ch09": "training: cross-entropy, AdamW, gradient clipping, the LR schedule",
     "ch10": "sampling: filter_logits, generate",
+    "ch11": "tokenization: byte-level BPE, merge and encoding by rank",
 }
 
 

@@ -80,6 +80,7 @@ FENCES = {
         "optim.py": ["AdamW.step", "clip_grad_norm_", "cosine_lr"],
     },
     "10": {"sampling.py": ["filter_logits", "generate"]},
+    "11": {"tokenizer.py": ["merge", "BPETokenizer._bpe"]},
 }
 
 #: chapter -> the test files its marker selects from: the files that test its functions.
@@ -94,6 +95,7 @@ TEST_FILES = {
     "08": {"test_bad_inputs.py", "test_gpt.py"},
     "09": {"test_bad_inputs.py", "test_loss.py", "test_training.py"},
     "10": {"test_bad_inputs.py", "test_sampling.py"},
+    "11": {"test_bad_inputs.py", "test_bpe.py"},
 }
 WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09"]
 ALL = list(CHAPTERS)
@@ -158,7 +160,7 @@ def test_fences_are_where_the_learning_path_says(reference):
         ("    ### BEGIN SOLUTION ch03\nx = 1\n", "without an END"),
         ("x = 1\n### END SOLUTION\n", "without a BEGIN"),
         ("### BEGIN SOLUTION\nx = 1\n### END SOLUTION\n", "write the chapter"),
-        ("### BEGIN SOLUTION ch11\nx = 1\n### END SOLUTION\n", "write the chapter"),
+        ("### BEGIN SOLUTION ch99\nx = 1\n### END SOLUTION\n", "write the chapter"),
         ("    ### BEGIN SOLUTION ch03\n    x = 1\n### END SOLUTION\n", "not indented like"),
         ("### BEGIN SOLUTION ch03\n### BEGIN SOLUTION ch03\n", "inside the region"),
         ("x = 1  ### END SOLUTION\n", "alone on its line"),
