@@ -648,10 +648,10 @@ class BPETokenizer:
             ("special_tokens", special_tokens, str),
         ):
             for k, i in table.items():
-                if not isinstance(k, key_type) or not k:
-                    raise TypeError(
-                        f"{what}: expected non-empty {key_type.__name__} keys, got {k!r}"
-                    )
+                if not isinstance(k, key_type):
+                    raise TypeError(f"{what}: expected {key_type.__name__} keys, got {k!r}")
+                if not k:
+                    raise ValueError(f"{what}: the empty {key_type.__name__} cannot be a token")
                 if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i < 0:
                     raise ValueError(f"{what}: the id of {k!r} is {i!r}, not an int >= 0")
         if len(set(vocab.values())) != len(vocab):

@@ -227,6 +227,9 @@ def test_tokenizer_json_is_hfs_document_both_ways(twins, tmp_path):
     ours = twins[0]
     hf_trained = TT.BPETokenizer.train(TRAIN_TEXT, 420)
     assert json.loads(ours.to_json()) == json.loads(hf_trained.hf_tokenizer.to_str())
+    # byte for byte: a checkpoint's tokenizer.json (and its sha256) is the same whichever
+    # backend trained it, so a run resumes on the other backend
+    assert ours.to_json() == hf_trained.to_json()
     text = TRAIN_TEXT[:300] + EOT + " and after"
     # HF loads ours...
     ours.save(tmp_path / "tokenizer.json")

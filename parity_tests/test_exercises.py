@@ -320,7 +320,7 @@ def test_commands_print_what_they_did_and_refuse_bad_input(tmp_path, capsys):
         (("status", "--workspace", ws), "no workspace yet"),
         (("check", "03", "--workspace", ws), "no workspace yet"),
         (("reset", "03", "--workspace", ws), "no workspace yet"),
-        (("start", "11", "--workspace", ws), "unknown chapter '11'"),
+        (("start", "99", "--workspace", ws), "unknown chapter '99'"),
     ]:
         args = cli(*argv)
         with pytest.raises(UserError, match=match):

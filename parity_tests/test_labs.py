@@ -242,8 +242,8 @@ def test_bpe_runs_train_and_sample_across_backends(tmp_path, corpus):
         _, config, _ = load_checkpoint(out)
         assert config["tokenizer"]["type"] == "bpe" and config["model"]["vocab_size"] == 300
         assert "tokenizer.json" in config["files"]
-    docs = [json.loads((tmp_path / b / "tokenizer.json").read_text()) for b in ("numpy", "torch")]
-    assert docs[0] == docs[1]  # from scratch and HF: the same tokenizer
+    docs = [(tmp_path / b / "tokenizer.json").read_bytes() for b in ("numpy", "torch")]
+    assert docs[0] == docs[1]  # from scratch and HF: the same tokenizer, the same bytes
     r = run_cli(
         "sample", "--checkpoint", str(tmp_path / "numpy"), "--backend", "torch",
         "--prompt", "All:", "--max-new-tokens", "15", "--temperature", "0",
