@@ -5,6 +5,7 @@
     python -m labs bench
     python -m labs bench-attention [--device cuda]
     python -m labs bench-generate
+    python -m labs bench-tokenizer
 
 Expected bad inputs (a missing corpus, a corrupt checkpoint, a prompt with
 characters the model never saw) end with one line, ``error: ...``, and exit
@@ -21,6 +22,7 @@ from . import (
     bench,
     bench_attention,
     bench_generate,
+    bench_tokenizer,
     diff,
     docs,
     exercises,
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
             "time and memory of explicit vs flash/fused attention",
         ),
         ("bench-generate", bench_generate, "generation tokens/s with and without the KV cache"),
+        ("bench-tokenizer", bench_tokenizer, "byte-level BPE from scratch against HF tokenizers"),
         ("start", exercises.start, "make a workspace where one chapter's NumPy code is yours"),
         ("check", exercises.check, "run one chapter's parity tests against your workspace"),
         ("status", exercises.status, "show which chapters are done"),

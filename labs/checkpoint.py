@@ -177,6 +177,7 @@ def save_checkpoint(
     config: dict,
     optimizer_state: dict[str, np.ndarray] | None = None,
     meta: dict | None = None,
+    extra_files: dict[str, bytes] | None = None,
 ) -> Path:
     """Write a checkpoint directory (created if needed), atomically file by file.
 
@@ -191,6 +192,8 @@ def save_checkpoint(
             optimizer file in ``directory`` is then removed).
         meta: ``{"step": int, "backend": str, "metrics": dict, ...}``; merged
             into config.json next to ``config``'s keys.
+        extra_files: ``{file name: bytes}`` written the same way and hashed in
+            config.json too (a BPE run's ``tokenizer.json``).
 
     Returns:
         the directory's path.
@@ -221,6 +224,10 @@ def save_checkpoint(
                 "optimizer_state does not match config['model']: " + "; ".join(problems)
             )
         blobs[OPTIMIZER_FILE] = save(opt)
+    for name, blob in (extra_files or {}).items():
+        if name in (MODEL_FILE, OPTIMIZER_FILE, CONFIG_FILE) or Path(name).name != name:
+            raise ValueError(f"extra_files: {name!r} is not a free file name")
+        blobs[name] = bytes(blob)
     document = {"format": FORMAT, "version": VERSION, **config, **meta}
     document.setdefault("step", 0)
     # config.json, written last, names the exact bytes it belongs with: a crash between

@@ -53,6 +53,7 @@ class Part:
     component: str
     only: str | tuple[str, ...] | None = None
     note: str = ""
+    numpy_only: bool = False  # show the NumPy column alone (no twin for these names)
 
 
 #: chapter number -> (topic, the code it covers). Chapters found under labs/ with a
@@ -63,8 +64,10 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
         (
             Part(
                 "tokenizer",
-                note="The PyTorch side has no tokenizer yet: both backends share this one, "
-                "so only the NumPy column is shown.",
+                ("CharTokenizer",),
+                note="CharTokenizer has no PyTorch twin: both backends share this one, "
+                "so only the NumPy column is shown (chapter 11's byte-level BPE has one).",
+                numpy_only=True,
             ),
         ),
     ),
@@ -83,6 +86,27 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
     "08": ("gpt", (Part("gpt"),)),
     "09": ("training", (Part("loss"), Part("optim"))),
     "10": ("sampling", (Part("sampling"),)),
+    "11": (
+        "tokenization",
+        (
+            Part(
+                "tokenizer",
+                (
+                    "bytes_to_unicode",
+                    "token_to_str",
+                    "str_to_token",
+                    "pre_tokenize",
+                    "get_pair_counts",
+                    "merge",
+                    "train_bpe_plain",
+                    "train_bpe",
+                    "BPETokenizer",
+                    "DecodeStream",
+                ),
+                "Byte-level BPE: from scratch on the left, HF tokenizers on the right.",
+            ),
+        ),
+    ),
     "12": ("efficient_attention", (Part("flash_attention"), Part("kv_cache"))),
     "13": ("positional_rope", (Part("rope"),)),
     "14": (
@@ -282,7 +306,7 @@ def _component_html(part: Part, number: str) -> tuple[str, str, _Rendered]:
     comp = part.component
     npath, tpath = NUMPY_DIR / f"{comp}.py", TORCH_DIR / f"{comp}.py"
     left = load_source(npath) if npath.is_file() else None
-    right = load_source(tpath) if tpath.is_file() else None
+    right = load_source(tpath) if tpath.is_file() and not part.numpy_only else None
     section_id = f"code-{comp}" + ("" if part.only is None else f"-{_only_slug(part.only)}")
     if left is None and right is None:
         body = f'<p class="note">No <code>{comp}.py</code> in numpy_impl/ or torch_impl/ yet.</p>'

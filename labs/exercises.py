@@ -61,6 +61,7 @@ CHAPTERS: dict[str, tuple[str, str]] = {
     "08": ("the GPT", "08_gpt"),
     "09": ("training", "09_training"),
     "10": ("sampling", "10_sampling"),
+    "11": ("tokenization: byte-level BPE", "11_tokenization"),
     "12": ("efficient attention and the KV cache", "12_efficient_attention"),
     "13": ("positional encodings II: RoPE", "13_positional_rope"),
     "14": ("RMSNorm, post-norm, SwiGLU", "14_norms_ffn"),

@@ -14,6 +14,7 @@ import argparse
 from . import UserError
 from .backends import BACKENDS, make_backend
 from .checkpoint import load_checkpoint
+from .tokenization import load_tokenizer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,8 +48,6 @@ def main(args: argparse.Namespace) -> int:
         UserError: missing or corrupt checkpoint, prompt characters outside
             the vocabulary, invalid sampling settings.
     """
-    from numpy_impl.tokenizer import CharTokenizer
-
     if args.max_new_tokens < 0:
         raise UserError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
     if args.temperature < 0:
@@ -59,7 +58,9 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--top-p must lie in (0, 1], got {args.top_p}")
     try:
         model_state, config, _ = load_checkpoint(args.checkpoint)
-        tokenizer = CharTokenizer.from_dict(config["tokenizer"])
+        # char: shared; BPE: the backend's own implementation reads tokenizer.json
+        backend_name = args.backend or config.get("backend", "numpy")
+        tokenizer = load_tokenizer(config, args.checkpoint, backend_name)
     except (OSError, ValueError) as e:
         raise UserError(str(e)) from e
     prompt = args.prompt.replace("\\n", "\n")
@@ -70,9 +71,8 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         raise UserError(f"--prompt {e.args[0].removeprefix('text: ')}") from e
 
-    name = args.backend or config.get("backend", "numpy")
     try:
-        backend = make_backend(name, config["model"], seed=0, attn_impl=args.attn_impl)
+        backend = make_backend(backend_name, config["model"], seed=0, attn_impl=args.attn_impl)
     except (TypeError, ValueError) as e:  # a config.json edited by hand, say
         raise UserError(f"{args.checkpoint}: bad model config: {e}") from e
     backend.load_state_dict(model_state)  # names and shapes were checked on loading

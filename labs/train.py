@@ -39,6 +39,13 @@ from .data import (
     resolve_corpus,
     train_val_split,
 )
+from .tokenization import (
+    KINDS,
+    bits_per_byte,
+    build_tokenizer,
+    bytes_per_token,
+    tokenizer_config,
+)
 
 #: ``--arch``: GPTConfig fields that differ from the GPT-2 defaults. Llama-style
 #: (Touvron et al. 2023, sec. 2.2): RoPE (Meta's interleaved pairs), RMSNorm,
@@ -76,6 +83,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
     p.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
     p.add_argument("--seed", type=int, default=1337, help="weights and batches")
+    p.add_argument(
+        "--tokenizer",
+        choices=KINDS,
+        default="char",
+        help="characters, or byte-level BPE trained by the backend's own implementation",
+    )
+    p.add_argument(
+        "--vocab-size", type=int, default=1000, help="BPE vocabulary size (with --tokenizer bpe)"
+    )
     g = p.add_argument_group("model")
     g.add_argument(
         "--arch",
@@ -190,7 +206,7 @@ def matched_d_ff(model_config: dict, multiple_of: int = 8) -> tuple[int, int, in
     return best, count({**model_config, "d_ff": best}), target
 
 
-def plot_losses(log_path: Path, png_path: Path, title: str = "") -> None:
+def plot_losses(log_path: Path, png_path: Path, title: str = "", unit: str = "character") -> None:
     """Draw train and val loss against step from a ``log.jsonl`` into a PNG."""
     import matplotlib
 
@@ -203,7 +219,7 @@ def plot_losses(log_path: Path, png_path: Path, title: str = "") -> None:
     ax.plot(steps, [r["train_loss"] for r in rows], marker="o", ms=3, label="train")
     ax.plot(steps, [r["val_loss"] for r in rows], marker="o", ms=3, label="val")
     ax.set_xlabel("step")
-    ax.set_ylabel("loss (nats per character)")
+    ax.set_ylabel(f"loss (nats per {unit})")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
@@ -221,8 +237,6 @@ def run(args: argparse.Namespace) -> dict:
     """
     from tqdm import tqdm
 
-    from numpy_impl.tokenizer import CharTokenizer
-
     _check_args(args)
     out = Path(args.out or f"runs/{args.backend}")
 
@@ -232,7 +246,10 @@ def run(args: argparse.Namespace) -> dict:
         text = load_corpus(corpus_path)
     except (OSError, ValueError, CorpusUnavailableError) as e:
         raise UserError(str(e)) from e
-    tokenizer = CharTokenizer.from_text(text)
+    try:
+        tokenizer = build_tokenizer(args.tokenizer, args.backend, text, args.vocab_size)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"--vocab-size: {e}") from e
     train_ids, val_ids = train_val_split(tokenizer.encode_array(text), 0.9)
     B, T = args.batch_size, args.block_size
     for split, ids in (("training", train_ids), ("validation", val_ids)):
@@ -241,6 +258,7 @@ def run(args: argparse.Namespace) -> dict:
                 f"{corpus_path}: the {split} split has {len(ids)} characters, fewer than "
                 f"--block-size + 1 = {T + 1}; use a longer text or a smaller --block-size"
             )
+    val_bytes_per_token = bytes_per_token(tokenizer, val_ids)  # for bits per byte
     sampler = BatchSampler(train_ids, T, B, seed=args.seed)
     # Evaluation batches are drawn once, so every evaluation sees the same text.
     eval_sets = {
@@ -298,7 +316,8 @@ def run(args: argparse.Namespace) -> dict:
     model_config = dataclasses.asdict(backend.config)  # every field, defaults filled in
     train_args = {k: v for k, v in vars(args).items() if k not in ("command", "func")}
     train_args.update(data=str(corpus_path), lr_decay_iters=train_config["lr_decay_iters"])
-    config = {"model": model_config, "tokenizer": tokenizer.to_dict(), "train": train_args}
+    tokenizer_section, tokenizer_files = tokenizer_config(tokenizer)
+    config = {"model": model_config, "tokenizer": tokenizer_section, "train": train_args}
 
     log_path = out / LOG_FILE
     elapsed_before = 0.0  # wall time of the run we resume, if any
@@ -334,6 +353,7 @@ def run(args: argparse.Namespace) -> dict:
             "step": backend.step,
             "train_loss": losses["train"],
             "val_loss": losses["val"],
+            "val_bpb": bits_per_byte(losses["val"], val_bytes_per_token),
             "lr": backend.current_lr(),
             "elapsed_s": round(elapsed, 3),
         }
@@ -342,8 +362,8 @@ def run(args: argparse.Namespace) -> dict:
         metrics.update(row, tokens_per_s=round(tok_s, 1))
         tqdm.write(
             f"step {backend.step:5d}: train loss {losses['train']:.4f}, "
-            f"val loss {losses['val']:.4f}, lr {row['lr']:.2e}, {elapsed:.1f} s"
-            + (f", {tok_s:,.0f} tok/s" if tok_s else "")
+            f"val loss {losses['val']:.4f} ({row['val_bpb']:.4f} bits/byte), "
+            f"lr {row['lr']:.2e}, {elapsed:.1f} s" + (f", {tok_s:,.0f} tok/s" if tok_s else "")
         )
         save_checkpoint(
             out,
@@ -356,6 +376,7 @@ def run(args: argparse.Namespace) -> dict:
                 "metrics": dict(metrics),
                 "sampler_state": sampler.get_state(),
             },
+            extra_files=tokenizer_files,
         )
 
     if backend.step == 0:
@@ -400,8 +421,13 @@ def run(args: argparse.Namespace) -> dict:
         evaluate_and_save()
 
     # -- summary --------------------------------------------------------------------
-    plot_losses(log_path, out / PLOT_FILE, title=f"{backend.name} backend, {out.name}")
+    unit = "character" if args.tokenizer == "char" else "token"
+    plot_losses(log_path, out / PLOT_FILE, title=f"{backend.name} backend, {out.name}", unit=unit)
     print(f"final val loss {metrics['val_loss']:.4f} (train {metrics['train_loss']:.4f})")
+    print(
+        f"final val bits per byte {metrics['val_bpb']:.4f} (nats per {unit} "
+        f"x {1 / val_bytes_per_token:.4f} {unit}s per byte / ln 2)"
+    )
     print(
         f"total wall time {wall:.1f} s; training throughput "
         f"{metrics['tokens_per_s']:,.0f} tokens/s (train steps only, evaluation excluded)"
@@ -409,7 +435,7 @@ def run(args: argparse.Namespace) -> dict:
     print(f"wrote {out / CONFIG_FILE}, {log_path}, {out / PLOT_FILE}")
     if args.sample_tokens:
         print(
-            f"--- sample: {args.sample_tokens} characters after a newline, "
+            f"--- sample: {args.sample_tokens} {unit}s after a newline, "
             f"temperature {FINAL_SAMPLE['temperature']}, seed {args.seed} ---"
         )
         ids = backend.generate(

@@ -33,16 +33,18 @@ from .rope import (
     rope_permutation,
 )
 from .sampling import filter_logits, generate
-from .tokenizer import CharTokenizer
+from .tokenizer import BPETokenizer, CharTokenizer, DecodeStream
 
 __all__ = [
     "GELU",
     "GPT",
     "AdamW",
+    "BPETokenizer",
     "Block",
     "CausalSelfAttention",
     "CharTokenizer",
     "CrossEntropyLoss",
+    "DecodeStream",
     "Dropout",
     "Embedding",
     "FeedForward",

@@ -118,3 +118,30 @@ def block_options(draw) -> dict:
         "norm_position": draw(st.sampled_from(["pre", "post"])),
         "rope": draw(st.one_of(st.none(), rope_layouts)),
     }
+
+
+# -- text, for the tokenizers (chapter 11) ------------------------------------------------
+#: Pieces that stress GPT-2's pre-tokenization and byte-level BPE: whitespace runs and
+#: newlines (``\s+(?!\S)``), contractions in both cases (the pattern knows lower case
+#: only), digits, emoji (4 bytes; a skin-tone modifier; a ZWJ family), combining marks,
+#: non-Latin scripts, no-break and ideographic spaces, and the end-of-text token's text.
+TEXT_PIECES = (
+    " ", "  ", "   ", "\n", "\n\n", " \n", "\n ", "\t", "\r\n", "\u00a0", "\u3000",
+    "'s", "'S", "'t", "'T", "'re", "'RE", "'ve", "'m", "'ll", "'LL", "'d", "'D", "'",
+    "he's", "HE'S", "don't", "DON'T", "the", " the", "The", "THE",
+    "0", "7", "42", "1603", " 3.14", "\u0663\u0664",
+    "\U0001f600", "\U0001f44d\U0001f3fd", "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+    "e\u0301", "\u0301", "a\u0308\u0323", "\u00e9", "\ufb01", "\u0130", "\u00df",
+    "\u65e5\u672c\u8a9e", "\u0395\u03bb\u03bb\u03ac\u03b4\u03b1", "\u0645\u0631\u062d\u0628\u0627",
+    "...", "?!", "--", "<|endoftext|>", "<|", "|>",
+)  # fmt: skip
+#: Any character Python's ``unicodedata`` knows to be assigned. Unassigned code points
+#: are left out of the *parity* texts: the ``regex`` package reads Unicode 17's tables
+#: and HF's Oniguruma an older version, so a letter new in Unicode 17 is ``\p{L}`` to
+#: one and not to the other (4,657 such code points with regex 2026.5, tokenizers
+#: 0.23). Surrogates (Cs) have no UTF-8 bytes: they are a bad input, not text.
+assigned_chars = st.characters(exclude_categories=("Cs", "Cn"))
+#: Texts mixing those pieces with arbitrary assigned characters.
+tokenizer_texts = st.lists(
+    st.one_of(st.sampled_from(TEXT_PIECES), st.text(assigned_chars, max_size=8)), max_size=16
+).map("".join)

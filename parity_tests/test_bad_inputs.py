@@ -572,7 +572,122 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^norm\b",
     ),
+    # -- ch11: byte-level BPE ------------------------------------------------------------------
+    "BPETokenizer.encode: text not a str": Row(
+        "ch11",
+        lambda: np_bpe().encode(b"bytes"),
+        lambda: torch_bpe().encode(b"bytes"),
+        TypeError,
+        r"^text\b",
+    ),
+    "BPETokenizer.encode: a lone surrogate": Row(
+        "ch11",
+        lambda: np_bpe().encode("a\ud800b"),
+        lambda: torch_bpe().encode("a\ud800b"),  # HF itself raises a TypeError
+        ValueError,
+        r"^text\b.*surrogate",
+    ),
+    "BPETokenizer.encode: allowed_special not special": Row(
+        "ch11",
+        lambda: np_bpe().encode("a", allowed_special={"<|pad|>"}),
+        lambda: torch_bpe().encode("a", allowed_special={"<|pad|>"}),
+        ValueError,
+        r"^allowed_special\b",
+    ),
+    "BPETokenizer.decode: id == vocab_size": Row(
+        "ch11",
+        lambda: np_bpe().decode([0, np_bpe().vocab_size]),
+        lambda: torch_bpe().decode([0, torch_bpe().vocab_size]),  # HF would skip it
+        ValueError,
+        r"^ids\b",
+    ),
+    "BPETokenizer.decode: negative id": Row(
+        "ch11",
+        lambda: np_bpe().decode(np.array([3, -1])),
+        lambda: torch_bpe().decode(np.array([3, -1])),
+        ValueError,
+        r"^ids\b",
+    ),
+    "BPETokenizer.decode: float id": Row(
+        "ch11",
+        lambda: np_bpe().decode([1, 2.0]),
+        lambda: torch_bpe().decode([1, 2.0]),
+        TypeError,
+        r"^ids\b",
+    ),
+    "DecodeStream.step: id out of range": Row(
+        "ch11",
+        lambda: np_bpe().decode_stream().step(10**6),
+        lambda: torch_bpe().decode_stream().step(10**6),
+        ValueError,
+        r"^ids\b",
+    ),
+    "BPETokenizer.train: vocab_size below 256 + specials": Row(
+        "ch11",
+        lambda: N.BPETokenizer.train("abc", 256),
+        lambda: T.BPETokenizer.train("abc", 256),
+        ValueError,
+        r"^vocab_size\b.*257",
+    ),
+    "BPETokenizer.train: empty special token": Row(
+        "ch11",
+        lambda: N.BPETokenizer.train("abc", 300, special_tokens=[""]),
+        lambda: T.BPETokenizer.train("abc", 300, special_tokens=[""]),
+        ValueError,
+        r"^special_tokens\b",
+    ),
+    "BPETokenizer: a pattern a tokenizer.json cannot hold": Row(
+        "ch11",
+        lambda: N.BPETokenizer.train("abc", 300, pattern=r"\w+"),
+        lambda: T.BPETokenizer.train("abc", 300, pattern=r"\w+"),
+        ValueError,
+        r"^pattern\b",
+    ),
+    "BPETokenizer: vocab without every byte": Row(
+        "ch11",
+        lambda: N.BPETokenizer({bytes([b]): b for b in range(255)}, []),
+        lambda: T.BPETokenizer({bytes([b]): b for b in range(255)}, []),
+        ValueError,
+        r"^vocab\b.*256 bytes",
+    ),
+    "BPETokenizer: merge of unknown tokens": Row(
+        "ch11",
+        lambda: N.BPETokenizer({bytes([b]): b for b in range(256)}, [(b"a", b"b")]),
+        lambda: T.BPETokenizer({bytes([b]): b for b in range(256)}, [(b"a", b"b")]),
+        ValueError,
+        r"^merges\[0\]",
+    ),
+    "BPETokenizer.from_json: a normalizer": Row(
+        "ch11",
+        lambda: N.BPETokenizer.from_json(bpe_json_with(normalizer={"type": "Lowercase"})),
+        lambda: T.BPETokenizer.from_json(bpe_json_with(normalizer={"type": "Lowercase"})),
+        ValueError,
+        r"^tokenizer.json: normalizer\b",
+    ),
 }
+
+
+_BPE: dict = {}
+
+
+def np_bpe():
+    """A small from-scratch BPE (trained once), and its HF twin with the same merges."""
+    if "numpy" not in _BPE:
+        _BPE["numpy"] = N.BPETokenizer.train("hello world, hello there", 270)
+    return _BPE["numpy"]
+
+
+def torch_bpe():
+    if "torch" not in _BPE:
+        tok = np_bpe()
+        _BPE["torch"] = T.BPETokenizer(tok.vocab, tok.merges, tok.special_tokens)
+    return _BPE["torch"]
+
+
+def bpe_json_with(**fields) -> str:
+    import json
+
+    return json.dumps({**json.loads(np_bpe().to_json()), **fields})
 
 
 def _cases():

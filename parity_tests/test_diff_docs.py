@@ -210,7 +210,7 @@ def test_docs_readme_links_notes_and_exercise_tint(tmp_path):
     assert (out / "assets" / "03_attention" / "figures" / "p.png").is_file()
     assert "numpy_impl/attention.py" in page
     tokens = (out / "01_tokens.html").read_text(encoding="utf-8")
-    assert "no tokenizer yet" in tokens and "col-torch" not in tokens
+    assert "no PyTorch twin" in tokens and "col-torch" not in tokens
     # exercise fences are ordinary comments; chapter NN's are tinted on its page
     mod = tmp_path / "mod.py"
     mod.write_text(

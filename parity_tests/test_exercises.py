@@ -80,6 +80,7 @@ FENCES = {
         "optim.py": ["AdamW.step", "clip_grad_norm_", "cosine_lr"],
     },
     "10": {"sampling.py": ["filter_logits", "generate"]},
+    "11": {"tokenizer.py": ["merge", "BPETokenizer._bpe"]},
     "12": {
         "flash_attention.py": ["flash_attention"],
         "kv_cache.py": ["LayerKVCache.update"],
@@ -113,6 +114,7 @@ TEST_FILES = {
     "08": {"test_bad_inputs.py", "test_gpt.py"},
     "09": {"test_bad_inputs.py", "test_loss.py", "test_training.py"},
     "10": {"test_bad_inputs.py", "test_sampling.py"},
+    "11": {"test_bad_inputs.py", "test_bpe.py"},
     "12": {"test_bad_inputs.py", "test_flash_attention.py", "test_kv_cache.py"},
     "13": {"test_bad_inputs.py", "test_components.py", "test_llama.py", "test_rope.py"},
     "14": {"test_bad_inputs.py", "test_components.py", "test_llama.py", "test_norms_ffn.py"},
@@ -180,7 +182,7 @@ def test_fences_are_where_the_learning_path_says(reference):
         ("    ### BEGIN SOLUTION ch03\nx = 1\n", "without an END"),
         ("x = 1\n### END SOLUTION\n", "without a BEGIN"),
         ("### BEGIN SOLUTION\nx = 1\n### END SOLUTION\n", "write the chapter"),
-        ("### BEGIN SOLUTION ch11\nx = 1\n### END SOLUTION\n", "write the chapter"),
+        ("### BEGIN SOLUTION ch99\nx = 1\n### END SOLUTION\n", "write the chapter"),
         ("    ### BEGIN SOLUTION ch03\n    x = 1\n### END SOLUTION\n", "not indented like"),
         ("### BEGIN SOLUTION ch03\n### BEGIN SOLUTION ch03\n", "inside the region"),
         ("x = 1  ### END SOLUTION\n", "alone on its line"),
@@ -340,7 +342,7 @@ def test_commands_print_what_they_did_and_refuse_bad_input(tmp_path, capsys):
         (("status", "--workspace", ws), "no workspace yet"),
         (("check", "03", "--workspace", ws), "no workspace yet"),
         (("reset", "03", "--workspace", ws), "no workspace yet"),
-        (("start", "11", "--workspace", ws), "unknown chapter '11'"),
+        (("start", "99", "--workspace", ws), "unknown chapter '99'"),
     ]:
         args = cli(*argv)
         with pytest.raises(UserError, match=match):

@@ -223,3 +223,51 @@ def test_interrupted_checkpoint_write_is_refused_not_mixed(tmp_path, monkeypatch
         ck.save_checkpoint(tmp_path, state2, config, meta={"step": 2})
     with pytest.raises(ValueError, match="interrupted"):
         load_checkpoint(tmp_path)
+
+
+def test_bpe_runs_train_and_sample_across_backends(tmp_path, corpus):
+    """``--tokenizer bpe``: each backend trains the tokenizer with its own implementation
+    (the two agree), caches it, saves it as the checkpoint's tokenizer.json, and the
+    other backend samples from that checkpoint; the log reports bits per byte."""
+    cache = {"XDG_CACHE_HOME": str(tmp_path / "cache")}
+    bpe = ["--tokenizer", "bpe", "--vocab-size", "300"]
+    for backend in ("numpy", "torch"):
+        out = tmp_path / backend
+        args = ["train", "--backend", backend, "--data", str(corpus), "--out", str(out)]
+        r = run_cli(*args, *bpe, *SMALL, env_extra=cache)
+        assert r.returncode == 0, r.stderr
+        assert "trained a BPE tokenizer" in r.stdout and "bits per byte" in r.stdout
+        log = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+        assert all(0 < e["val_bpb"] < e["val_loss"] * 3 for e in log)
+        _, config, _ = load_checkpoint(out)
+        assert config["tokenizer"]["type"] == "bpe" and config["model"]["vocab_size"] == 300
+        assert "tokenizer.json" in config["files"]
+    docs = [(tmp_path / b / "tokenizer.json").read_bytes() for b in ("numpy", "torch")]
+    assert docs[0] == docs[1]  # from scratch and HF: the same tokenizer, the same bytes
+    r = run_cli(
+        "sample", "--checkpoint", str(tmp_path / "numpy"), "--backend", "torch",
+        "--prompt", "All:", "--max-new-tokens", "15", "--temperature", "0",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("All:")
+
+
+def test_bpe_tokenizer_is_trained_once_and_cached(tmp_path, monkeypatch):
+    from labs import tokenization
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    said = []
+    first = tokenization.build_tokenizer("bpe", "numpy", TEXT, 280, log=said.append)
+    assert "trained" in said[-1] and tokenization.cache_file("numpy", TEXT, 280).is_file()
+    again = tokenization.build_tokenizer("bpe", "numpy", TEXT, 280, log=said.append)
+    assert "from the cache" in said[-1] and again.merges == first.merges
+    assert not tokenization.cache_file("numpy", TEXT + " ", 280).exists()  # keyed by corpus
+    section, files = tokenization.tokenizer_config(first)
+    (tmp_path / "tokenizer.json").write_bytes(files["tokenizer.json"])
+    loaded = tokenization.load_tokenizer({"tokenizer": section}, tmp_path, "torch")
+    assert loaded.encode(TEXT) == first.encode(TEXT)
+    (tmp_path / "tokenizer.json").write_bytes(files["tokenizer.json"] + b" ")
+    with pytest.raises(ValueError, match="sha256"):
+        tokenization.load_tokenizer({"tokenizer": section}, tmp_path, "numpy")
+    char = tokenization.build_tokenizer("char", "torch", TEXT, 280)
+    assert tokenization.bits_per_byte(np.log(2), tokenization.bytes_per_token(char, [0, 1])) == 1

@@ -42,14 +42,17 @@ from .rope import (
     rope_permutation,
 )
 from .sampling import filter_logits, generate, sample_inverse_cdf
+from .tokenizer import BPETokenizer, DecodeStream
 
 __all__ = [
     "GELU",
     "GPT",
     "AdamW",
+    "BPETokenizer",
     "Block",
     "CausalSelfAttention",
     "CrossEntropyLoss",
+    "DecodeStream",
     "Dropout",
     "Embedding",
     "FeedForward",

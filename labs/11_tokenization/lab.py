@@ -1,0 +1,263 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+# ---
+
+# %% [markdown]
+# # Chapter 11 lab: byte-level BPE
+#
+# A plain Python script that is also a notebook (jupytext percent format):
+#
+#     TWINFORMER_DATA=/path/to/tinyshakespeare.txt python labs/11_tokenization/lab.py
+#
+# It prints numbers and writes PNGs into `labs/11_tokenization/figures/`. It never
+# downloads: without the corpus it uses a short built-in passage and says so.
+# About 30 s on a laptop CPU with the corpus (two BPE trainings, a dozen encodings).
+#
+# What we look at:
+#
+# 1. Bytes, not characters: every string has a UTF-8 encoding, so the 256 byte
+#    tokens cover everything and byte-level BPE never needs `[UNK]`.
+# 2. GPT-2's pre-tokenization, and what it keeps merges from doing.
+# 3. Training: the from-scratch trainer learns HF's merges, in HF's order.
+# 4. The leading-space effect: `"the"`, `" the"` and `"The"` are different tokens.
+# 5. Compression against vocabulary size.
+# 6. Decoding: bytes first, UTF-8 once; a stream that never prints half a character;
+#    special tokens.
+
+# %%
+import os
+import sys
+import time
+from pathlib import Path
+
+try:
+    _start = Path(__file__).resolve().parent
+except NameError:  # inside a notebook kernel: no __file__, start from the working directory
+    _start = Path.cwd()
+ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+FIGURES = ROOT / "labs" / "11_tokenization" / "figures"
+
+import matplotlib
+
+if "ipykernel" not in sys.modules:
+    matplotlib.use("Agg")  # files only, no display needed
+import matplotlib.pyplot as plt
+import numpy as np
+
+import numpy_impl.tokenizer as NT
+import torch_impl.tokenizer as TT
+from labs.data import DATA_ENV_VAR, cache_path, load_corpus, resolve_corpus
+from numpy_impl import BPETokenizer, CharTokenizer
+
+
+def save(fig, name: str) -> None:
+    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
+    FIGURES.mkdir(parents=True, exist_ok=True)
+    path = FIGURES / name
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    print(f"wrote {path.relative_to(ROOT)}")
+    if matplotlib.get_backend().lower() == "agg":
+        plt.close(fig)
+
+
+# Used only when no copy of Tiny Shakespeare is at hand (Hamlet III.1, public domain).
+FALLBACK_TEXT = (
+    """\
+HAMLET:
+To be, or not to be, that is the question:
+Whether 'tis nobler in the mind to suffer
+The slings and arrows of outrageous fortune,
+Or to take arms against a sea of troubles
+And by opposing end them. To die: to sleep;
+No more; and by a sleep to say we end
+The heart-ache and the thousand natural shocks
+That flesh is heir to, 'tis a consummation
+Devoutly to be wish'd. To die, to sleep;
+To sleep: perchance to dream: ay, there's the rub;
+"""
+    * 4
+)
+
+
+def load_text() -> tuple[str, str]:
+    """The corpus and where it came from; never downloads."""
+    if os.environ.get(DATA_ENV_VAR) or cache_path().is_file():
+        try:
+            path = resolve_corpus()
+            return load_corpus(path), str(path)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"could not read the corpus ({e}); using the built-in passage instead")
+    else:
+        print(
+            f"no corpus found (set {DATA_ENV_VAR}=PATH or run `python -m labs train` once): "
+            "using a short built-in passage, so the numbers below are small"
+        )
+    return FALLBACK_TEXT, "built-in passage (Hamlet III.1)"
+
+
+text, source = load_text()
+n_bytes = len(text.encode("utf-8"))
+print(f"corpus: {source}: {len(text):,} characters, {n_bytes:,} UTF-8 bytes")
+BIG = len(text) > 100_000  # the real corpus: the full-size experiments
+
+# %% [markdown]
+# ## 1. Bytes: the vocabulary that covers every string
+#
+# A character tokenizer only knows the characters it was built from. Byte-level BPE
+# starts from the 256 byte values instead: any string is a sequence of UTF-8 bytes
+# (1 byte for ASCII, 2 for `é`, 3 for `日`, 4 for an emoji), and each byte is a token.
+# Merges are shortcuts on top; an unknown word, an emoji, a typo, all still encode.
+
+# %%
+chars = CharTokenizer.from_text(text)
+probe = "caf\u00e9 \u65e5\u672c \U0001f600"
+for ch in probe:
+    print(f"{ch!r:>10} -> UTF-8 bytes {list(ch.encode('utf-8'))}")
+try:
+    chars.encode(probe)
+except ValueError as e:
+    print(f"CharTokenizer: ValueError: {str(e)[:80]}...")
+tiny = BPETokenizer.train("hello world", vocab_size=260)  # 3 merges, nothing else learned
+ids = tiny.encode(probe)
+print(f"a BPE that learned only 'hello world' encodes it anyway: {len(ids)} ids, {ids}")
+assert tiny.decode(ids) == probe
+
+# %% [markdown]
+# The tokens are bytes, so a tokenizer.json must spell them as text: GPT-2 maps
+# each byte to a printable stand-in (`bytes_to_unicode`), the space to `Ġ` and the
+# newline to `Ċ`. That is why vocabularies show `Ġthe`.
+
+# %%
+print({bytes([b]): NT.BYTE_TO_UNICODE[b] for b in (32, 10, 9, 0, 65, 233)})
+print("ids 0..5 are the bytes of", [NT.token_to_str(bytes([b])) for b in NT.BASE_BYTES[:6]])
+
+# %% [markdown]
+# ## 2. Pre-tokenization: where merges may not cross
+#
+# GPT-2 first splits the text with a regex: contractions, then an optional space
+# followed by letters, or digits, or other symbols, then whitespace. Merges happen
+# inside the pieces only: `" the"` can become a token, `"the,"` never does.
+
+# %%
+print(NT.GPT2_SPLIT_PATTERN)
+for s in ("y is ?", "HE'S here", "he's here", "Tis 1603;  anon!\n\nROMEO:"):
+    print(f"{s!r:<28} -> {NT.pre_tokenize(s)}")
+pieces = NT.pre_tokenize(text)
+print(f"the corpus: {len(pieces):,} pieces, {len(set(pieces)):,} distinct")
+
+# %% [markdown]
+# ## 3. Training, and HF's merges
+#
+# `train_bpe` counts each distinct piece once, keeps a heap of pair counts and
+# updates only the neighbours of each merge. Ties break as in HF's BpeTrainer
+# (highest count, then the smallest pair of ids), so the merges are HF's, in order.
+
+# %%
+V = 1000 if BIG else 300
+t0 = time.perf_counter()
+ours = BPETokenizer.train(text, V)
+t_ours = time.perf_counter() - t0
+t0 = time.perf_counter()
+hf = TT.BPETokenizer.train(text, V)
+t_hf = time.perf_counter() - t0
+same = sum(1 for a, b in zip(ours.merges, hf.merges, strict=False) if a == b)
+print(f"vocab {V}: from scratch {t_ours:.2f} s, HF {t_hf:.2f} s (HF uses {os.cpu_count()} cores)")
+print(f"identical merges: {same}/{len(hf.merges)}; same tokenizer.json: {ours.merges == hf.merges}")
+print("first 12 merges:", [(a + b).decode("utf-8", "replace") for a, b in ours.merges[:12]])
+
+# %% [markdown]
+# Seed 003's version recounts every pair of the whole text at every merge and has no
+# pre-tokenization. On a slice of the corpus it gives exactly the fast trainer's
+# merges with `pattern=None`, much more slowly.
+
+# %%
+piece = text[:20_000]
+t0 = time.perf_counter()
+_, v_plain, m_plain = NT.train_bpe_plain(piece, 400)
+t_plain = time.perf_counter() - t0
+t0 = time.perf_counter()
+v_fast, m_fast = NT.train_bpe(piece, 400, pattern=None)
+t_fast = time.perf_counter() - t0
+print(
+    f"20,000 characters, vocab 400: seed's rescanning trainer {t_plain:.2f} s, "
+    f"fast trainer {t_fast:.2f} s, same merges: {m_plain == m_fast}"
+)
+
+# %% [markdown]
+# ## 4. The leading space is part of the token
+#
+# The pattern glues a space to the word after it, so `" the"` (mid-sentence) and
+# `"the"` (after a newline) and `"The"` are three different tokens with unrelated
+# embeddings. A prompt ending in a space changes what the model sees.
+
+# %%
+for s in ("the", " the", "The", " The", "THE", " cat", "cat", "\nthe"):
+    ids = ours.encode(s)
+    print(f"{s!r:>8} -> {[ours.id_to_token(i) for i in ids]} {ids}")
+spaced = sum(t.startswith(b" ") for t in ours.vocab)
+print(f"{spaced} of the {len(ours.vocab)} tokens start with a space")
+
+# %% [markdown]
+# ## 5. Compression against vocabulary size
+#
+# BPE at vocab V is the first V - 256 merges of any longer run, so one training at
+# the largest size gives every smaller tokenizer: keep a prefix of the merges.
+
+# %%
+V_MAX = 10_000 if BIG else 400
+big = BPETokenizer.train(text, V_MAX, special_tokens=())
+sizes = [v for v in (256, 300, 500, 1000, 2000, 5000, 10_000) if v <= len(big.vocab)]
+ratios = []
+for v in sizes:
+    keep = big.merges[: v - 256]
+    vocab = {t: i for t, i in big.vocab.items() if i < v}
+    t0 = time.perf_counter()
+    n = len(BPETokenizer(vocab, keep).encode(text))  # a fresh tokenizer: an empty cache
+    dt = time.perf_counter() - t0
+    ratios.append(n_bytes / n)
+    print(f"vocab {v:>6}: {n:>9,} tokens, {n_bytes / n:.2f} bytes per token, encoded in {dt:.2f} s")
+fig, ax = plt.subplots(figsize=(6, 3.8))
+ax.semilogx(sizes, ratios, "o-", label="byte-level BPE, GPT-2 regex")
+ax.axhline(n_bytes / len(text), color="gray", ls="--", label="characters (65 tokens)")
+ax.set_xlabel("vocabulary size")
+ax.set_ylabel("UTF-8 bytes per token")
+ax.set_title("Compression grows slowly with the vocabulary")
+ax.grid(True, which="both", alpha=0.3)
+ax.legend()
+save(fig, "compression.png")
+
+lengths = np.array([len(t) for t in big.vocab])
+fig, ax = plt.subplots(figsize=(6, 3.4))
+ax.hist(lengths, bins=np.arange(1, lengths.max() + 2) - 0.5, color="tab:blue")
+ax.set_xlabel("token length in bytes")
+ax.set_ylabel("tokens")
+ax.set_title(f"The {len(big.vocab):,} tokens by length")
+save(fig, "token_lengths.png")
+print("longest tokens:", sorted(big.vocab, key=len)[-5:])
+
+# %% [markdown]
+# ## 6. Decoding: join the bytes, decode UTF-8 once
+#
+# An emoji's four bytes may be four tokens. Decoding each token alone would print
+# four replacement characters; joining the bytes first gives the emoji. A stream of
+# generated ids needs the same care: `DecodeStream` holds back an incomplete
+# trailing sequence until its last byte arrives.
+
+# %%
+emoji = "\U0001f600"
+ids = [ours.vocab[bytes([b])] for b in emoji.encode("utf-8")]
+print("one token at a time:", [ours.decode([i]) for i in ids])
+print("bytes joined, then decoded:", ours.decode(ids))
+stream = ours.decode_stream()
+print("stream steps:", [stream.step(i) for i in ids])
+
+# Special tokens are whole, and only where allowed: a user typing the end-of-text
+# marker gets bytes, a data pipeline that means it gets the id.
+doc = "The end.<|endoftext|>A new play."
+print(len(ours.encode(doc)), "ids as text;", ours.encode(doc, allowed_special="all"))
