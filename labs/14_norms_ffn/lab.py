@@ -15,8 +15,8 @@
 #     TWINFORMER_DATA=/path/to/tinyshakespeare.txt python labs/14_norms_ffn/lab.py
 #
 # It prints numbers and writes PNGs into `labs/14_norms_ffn/figures/`.
-# Section 4 trains five small models for 200 steps each with the PyTorch
-# twin (about half a minute of CPU); the rest is instant. It never downloads:
+# Section 4 trains four small models for 200 steps each with the PyTorch
+# twin (about 30 s of CPU); the rest is instant. It never downloads:
 # without `$TWINFORMER_DATA` or a cached corpus it trains on a short built-in
 # passage and says so.
 #
@@ -201,10 +201,9 @@ print(
 # %% [markdown]
 # ## 4. Pre-norm and post-norm, trained
 #
-# Small GPTs (4 blocks, d_model 64, context 32, batch 16), the same data and
-# seed, 200 AdamW steps at a peak learning rate of 3e-3: pre-norm and
-# post-norm with LayerNorm, each with a 100-step warmup and with none; and
-# post-norm with RMSNorm and no warmup. Post-norm puts a norm on the residual path
+# Four small GPTs (4 blocks, d_model 64, context 32, batch 16), the same data
+# and seed, 200 AdamW steps at a peak learning rate of 3e-3: pre-norm and
+# post-norm, each with a 100-step warmup and with none. Post-norm puts a norm on the residual path
 # itself, so every gradient crosses every norm on its way down; Xiong et al.
 # (2020) show its gradients near the output are large at initialisation,
 # which is why the original transformer needed a warmup. The figure shows
@@ -242,7 +241,6 @@ RUNS = [  # (norm_position, norm, warmup steps)
     ("pre", "layernorm", 0),
     ("post", "layernorm", 100),
     ("post", "layernorm", 0),
-    ("post", "rmsnorm", 0),
 ]
 runs = {}
 for norm_position, norm, warmup in RUNS:
