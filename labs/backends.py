@@ -21,10 +21,13 @@ That is what makes checkpoints interchangeable between the backends.
 
 from __future__ import annotations
 
+import base64
 import math
 import warnings
 
 import numpy as np
+
+from .checkpoint import CheckpointError
 
 BACKENDS = ("numpy", "torch")
 
@@ -58,6 +61,67 @@ def _check_dtype(dtype: str) -> str:
 def _global_norm(grads) -> float:
     """sqrt(sum of squares of every gradient): what clipping would report."""
     return math.sqrt(sum(float(np.vdot(g, g)) for g in grads))
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss or the gradient norm of a training step is NaN or infinite.
+
+    Raised by ``train_step`` after the backward pass and *before* the optimizer
+    step, so the weights are still those of the last good step.
+
+    Attributes:
+        step: the step that failed (0-based, as the learning-rate schedule counts).
+        loss, grad_norm: the two numbers, as floats (NaN and inf included).
+        parameter: the first parameter, in ``named_parameters`` order, whose
+            gradient holds a NaN or an infinity (None if every gradient is finite).
+    """
+
+    def __init__(self, step: int, loss: float, grad_norm: float, parameter: str | None):
+        self.step, self.loss, self.grad_norm, self.parameter = step, loss, grad_norm, parameter
+        where = (
+            f"the first parameter whose gradient is non-finite is {parameter}"
+            if parameter is not None
+            else "every gradient is finite"
+        )
+        super().__init__(
+            f"step {step}: the loss is {loss} and the gradient norm {grad_norm}; {where}"
+        )
+
+
+def _first_nonfinite(named_grads) -> str | None:
+    """Name of the first ``(name, gradient)`` holding a NaN or an infinity."""
+    for name, g in named_grads:
+        if g is not None and not np.isfinite(g).all():
+            return name
+    return None
+
+
+def _check_state_dict(
+    sd: dict[str, np.ndarray], own: dict[str, tuple[int, ...]], tied: bool
+) -> dict[str, np.ndarray]:
+    """``sd`` with the tied head filled in, after checking it names exactly the
+    model's parameters with their shapes.
+
+    Raises:
+        CheckpointError: listing every missing and unexpected key and every
+            shape mismatch (the same error for both backends).
+    """
+    sd = _with_tied_head(sd, tied)
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    problems = []
+    if missing:
+        problems.append(f"missing keys {missing}")
+    if unexpected:
+        problems.append(f"unexpected keys {unexpected}")
+    problems += [
+        f"{k}: expected shape {own[k]}, got {tuple(np.shape(v))}"
+        for k, v in sd.items()
+        if k in own and tuple(np.shape(v)) != own[k]
+    ]
+    if problems:
+        raise CheckpointError("state_dict does not match the model: " + "; ".join(problems))
+    return sd
 
 
 class NumpyBackend:
@@ -118,6 +182,10 @@ class NumpyBackend:
             ``{"loss": float, "lr": float, "grad_norm": float}``: the batch's
             loss before the update, the learning rate used, and the global
             gradient norm before clipping.
+
+        Raises:
+            NonFiniteError: the loss or the gradient norm is NaN or infinite;
+                the weights and the optimizer are left as they were.
         """
         from numpy_impl.optim import clip_grad_norm_
 
@@ -131,9 +199,15 @@ class NumpyBackend:
         self.model.backward(self.loss_fn.backward())  # fills every p.grad
         params = self._params
         if self.train_config["grad_clip"] > 0:
-            grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
+            with np.errstate(invalid="ignore"):  # inf * 0 when the norm is inf: checked below
+                grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
         else:
             grad_norm = _global_norm(p.grad for p in params)
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            # Stop before the update. Clipping left a NaN gradient as it was and made an
+            # infinite one NaN (inf * 0), so the first offender is still non-finite.
+            named = ((n, p.grad) for n, p in self.model.named_parameters())
+            raise NonFiniteError(self.step, float(loss), float(grad_norm), _first_nonfinite(named))
         self.optimizer.step()
         self.step += 1
         return {"loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm)}
@@ -155,9 +229,29 @@ class NumpyBackend:
         """Copy weights in (``head.weight`` may be omitted when tied).
 
         Raises:
-            KeyError: missing or unexpected names; ValueError: wrong shapes.
+            CheckpointError: (a ``ValueError``) missing or unexpected names or
+                wrong shapes, every one listed; nothing is copied then.
         """
-        self.model.load_state_dict(_with_tied_head(sd, self.config.tie_weights))
+        own = {k: v.shape for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(_check_state_dict(sd, own, self.config.tie_weights))
+
+    def rng_state(self) -> dict:
+        """The dropout generator's state, JSON-ready (``bit_generator.state``)."""
+        return {"backend": self.name, "dropout": self.model.dropout_rng.bit_generator.state}
+
+    def set_rng_state(self, state: dict) -> None:
+        """Restore :meth:`rng_state`'s dict: the next dropout masks are the
+        ones the saved model would have drawn.
+
+        Raises:
+            ValueError: not a state of this backend's generator.
+        """
+        if state.get("backend") != self.name:
+            raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not numpy")
+        try:
+            self.model.dropout_rng.bit_generator.state = state["dropout"]
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"rng state: not a valid dropout generator state ({e})") from e
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
         """AdamW's moments by parameter name (model dtype), plus ``"step"`` (0-d int64).
@@ -265,6 +359,20 @@ class TorchBackend:
         )
         self.scheduler = self._make_scheduler()
         self.step = 0
+        self._ddp = None  # the DistributedDataParallel wrapper, once distribute() is called
+
+    def distribute(self) -> None:
+        """Train under ``torch.distributed`` (the process group must be initialised,
+        e.g. by ``torchrun``): the model is wrapped in DistributedDataParallel,
+        which averages the gradients of all ranks during ``backward`` (Li et al.
+        2020, "PyTorch Distributed"). Each rank then passes its own slice of the
+        batch to :meth:`train_step`; with equal slices the averaged gradient is
+        exactly the gradient of the mean loss over the whole batch.
+        """
+        from torch.nn.parallel import DistributedDataParallel
+
+        # DDP broadcasts rank 0's weights to the others: every rank starts equal
+        self._ddp = DistributedDataParallel(self.model)
 
     def current_lr(self) -> float:
         """The learning rate the next :meth:`train_step` will use."""
@@ -274,22 +382,45 @@ class TorchBackend:
         """As :meth:`NumpyBackend.train_step`."""
         from torch_impl.optim import clip_grad_norm_
 
-        x, y = self.torch.from_numpy(x), self.torch.from_numpy(y)
+        torch = self.torch
+        x, y = torch.from_numpy(x), torch.from_numpy(y)
         lr = self.current_lr()
+        model = self.model if self._ddp is None else self._ddp
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        logits = self.model(x)  # (B, T) -> (B, T, V)
+        logits = model(x)  # (B, T) -> (B, T, V)
         loss = self.loss_fn(logits, y)
-        loss.backward()  # autograd fills every p.grad
+        loss.backward()  # autograd fills every p.grad (under DDP: averaged over the ranks)
+        loss_value = loss.detach().clone()
+        if self._ddp is not None:  # report the whole batch's loss: the mean of the ranks'
+            torch.distributed.all_reduce(loss_value)
+            loss_value /= torch.distributed.get_world_size()
+        loss_value = float(loss_value)
         params = [p for p in self.model.parameters() if p.grad is not None]
-        if self.train_config["grad_clip"] > 0:
-            grad_norm = float(clip_grad_norm_(params, self.train_config["grad_clip"]))
+
+        def norm_of_grads() -> float:
+            return _global_norm(p.grad.detach().double().numpy() for p in params)
+
+        clip = self.train_config["grad_clip"]
+        if clip > 0:
+            try:  # error_if_nonfinite: a NaN norm would otherwise make every gradient NaN
+                grad_norm = float(clip_grad_norm_(params, clip, error_if_nonfinite=True))
+            except RuntimeError as e:
+                if "non-finite" not in str(e):
+                    raise
+                grad_norm = norm_of_grads()  # the gradients are still unscaled
         else:
-            grad_norm = _global_norm(p.grad.detach().double().numpy() for p in params)
+            grad_norm = norm_of_grads()
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+            named = (
+                (n, None if p.grad is None else p.grad.detach().numpy())
+                for n, p in self.model.named_parameters()
+            )
+            raise NonFiniteError(self.step, loss_value, grad_norm, _first_nonfinite(named))
         self.optimizer.step()
         self.scheduler.step()  # the next step's learning rate
         self.step += 1
-        return {"loss": float(loss.item()), "lr": lr, "grad_norm": grad_norm}
+        return {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
 
     def eval_loss(self, batches) -> float:
         """As :meth:`NumpyBackend.eval_loss`; no autograd graph is built."""
@@ -310,16 +441,34 @@ class TorchBackend:
         return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
 
     def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
-        """As :meth:`NumpyBackend.load_state_dict`.
-
-        Raises:
-            RuntimeError: torch's message listing missing/unexpected keys or
-                wrong shapes.
-        """
-        sd = _with_tied_head(sd, self.config.tie_weights)
+        """As :meth:`NumpyBackend.load_state_dict` (the same CheckpointError,
+        raised before torch's own RuntimeError could be)."""
+        own = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        sd = _check_state_dict(sd, own, self.config.tie_weights)
         self.model.load_state_dict(
             {k: self.torch.from_numpy(np.asarray(v)).to(self.dtype) for k, v in sd.items()}
         )
+
+    def rng_state(self) -> dict:
+        """Torch's global CPU generator (it draws the dropout masks), as base64 of
+        ``torch.get_rng_state()``'s bytes: JSON-ready."""
+        raw = self.torch.get_rng_state().numpy().tobytes()
+        return {"backend": self.name, "cpu": base64.b64encode(raw).decode("ascii")}
+
+    def set_rng_state(self, state: dict) -> None:
+        """Restore :meth:`rng_state`'s dict into torch's global CPU generator.
+
+        Raises:
+            ValueError: not a state saved by this backend.
+        """
+        torch = self.torch
+        if state.get("backend") != self.name:
+            raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not torch")
+        try:
+            raw = np.frombuffer(base64.b64decode(state["cpu"], validate=True), dtype=np.uint8)
+            torch.set_rng_state(torch.from_numpy(raw.copy()))
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"rng state: not a valid torch generator state ({e})") from e
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
         """As :meth:`NumpyBackend.optimizer_state`."""

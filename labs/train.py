@@ -23,13 +23,14 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
 from . import UserError
-from .backends import BACKENDS, make_backend
-from .checkpoint import CONFIG_FILE, load_checkpoint, save_checkpoint
+from .backends import BACKENDS, NonFiniteError, make_backend
+from .checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint, save_checkpoint
 from .data import (
     DATA_ENV_VAR,
     BatchSampler,
@@ -51,14 +52,24 @@ FINAL_SAMPLE = {"temperature": 0.8, "top_k": None, "top_p": None}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``train`` command's options (defaults: nanoGPT's CPU baby GPT)."""
-    p.add_argument("--backend", choices=BACKENDS, required=True)
+    p.add_argument(
+        "--backend", choices=BACKENDS, help="required, except with --resume (default: the run's)"
+    )
     p.add_argument(
         "--data",
         metavar="PATH",
         help=f"Tiny Shakespeare text file (default: ${DATA_ENV_VAR}, the cache, or a download)",
     )
     p.add_argument("--out", metavar="DIR", help="output directory (default: runs/<backend>)")
-    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="continue the run whose checkpoint is in DIR (alone: the one in --out), exactly "
+        "where it stopped; its recorded settings apply unless given again, and it writes to "
+        "--out (default: DIR)",
+    )
     p.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
     p.add_argument("--seed", type=int, default=1337, help="weights and batches")
     g = p.add_argument_group("model")
@@ -112,6 +123,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    if args.backend is None:
+        raise UserError("--backend is required (numpy or torch), except with --resume DIR")
+    if not 0 <= args.seed < 2**63:
+        raise UserError(f"--seed must lie in [0, 2**63), got {args.seed}")
     positive = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size")
     for name in (*positive, "eval_interval", "eval_batches", "eval_batch_size"):
         if getattr(args, name) < 1:
@@ -166,8 +181,18 @@ def run(args: argparse.Namespace) -> dict:
 
     from numpy_impl.tokenizer import CharTokenizer
 
+    resumed = _prepare_resume(args) if args.resume is not None else None
     _check_args(args)
-    out = Path(args.out or f"runs/{args.backend}")
+    out = Path(args.out or (resumed.directory if resumed else f"runs/{args.backend}"))
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a directory")
+    rank, world = _init_distributed(args)
+    if args.batch_size % world:
+        raise UserError(
+            f"--batch-size {args.batch_size} is the whole step's batch, split over the "
+            f"{world} processes: it must be divisible by {world}"
+        )
+    say = print if rank == 0 else (lambda *a, **k: None)  # one voice, not one per process
 
     # -- data: the same arrays, the same batches, whatever the backend ---------
     try:
@@ -227,29 +252,39 @@ def run(args: argparse.Namespace) -> dict:
         )
     except ValueError as e:
         raise UserError(str(e)) from e
+    if world > 1:
+        backend.distribute()  # DistributedDataParallel: gradients averaged over the ranks
     model_config = dataclasses.asdict(backend.config)  # every field, defaults filled in
-    train_args = {k: v for k, v in vars(args).items() if k not in ("command", "func")}
+    train_args = {k: v for k, v in vars(args).items() if k not in ("command", "func", "argv")}
     train_args.update(data=str(corpus_path), lr_decay_iters=train_config["lr_decay_iters"])
     config = {"model": model_config, "tokenizer": tokenizer.to_dict(), "train": train_args}
 
     log_path = out / LOG_FILE
     elapsed_before = 0.0  # wall time of the run we resume, if any
-    if args.resume:
-        elapsed_before = _resume(out, backend, sampler, config)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"--out {out}: cannot create the directory ({e.strerror})") from e
+    if resumed is not None:
+        elapsed_before = _resume(resumed, backend, sampler, config, say)
+        if rank == 0:
+            _copy_log(resumed.directory / LOG_FILE, log_path, backend.step)
+    elif rank == 0:
         log_path.unlink(missing_ok=True)  # a fresh run gets a fresh log
 
-    print(
+    say(
         f"{backend.name} backend, {backend.num_parameters():,} parameters, "
         f"vocab {tokenizer.vocab_size}, {len(train_ids):,} train / {len(val_ids):,} val "
         f"tokens from {corpus_path}; writing to {out}/"
+        + (f"; {world} processes, {B // world} sequences each per step" if world > 1 else "")
     )
 
     # -- the loop -------------------------------------------------------------------
     t_start = time.perf_counter()
     train_time, train_tokens = 0.0, 0  # time in train_step only, for tokens/s
     metrics: dict = {}
+    last_saved = [backend.step]  # step of the last checkpoint written (or resumed from)
 
     def evaluate_and_save() -> None:
         losses = {split: backend.eval_loss(batches) for split, batches in eval_sets.items()}
@@ -269,9 +304,11 @@ def run(args: argparse.Namespace) -> dict:
             "lr": backend.current_lr(),
             "elapsed_s": round(elapsed, 3),
         }
+        metrics.update(row, tokens_per_s=round(tok_s, 1))
+        if rank != 0:
+            return  # every rank evaluates (same weights, same batches); rank 0 writes
         with open(log_path, "a") as f:
             f.write(json.dumps(row) + "\n")
-        metrics.update(row, tokens_per_s=round(tok_s, 1))
         tqdm.write(
             f"step {backend.step:5d}: train loss {losses['train']:.4f}, "
             f"val loss {losses['val']:.4f}, lr {row['lr']:.2e}, {elapsed:.1f} s"
@@ -287,10 +324,12 @@ def run(args: argparse.Namespace) -> dict:
                 "backend": backend.name,
                 "metrics": dict(metrics),
                 "sampler_state": sampler.get_state(),
+                "rng_state": backend.rng_state(),  # the dropout masks to come
             },
         )
+        last_saved[0] = backend.step
 
-    if backend.step == 0:
+    if backend.step == 0 and resumed is None:  # (a run resumed at 0 has logged step 0)
         evaluate_and_save()
     bar = tqdm(
         total=args.max_iters,
@@ -299,23 +338,34 @@ def run(args: argparse.Namespace) -> dict:
         unit="step",
         dynamic_ncols=True,
         mininterval=0.1 if sys.stderr.isatty() else 30.0,  # spare log files the redraws
+        disable=rank != 0,
     )
     window_time, window_tokens = 0.0, 0  # for the bar's recent tokens/s
+    b = B // world
     while backend.step < args.max_iters:
-        x, y = sampler.next()
+        x, y = sampler.next()  # every rank draws the same (B, T) batch...
+        x, y = x[rank * b : (rank + 1) * b], y[rank * b : (rank + 1) * b]  # ...and keeps its b
         t0 = time.perf_counter()
-        stats = backend.train_step(x, y)
-        dt = time.perf_counter() - t0
-        if not math.isfinite(stats["loss"]):
+        try:
+            stats = backend.train_step(x, y)
+        except NonFiniteError as e:
             bar.close()
             raise UserError(
-                f"the loss became {stats['loss']} at step {backend.step}; "
-                "try a lower --lr or keep --grad-clip on"
-            )
+                f"training stopped at step {e.step}: the loss is {e.loss} and the gradient "
+                f"norm {e.grad_norm}; "
+                + (
+                    f"the first parameter whose gradient is non-finite is {e.parameter}"
+                    if e.parameter is not None
+                    else "every gradient is finite"
+                )
+                + f". The last good checkpoint (step {last_saved[0]}) is kept in {out}, not "
+                "overwritten. Try a lower --lr or keep --grad-clip on"
+            ) from e
+        dt = time.perf_counter() - t0
         train_time += dt
-        train_tokens += x.size
+        train_tokens += x.size * world
         window_time += dt
-        window_tokens += x.size
+        window_tokens += x.size * world
         bar.update(1)
         if backend.step % 10 == 0 or backend.step == args.max_iters:
             bar.set_postfix_str(
@@ -330,6 +380,9 @@ def run(args: argparse.Namespace) -> dict:
     wall = elapsed_before + time.perf_counter() - t_start
     if "val_loss" not in metrics:  # resumed a run that had already finished
         evaluate_and_save()
+
+    if rank != 0:
+        return {**metrics, "wall_s": round(wall, 3)}
 
     # -- summary --------------------------------------------------------------------
     plot_losses(log_path, out / PLOT_FILE, title=f"{backend.name} backend, {out.name}")
@@ -351,28 +404,154 @@ def run(args: argparse.Namespace) -> dict:
     return {**metrics, "wall_s": round(wall, 3)}
 
 
-def _resume(out: Path, backend, sampler: BatchSampler, config: dict) -> float:
-    """Load ``out``'s checkpoint into ``backend`` and ``sampler``; return the
-    wall time the earlier run had already spent."""
+@dataclasses.dataclass
+class _Resumed:
+    """The checkpoint a run continues from."""
+
+    directory: Path
+    model_state: dict
+    config: dict
+    optimizer_state: dict | None
+
+
+#: Recorded settings that a resumed run never takes over.
+_NOT_RESTORED = ("resume", "out", "command", "func", "argv")
+
+
+def _given_options(args: argparse.Namespace) -> set[str]:
+    """The options the command line set explicitly (``args.argv``, kept by
+    ``labs/__main__.py``); all of them when there is no command line."""
+    argv = getattr(args, "argv", None)
+    if argv is None:
+        return set(vars(args))
+    probe = argparse.ArgumentParser(add_help=False)
+    add_arguments(probe)
+    # Every default replaced by a marker: what is not the marker came from the command line.
+    unset = object()
+    probe.set_defaults(**dict.fromkeys(vars(args), unset))
+    given, _ = probe.parse_known_args(argv)
+    return {k for k, v in vars(given).items() if v is not unset}
+
+
+def _prepare_resume(args: argparse.Namespace) -> _Resumed:
+    """Load the checkpoint to resume and fill ``args`` with the run's recorded
+    settings, except those the command line gives again (those win, and are
+    listed). ``--data`` falls back to the usual search if the recorded file is gone.
+
+    Raises:
+        UserError: no checkpoint, or an unusable one (the reason named).
+    """
+    if args.resume:
+        directory = Path(args.resume)
+    elif args.out or args.backend:
+        directory = Path(args.out or f"runs/{args.backend}")
+    else:
+        raise UserError("--resume: give the run's directory, --resume DIR")
     try:
-        model_state, saved, optimizer_state = load_checkpoint(out)
-    except (OSError, ValueError) as e:
+        model_state, saved, optimizer_state = load_checkpoint(directory)
+    except (OSError, CheckpointError) as e:
         raise UserError(f"cannot resume: {e}") from e
-    for key in ("model", "tokenizer"):
+    given = _given_options(args)
+    changed = []
+    for key, value in (saved.get("train") or {}).items():
+        if key in _NOT_RESTORED or not hasattr(args, key):
+            continue
+        if key in given:
+            if getattr(args, key) != value:
+                changed.append(f"--{key.replace('_', '-')} {value} -> {getattr(args, key)}")
+        elif key == "data" and value is not None and not Path(value).is_file():
+            continue  # moved: look for the corpus as a fresh run would
+        else:
+            setattr(args, key, value)
+    if changed:
+        print(f"resuming with changed settings: {', '.join(changed)}")
+    return _Resumed(directory, model_state, saved, optimizer_state)
+
+
+def _resume(resumed: _Resumed, backend, sampler: BatchSampler, config: dict, say=print) -> float:
+    """Load the checkpoint into ``backend`` (weights, optimizer, schedule, dropout
+    RNG) and ``sampler``; return the wall time the earlier run had already spent."""
+    directory, saved = resumed.directory, resumed.config
+    for key in ("tokenizer", "model"):  # the tokenizer first: a new corpus changes both
         if saved[key] != config[key]:
+            fields = sorted(set(saved[key]) | set(config[key]))
+            diffs = [
+                f"{f} {saved[key].get(f)!r} there, {config[key].get(f)!r} here"
+                for f in fields
+                if saved[key].get(f) != config[key].get(f)
+            ]
             raise UserError(
-                f"cannot resume: the {key} in {out / CONFIG_FILE} ({saved[key]}) differs "
-                f"from this run's ({config[key]})"
+                f"cannot resume: the {key} in {directory / CONFIG_FILE} differs from this "
+                f"run's: " + "; ".join(d if len(d) < 200 else d[:200] + "..." for d in diffs)
             )
-    backend.load_state_dict(model_state)
-    if optimizer_state is not None:
-        backend.load_optimizer_state(optimizer_state)
+    try:
+        backend.load_state_dict(resumed.model_state)
+    except CheckpointError as e:
+        raise UserError(f"cannot resume from {directory}: {e}") from e
+    if resumed.optimizer_state is not None:
+        backend.load_optimizer_state(resumed.optimizer_state)
     if "sampler_state" in saved:
         sampler.set_state(saved["sampler_state"])
-    print(f"resuming from {out} at step {backend.step}")
+    rng_state = saved.get("rng_state")
+    if rng_state is not None and rng_state.get("backend") == backend.name:
+        backend.set_rng_state(rng_state)
+    elif backend.config.dropout > 0:
+        say(
+            f"note: the dropout generator's state in {directory} is not the {backend.name} "
+            "backend's; the dropout masks from here on differ from the original run's"
+        )
+    say(f"resuming from {directory} at step {backend.step}")
     return float(saved.get("metrics", {}).get("elapsed_s", 0.0))
 
 
+def _copy_log(src: Path, dst: Path, step: int) -> None:
+    """Keep the rows of ``src`` up to ``step`` in ``dst`` (later rows belong to a
+    stretch of the run that the checkpoint does not hold)."""
+    rows = []
+    if src.is_file():
+        for line in src.read_text().splitlines():
+            if line.strip() and json.loads(line)["step"] <= step:
+                rows.append(line + "\n")
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.write_text("".join(rows))
+    os.replace(tmp, dst)
+
+
+# -- several processes: torchrun ---------------------------------------------------
+def _init_distributed(args: argparse.Namespace) -> tuple[int, int]:
+    """``(rank, world_size)``: ``(0, 1)`` in a plain process; under ``torchrun``
+    with more than one process, joins the process group (gloo: the torch
+    backend runs on the CPU).
+
+    Raises:
+        UserError: several processes but ``--backend numpy``.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    if args.backend != "torch":
+        raise UserError(
+            f"{world} processes (torchrun): multi-process training needs --backend torch"
+        )
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        # nccl is the collective library for CUDA tensors; these models live on the CPU
+        dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _shutdown_distributed() -> None:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def main(args: argparse.Namespace) -> int:
-    run(args)
+    try:
+        run(args)
+    finally:
+        _shutdown_distributed()
     return 0
