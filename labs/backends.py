@@ -319,7 +319,10 @@ class TorchBackend:
     """The library model: ``torch_impl``, gradients by autograd. Same interface
     and arguments as :class:`NumpyBackend`, plus ``attn_impl``: ``"sdpa"``
     (``F.scaled_dot_product_attention``, fused) or ``"explicit"`` (the
-    softmax(QK^T/sqrt(d))V written out, as on the NumPy side).
+    softmax(QK^T/sqrt(d))V written out, as on the NumPy side), and ``device``
+    (``"cpu"``, ``"cuda"``, ``"cuda:1"``...: where the model lives; the
+    weights are drawn on the CPU first, so a seed gives the same start on any
+    device). Everything crossing the interface stays NumPy on the CPU.
 
     Threads: torch's default (one per core).
     """
@@ -333,6 +336,7 @@ class TorchBackend:
         train_config: dict | None = None,
         dtype: str = "float32",
         attn_impl: str = "sdpa",
+        device: str = "cpu",
     ):
         import torch
 
@@ -344,8 +348,9 @@ class TorchBackend:
         self.config = GPTConfig(**dict(model_config))
         self.train_config = tc = _train_config(train_config)
         self.dtype = {"float32": torch.float32, "float64": torch.float64}[_check_dtype(dtype)]
+        self.device = torch.device(device)
         torch.manual_seed(seed)  # the initial weights come from torch's global generator
-        self.model = GPT(self.config, attn_impl=attn_impl, dtype=self.dtype)
+        self.model = GPT(self.config, attn_impl=attn_impl, dtype=self.dtype).to(self.device)
         self.loss_fn = CrossEntropyLoss()
         self.optimizer = make_optimizer(
             self.model,
@@ -372,7 +377,8 @@ class TorchBackend:
         from torch.nn.parallel import DistributedDataParallel
 
         # DDP broadcasts rank 0's weights to the others: every rank starts equal
-        self._ddp = DistributedDataParallel(self.model)
+        ids = None if self.device.type == "cpu" else [self.device]
+        self._ddp = DistributedDataParallel(self.model, device_ids=ids)
 
     def current_lr(self) -> float:
         """The learning rate the next :meth:`train_step` will use."""
@@ -383,7 +389,7 @@ class TorchBackend:
         from torch_impl.optim import clip_grad_norm_
 
         torch = self.torch
-        x, y = torch.from_numpy(x), torch.from_numpy(y)
+        x, y = torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
         lr = self.current_lr()
         model = self.model if self._ddp is None else self._ddp
         self.model.train()
@@ -399,7 +405,7 @@ class TorchBackend:
         params = [p for p in self.model.parameters() if p.grad is not None]
 
         def norm_of_grads() -> float:
-            return _global_norm(p.grad.detach().double().numpy() for p in params)
+            return _global_norm(p.grad.detach().double().cpu().numpy() for p in params)
 
         clip = self.train_config["grad_clip"]
         if clip > 0:
@@ -413,7 +419,7 @@ class TorchBackend:
             grad_norm = norm_of_grads()
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             named = (
-                (n, None if p.grad is None else p.grad.detach().numpy())
+                (n, None if p.grad is None else p.grad.detach().cpu().numpy())
                 for n, p in self.model.named_parameters()
             )
             raise NonFiniteError(self.step, loss_value, grad_norm, _first_nonfinite(named))
@@ -429,7 +435,7 @@ class TorchBackend:
         try:
             with torch.inference_mode():
                 losses = [
-                    float(self.loss_fn(self.model(torch.from_numpy(x)), torch.from_numpy(y)))
+                    float(self.loss_fn(self.model(self._tensor(x)), self._tensor(y)))
                     for x, y in batches
                 ]
         finally:
@@ -438,7 +444,10 @@ class TorchBackend:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """As :meth:`NumpyBackend.state_dict`."""
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def _tensor(self, a: np.ndarray):
+        return self.torch.from_numpy(a).to(self.device)
 
     def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
         """As :meth:`NumpyBackend.load_state_dict` (the same CheckpointError,
@@ -446,14 +455,25 @@ class TorchBackend:
         own = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
         sd = _check_state_dict(sd, own, self.config.tie_weights)
         self.model.load_state_dict(
-            {k: self.torch.from_numpy(np.asarray(v)).to(self.dtype) for k, v in sd.items()}
+            {
+                k: self.torch.from_numpy(np.asarray(v)).to(self.device, self.dtype)
+                for k, v in sd.items()
+            }
         )
 
     def rng_state(self) -> dict:
-        """Torch's global CPU generator (it draws the dropout masks), as base64 of
-        ``torch.get_rng_state()``'s bytes: JSON-ready."""
-        raw = self.torch.get_rng_state().numpy().tobytes()
-        return {"backend": self.name, "cpu": base64.b64encode(raw).decode("ascii")}
+        """Torch's global generator of the model's device (it draws the dropout
+        masks), as base64 of ``torch.get_rng_state()``'s bytes (and of the CUDA
+        device's, on a GPU): JSON-ready."""
+        torch = self.torch
+
+        def b64(state) -> str:
+            return base64.b64encode(state.cpu().numpy().tobytes()).decode("ascii")
+
+        state = {"backend": self.name, "cpu": b64(torch.get_rng_state())}
+        if self.device.type == "cuda":
+            state["cuda"] = b64(torch.cuda.get_rng_state(self.device))
+        return state
 
     def set_rng_state(self, state: dict) -> None:
         """Restore :meth:`rng_state`'s dict into torch's global CPU generator.
@@ -464,9 +484,15 @@ class TorchBackend:
         torch = self.torch
         if state.get("backend") != self.name:
             raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not torch")
+
+        def tensor(text: str):
+            raw = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
+            return torch.from_numpy(raw.copy())
+
         try:
-            raw = np.frombuffer(base64.b64decode(state["cpu"], validate=True), dtype=np.uint8)
-            torch.set_rng_state(torch.from_numpy(raw.copy()))
+            torch.set_rng_state(tensor(state["cpu"]))
+            if self.device.type == "cuda" and "cuda" in state:
+                torch.cuda.set_rng_state(tensor(state["cuda"]), self.device)
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise ValueError(f"rng state: not a valid torch generator state ({e})") from e
 
@@ -478,9 +504,9 @@ class TorchBackend:
             for key in ("exp_avg", "exp_avg_sq"):
                 value = st.get(key)
                 state[f"{key}.{name}"] = (
-                    np.zeros(p.shape, p.detach().numpy().dtype)
+                    np.zeros(p.shape, np.dtype(str(p.dtype).removeprefix("torch.")))
                     if value is None
-                    else value.detach().numpy().copy()
+                    else value.detach().cpu().numpy().copy()
                 )
         return state
 
@@ -524,12 +550,12 @@ class TorchBackend:
         from torch_impl.sampling import generate
 
         torch = self.torch
-        generator = torch.Generator()
+        generator = torch.Generator(device=self.device)
         if seed is None:
             generator.seed()
         else:
             generator.manual_seed(seed)
-        idx = torch.tensor([prompt_ids], dtype=torch.long)  # (1, T0)
+        idx = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)  # (1, T0)
         with torch.inference_mode():
             out = generate(
                 self.model,
@@ -560,7 +586,8 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
     Args:
         name: ``"numpy"`` or ``"torch"``.
         model_config, seed, **kwargs: passed to the backend (``train_config``,
-            ``dtype``, ``attn_impl``); ``attn_impl`` is ignored by the NumPy
+            ``dtype``, ``attn_impl``, ``device``); ``device`` must be ``"cpu"``
+            for the NumPy backend, and ``attn_impl`` is ignored by the NumPy
             backend, which has one attention, written out.
 
     Raises:
@@ -568,6 +595,8 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
     """
     if name == "numpy":
         kwargs.pop("attn_impl", None)
+        if kwargs.pop("device", "cpu") != "cpu":
+            raise ValueError("device: the numpy backend runs on the CPU only")
         return NumpyBackend(model_config, seed, **kwargs)
     if name == "torch":
         return TorchBackend(model_config, seed, **kwargs)

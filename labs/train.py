@@ -99,8 +99,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="sdpa",
         help="torch attention: fused sdpa or written out (numpy: always explicit)",
     )
+    g.add_argument(
+        "--device",
+        default="cpu",
+        help="torch backend: where the model runs (cpu, cuda, cuda:1, ...); under torchrun "
+        "with cuda, process N uses cuda:N",
+    )
     g = p.add_argument_group("optimization")
-    g.add_argument("--batch-size", type=int, default=12, help="sequences per step B")
+    g.add_argument(
+        "--batch-size",
+        type=int,
+        default=12,
+        help="sequences per step B (under torchrun: in all, split over the processes)",
+    )
     g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     g.add_argument("--min-lr", type=float, default=1e-4, help="final learning rate")
     g.add_argument("--warmup-iters", type=int, default=100, help="linear warmup steps")
@@ -249,6 +260,7 @@ def run(args: argparse.Namespace) -> dict:
             train_config=train_config,
             dtype=args.dtype,
             attn_impl=args.attn_impl,
+            device=_device(args, world),
         )
     except ValueError as e:
         raise UserError(str(e)) from e
@@ -415,7 +427,7 @@ class _Resumed:
 
 
 #: Recorded settings that a resumed run never takes over.
-_NOT_RESTORED = ("resume", "out", "command", "func", "argv")
+_NOT_RESTORED = ("resume", "out", "command", "func", "argv", "device")  # device: the machine's
 
 
 def _given_options(args: argparse.Namespace) -> set[str]:
@@ -520,8 +532,8 @@ def _copy_log(src: Path, dst: Path, step: int) -> None:
 # -- several processes: torchrun ---------------------------------------------------
 def _init_distributed(args: argparse.Namespace) -> tuple[int, int]:
     """``(rank, world_size)``: ``(0, 1)`` in a plain process; under ``torchrun``
-    with more than one process, joins the process group (gloo: the torch
-    backend runs on the CPU).
+    with more than one process, joins the process group: gloo on the CPU, nccl
+    with ``--device cuda``.
 
     Raises:
         UserError: several processes but ``--backend numpy``.
@@ -536,9 +548,21 @@ def _init_distributed(args: argparse.Namespace) -> tuple[int, int]:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        # nccl is the collective library for CUDA tensors; these models live on the CPU
-        dist.init_process_group("gloo")
+        if args.device.startswith("cuda"):  # NVIDIA's collectives for CUDA tensors
+            import torch
+
+            torch.cuda.set_device(_device(args, world))
+            dist.init_process_group("nccl")
+        else:
+            dist.init_process_group("gloo")
     return dist.get_rank(), dist.get_world_size()
+
+
+def _device(args: argparse.Namespace, world: int) -> str:
+    """``--device``, except under torchrun with cuda: one GPU per process, cuda:LOCAL_RANK."""
+    if world > 1 and args.device.startswith("cuda"):
+        return f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+    return args.device
 
 
 def _shutdown_distributed() -> None:

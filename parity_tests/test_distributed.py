@@ -19,7 +19,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 from labs import checkpoint as ck
 from parity_tests.test_labs import TEXT
@@ -117,3 +119,26 @@ def test_numpy_backend_under_torchrun_is_refused(corpus, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(UserError, match="needs --backend torch"):
         train.run(args)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_torch_backend_on_cuda_trains_like_on_the_cpu():
+    """--device cuda: the same start (weights drawn on the CPU), the same steps (float64),
+    the state coming back as NumPy, and the CUDA generator in the saved RNG state."""
+    from labs.backends import make_backend
+
+    config = {"vocab_size": 13, "block_size": 8, "n_layers": 2, "n_heads": 2, "d_model": 16}
+    cpu = make_backend("torch", config, seed=3, dtype="float64")
+    gpu = make_backend("torch", config, seed=3, dtype="float64", device="cuda")
+    x, y = np.random.default_rng(0).integers(0, 13, (2, 4, 8))
+    for step in range(3):
+        a, b = cpu.train_step(x, y), gpu.train_step(x, y)
+        assert_close(f"loss at step {step}, cuda vs cpu", b["loss"], a["loss"], kind="training")
+    want = cpu.state_dict()
+    for name, w in gpu.state_dict().items():
+        assert isinstance(w, np.ndarray)
+        assert_close(f"{name} after 3 steps, cuda vs cpu", w, want[name], kind="training")
+    assert "cuda" in gpu.rng_state()
+    gpu.set_rng_state(gpu.rng_state())
+    assert len(gpu.generate([1, 2], 5, seed=0)) == 5

@@ -35,6 +35,7 @@ import torch
 
 from labs import checkpoint as ck
 from labs.backends import NonFiniteError, make_backend
+from parity_tests.checkpoint_writer import CONFIG, state
 from parity_tests.test_labs import TEXT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,31 +155,10 @@ def test_resume_refuses_another_model_or_corpus(runs, tmp_path, capsys):
 
 
 # -- SIGKILL while a checkpoint is being written ----------------------------------------
-CFG = {"vocab_size": 5, "block_size": 4, "n_layers": 1, "n_heads": 1, "d_model": 2}
-CONFIG = {"model": CFG, "tokenizer": {"type": "char", "chars": "abcde"}}
-
-
-def state(value: float) -> tuple[dict, dict]:
-    weights = {k: np.full(s, value, np.float32) for k, s in ck.expected_shapes(CFG).items()}
-    moments = {k: np.full(s, value, np.float32) for k, s in ck._optimizer_shapes(CFG).items()}
-    moments["step"] = np.array(int(value), np.int64)
-    return weights, moments
-
-
-WRITER = """
-import sys
-import numpy as np
-from labs import checkpoint as ck
-from parity_tests.test_resume import CONFIG, state
-weights, moments = state(2.0)
-ck.save_checkpoint(sys.argv[1], weights, CONFIG, moments, meta={"step": 2})
-"""
-
-
 def kill_writer_at(stage: str, directory: Path) -> None:
     """Run a second save in a child process, stop it at ``stage``, SIGKILL it."""
     child = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(directory)],
+        [sys.executable, "-m", "parity_tests.checkpoint_writer", str(directory), "2"],
         env={**ENV, ck.PAUSE_ENV_VAR: stage},
         cwd=ROOT,
         stderr=subprocess.PIPE,
