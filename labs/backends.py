@@ -349,6 +349,7 @@ class TorchBackend:
         self.train_config = tc = _train_config(train_config)
         self.dtype = {"float32": torch.float32, "float64": torch.float64}[_check_dtype(dtype)]
         self.device = torch.device(device)
+        self._seed = seed
         torch.manual_seed(seed)  # the initial weights come from torch's global generator
         self.model = GPT(self.config, attn_impl=attn_impl, dtype=self.dtype).to(self.device)
         self.loss_fn = CrossEntropyLoss()
@@ -379,6 +380,9 @@ class TorchBackend:
         # DDP broadcasts rank 0's weights to the others: every rank starts equal
         ids = None if self.device.type == "cpu" else [self.device]
         self._ddp = DistributedDataParallel(self.model, device_ids=ids)
+        rank = self.torch.distributed.get_rank()
+        if rank > 0:  # every rank its own dropout masks (rank 0 keeps the 1-process stream)
+            self.torch.manual_seed(self._seed + rank)
 
     def current_lr(self) -> float:
         """The learning rate the next :meth:`train_step` will use."""
@@ -464,19 +468,37 @@ class TorchBackend:
     def rng_state(self) -> dict:
         """Torch's global generator of the model's device (it draws the dropout
         masks), as base64 of ``torch.get_rng_state()``'s bytes (and of the CUDA
-        device's, on a GPU): JSON-ready."""
+        device's, on a GPU): JSON-ready.
+
+        Under DistributedDataParallel each rank draws its own masks, and
+        ``"by_rank"`` lists every rank's states: gathering them is a collective
+        operation, so every rank must call this, at the same point.
+        """
         torch = self.torch
 
         def b64(state) -> str:
             return base64.b64encode(state.cpu().numpy().tobytes()).decode("ascii")
 
-        state = {"backend": self.name, "cpu": b64(torch.get_rng_state())}
+        own = {"cpu": torch.get_rng_state()}
         if self.device.type == "cuda":
-            state["cuda"] = b64(torch.cuda.get_rng_state(self.device))
+            own["cuda"] = torch.cuda.get_rng_state(self.device)
+        state = {"backend": self.name, **{k: b64(v) for k, v in own.items()}}
+        if self._ddp is not None:
+            dist = torch.distributed
+            by_rank = [{} for _ in range(dist.get_world_size())]
+            for key, mine in own.items():
+                mine = mine.to(self.device)  # nccl gathers device tensors only
+                parts = [torch.empty_like(mine) for _ in by_rank]
+                dist.all_gather(parts, mine)
+                for entry, part in zip(by_rank, parts, strict=True):
+                    entry[key] = b64(part)
+            state["by_rank"] = by_rank
         return state
 
     def set_rng_state(self, state: dict) -> None:
-        """Restore :meth:`rng_state`'s dict into torch's global CPU generator.
+        """Restore :meth:`rng_state`'s dict into torch's global generators (under
+        DistributedDataParallel, this rank's; a rank the saved run did not have
+        is seeded as a fresh run seeds it).
 
         Raises:
             ValueError: not a state saved by this backend.
@@ -484,15 +506,21 @@ class TorchBackend:
         torch = self.torch
         if state.get("backend") != self.name:
             raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not torch")
+        rank = torch.distributed.get_rank() if self._ddp is not None else 0
+        by_rank = state.get("by_rank") or [state]
+        if rank >= len(by_rank):
+            torch.manual_seed(self._seed + rank)
+            return
+        own = by_rank[rank]
 
         def tensor(text: str):
             raw = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
             return torch.from_numpy(raw.copy())
 
         try:
-            torch.set_rng_state(tensor(state["cpu"]))
-            if self.device.type == "cuda" and "cuda" in state:
-                torch.cuda.set_rng_state(tensor(state["cuda"]), self.device)
+            torch.set_rng_state(tensor(own["cpu"]))
+            if self.device.type == "cuda" and "cuda" in own:
+                torch.cuda.set_rng_state(tensor(own["cuda"]), self.device)
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise ValueError(f"rng state: not a valid torch generator state ({e})") from e
 

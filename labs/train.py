@@ -15,6 +15,17 @@ Outputs, in ``--out`` (default ``runs/<backend>``):
 * the checkpoint (``model.safetensors``, ``optimizer.safetensors``,
   ``config.json``), rewritten atomically at every evaluation;
 * ``loss.png``: the loss curves.
+
+``--resume DIR`` continues the run in DIR exactly where its checkpoint stopped
+(weights, AdamW state and step, hence the schedule; the batch sampler's and
+the dropout generator's states; the recorded settings, unless given again).
+
+Under ``torchrun --nproc_per_node N`` (torch backend), the N processes train
+one model with DistributedDataParallel: ``--batch-size`` is the step's whole
+batch, which every process draws from the same seeded sampler before keeping
+its own ``B / N`` rows, so the run is the one-process run with batch B. Each
+process draws its own dropout masks (rank r > 0 reseeds with seed + r); the
+checkpoint holds every rank's generator state. Rank 0 alone prints and writes.
 """
 
 from __future__ import annotations
@@ -317,6 +328,7 @@ def run(args: argparse.Namespace) -> dict:
             "elapsed_s": round(elapsed, 3),
         }
         metrics.update(row, tokens_per_s=round(tok_s, 1))
+        rng_state = backend.rng_state()  # under DDP: gathered from every rank
         if rank != 0:
             return  # every rank evaluates (same weights, same batches); rank 0 writes
         with open(log_path, "a") as f:
@@ -336,7 +348,7 @@ def run(args: argparse.Namespace) -> dict:
                 "backend": backend.name,
                 "metrics": dict(metrics),
                 "sampler_state": sampler.get_state(),
-                "rng_state": backend.rng_state(),  # the dropout masks to come
+                "rng_state": rng_state,  # the dropout masks to come
             },
         )
         last_saved[0] = backend.step

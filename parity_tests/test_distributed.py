@@ -99,6 +99,9 @@ def test_two_ranks_then_one_process_is_one_process_throughout(corpus, straight, 
     assert "2 processes, 3 sequences each per step" in r.stdout
     assert r.stdout.count("step     0:") == 1, "more than one rank printed"
     assert not list(out.glob(".*.tmp")) and not (out / ck.STAGING_DIR).exists()
+    rng = ck.load_checkpoint(out)[1]["rng_state"]  # every rank's dropout generator
+    assert len(rng["by_rank"]) == 2 and rng["by_rank"][0]["cpu"] == rng["cpu"]
+    assert rng["by_rank"][1]["cpu"] != rng["cpu"], "both ranks would drop the same units"
     one_process("--resume", str(out), "--max-iters", str(2 * K))  # resumed by 1 process
     assert_same_run(out, straight, "2 ranks for 3 steps, then 1 process")
 
