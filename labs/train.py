@@ -487,7 +487,7 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
             continue  # moved: look for the corpus as a fresh run would
         else:
             setattr(args, key, value)
-    if changed:
+    if changed and os.environ.get("RANK", "0") == "0":  # under torchrun: said once
         print(f"resuming with changed settings: {', '.join(changed)}")
     return _Resumed(directory, model_state, saved, optimizer_state)
 
