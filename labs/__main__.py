@@ -3,6 +3,8 @@
     python -m labs train --backend numpy --max-iters 200
     python -m labs sample --checkpoint runs/numpy --prompt "ROMEO:"
     python -m labs bench
+    python -m labs bench-attention [--device cuda]
+    python -m labs bench-generate
 
 Expected bad inputs (a missing corpus, a corrupt checkpoint, a prompt with
 characters the model never saw) end with one line, ``error: ...``, and exit
@@ -14,7 +16,17 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import UserError, bench, diff, docs, exercises, sample, train
+from . import (
+    UserError,
+    bench,
+    bench_attention,
+    bench_generate,
+    diff,
+    docs,
+    exercises,
+    sample,
+    train,
+)
 from .runtime import tune_malloc
 
 
@@ -40,6 +52,12 @@ def build_parser() -> argparse.ArgumentParser:
         ("train", train, "train a character-level GPT on Tiny Shakespeare"),
         ("sample", sample, "continue a prompt with a trained checkpoint"),
         ("bench", bench, "time a training step on both backends"),
+        (
+            "bench-attention",
+            bench_attention,
+            "time and memory of explicit vs flash/fused attention",
+        ),
+        ("bench-generate", bench_generate, "generation tokens/s with and without the KV cache"),
         ("start", exercises.start, "make a workspace where one chapter's NumPy code is yours"),
         ("check", exercises.check, "run one chapter's parity tests against your workspace"),
         ("status", exercises.status, "show which chapters are done"),

@@ -69,8 +69,17 @@ def expected_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
     T = int(model_config.get("block_size", 64))
     L = int(model_config.get("n_layers", 4))
     C = int(model_config.get("d_model", 128))
-    F = int(model_config.get("d_ff") or 4 * C)
     bias = bool(model_config.get("bias", True))
+    # fields added with the Llama-style options; a config without them is a GPT-2
+    learned_positions = model_config.get("pos_emb", "learned") == "learned"
+    rmsnorm = model_config.get("norm", "layernorm") == "rmsnorm"
+    swiglu = model_config.get("ffn", "gelu") == "swiglu"
+    if model_config.get("d_ff"):
+        F = int(model_config["d_ff"])
+    elif swiglu:  # 2/3 * 4C rounded up to a multiple of 8 (numpy_impl/ffn.py swiglu_hidden_dim)
+        F = 8 * ((int(2 * (4 * C) / 3) + 7) // 8)
+    else:
+        F = 4 * C
 
     shapes: dict[str, tuple[int, ...]] = {}
 
@@ -81,19 +90,25 @@ def expected_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
 
     def layernorm(name: str) -> None:
         shapes[f"{name}.weight"] = (C,)
-        if bias:
+        if bias and not rmsnorm:  # RMSNorm has a gain only
             shapes[f"{name}.bias"] = (C,)
 
     shapes["tok_emb.weight"] = (V, C)
-    shapes["pos_emb.weight"] = (T, C)
+    if learned_positions:  # RoPE has no parameters
+        shapes["pos_emb.weight"] = (T, C)
     for i in range(L):
         b = f"blocks.{i}"
         layernorm(f"{b}.ln1")
         linear(f"{b}.attn.qkv_proj", C, 3 * C)
         linear(f"{b}.attn.out_proj", C, C)
         layernorm(f"{b}.ln2")
-        linear(f"{b}.ffn.fc1", C, F)
-        linear(f"{b}.ffn.fc2", F, C)
+        if swiglu:  # gate, down, up (Llama's w1, w2, w3)
+            linear(f"{b}.ffn.w1", C, F)
+            linear(f"{b}.ffn.w2", F, C)
+            linear(f"{b}.ffn.w3", C, F)
+        else:
+            linear(f"{b}.ffn.fc1", C, F)
+            linear(f"{b}.ffn.fc2", F, C)
     layernorm("ln_f")
     shapes["head.weight"] = (V, C)  # the LM head has no bias (GPT-2, nanoGPT)
     return shapes

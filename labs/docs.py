@@ -83,6 +83,17 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
     "08": ("gpt", (Part("gpt"),)),
     "09": ("training", (Part("loss"), Part("optim"))),
     "10": ("sampling", (Part("sampling"),)),
+    "12": ("efficient_attention", (Part("flash_attention"), Part("kv_cache"))),
+    "13": ("positional_rope", (Part("rope"),)),
+    "14": (
+        "norms_ffn",
+        (
+            Part("norm", ("RMSNorm",), "LayerNorm is chapter 07's."),
+            Part("activations", ("ReLU", "SiLU"), "GELU is chapter 06's."),
+            Part("ffn", ("SwiGLUFeedForward",), "FeedForward is chapter 06's."),
+            Part("block"),
+        ),
+    ),
 }
 
 

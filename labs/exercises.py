@@ -61,6 +61,9 @@ CHAPTERS: dict[str, tuple[str, str]] = {
     "08": ("the GPT", "08_gpt"),
     "09": ("training", "09_training"),
     "10": ("sampling", "10_sampling"),
+    "12": ("efficient attention and the KV cache", "12_efficient_attention"),
+    "13": ("positional encodings II: RoPE", "13_positional_rope"),
+    "14": ("RMSNorm, post-norm, SwiGLU", "14_norms_ffn"),
 }
 
 
@@ -73,7 +76,7 @@ def parse_chapter(text: str) -> str:
     digits = str(text).strip().lower().removeprefix("ch")
     if digits.isdigit() and f"{int(digits):02d}" in CHAPTERS:
         return f"{int(digits):02d}"
-    raise UserError(f"chapter: unknown chapter {text!r}; the chapters are 01 to {max(CHAPTERS)}")
+    raise UserError(f"chapter: unknown chapter {text!r}; the chapters are {', '.join(CHAPTERS)}")
 
 
 def chapter_folder(chapter: str, labs: Path = REPO / "labs") -> str:
@@ -660,8 +663,8 @@ def _print_summary(
     files = sorted({r.file for r in Reference().chapter_regions(chapter)})
     where = ", ".join(_show(ws.package / f) for f in files)
     if passed:
-        following = f"{int(chapter) + 1:02d}"
-        if following in CHAPTERS:
+        following = next((c for c in sorted(CHAPTERS) if c > chapter), None)
+        if following is not None:
             print(f"next: python -m labs start {following}")
         else:
             print("that was the last chapter: python -m labs train --backend numpy")
@@ -694,7 +697,9 @@ def _workspace_option(p: argparse.ArgumentParser) -> None:
 
 
 def _chapter_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("chapter", help="chapter number, 01 to 10 (3, 03 and ch03 all work)")
+    p.add_argument(
+        "chapter", help=f"chapter number, one of {', '.join(CHAPTERS)} (3, 03 and ch03 all work)"
+    )
 
 
 def _start_arguments(p: argparse.ArgumentParser) -> None:

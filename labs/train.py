@@ -41,7 +41,13 @@ from pathlib import Path
 
 from . import UserError
 from .backends import BACKENDS, NonFiniteError, make_backend
-from .checkpoint import CONFIG_FILE, CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoint import (
+    CONFIG_FILE,
+    CheckpointError,
+    expected_shapes,
+    load_checkpoint,
+    save_checkpoint,
+)
 from .data import (
     DATA_ENV_VAR,
     BatchSampler,
@@ -51,6 +57,21 @@ from .data import (
     resolve_corpus,
     train_val_split,
 )
+
+#: ``--arch``: GPTConfig fields that differ from the GPT-2 defaults. Llama-style
+#: (Touvron et al. 2023, sec. 2.2): RoPE (Meta's interleaved pairs), RMSNorm,
+#: SwiGLU, no biases. The LM head stays tied to the embedding, as in the gpt2
+#: model, so the comparison changes only what the paper changes.
+ARCHS: dict[str, dict] = {
+    "gpt2": {},
+    "llama": {
+        "pos_emb": "rope",
+        "rope_layout": "interleaved",
+        "norm": "rmsnorm",
+        "ffn": "swiglu",
+        "bias": False,
+    },
+}
 
 LOG_FILE = "log.jsonl"
 PLOT_FILE = "loss.png"
@@ -84,6 +105,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
     p.add_argument("--seed", type=int, default=1337, help="weights and batches")
     g = p.add_argument_group("model")
+    g.add_argument(
+        "--arch",
+        choices=tuple(ARCHS),
+        default="gpt2",
+        help="gpt2: learned positions, LayerNorm, GELU MLP, biases (default); llama: RoPE, "
+        "RMSNorm, SwiGLU, no biases, d_ff chosen for the gpt2 model's parameter count",
+    )
+    g.add_argument(
+        "--d-ff",
+        type=int,
+        default=None,
+        help="FFN hidden width (default: 4 d_model for gpt2; for llama, the multiple of 8 "
+        "that brings the parameter count closest to gpt2's)",
+    )
     g.add_argument("--block-size", type=int, default=64, help="context length T")
     g.add_argument("--n-layers", type=int, default=4, help="transformer blocks")
     g.add_argument("--n-heads", type=int, default=4, help="attention heads per block")
@@ -149,6 +184,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError("--backend is required (numpy or torch), except with --resume DIR")
     if not 0 <= args.seed < 2**63:
         raise UserError(f"--seed must lie in [0, 2**63), got {args.seed}")
+    if args.d_ff is not None and args.d_ff < 1:
+        raise UserError(f"--d-ff must be >= 1, got {args.d_ff}")
     positive = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size")
     for name in (*positive, "eval_interval", "eval_batches", "eval_batch_size"):
         if getattr(args, name) < 1:
@@ -168,6 +205,32 @@ def _decay_iters(args: argparse.Namespace) -> int:
     if args.lr_decay_iters is not None:
         return args.lr_decay_iters
     return max(args.max_iters, args.warmup_iters + 1)
+
+
+def matched_d_ff(model_config: dict, multiple_of: int = 8) -> tuple[int, int, int]:
+    """The SwiGLU width that brings a model closest to the gpt2 model's parameter count.
+
+    Args:
+        model_config: GPTConfig fields of the model to size (its ``d_ff`` is ignored).
+        multiple_of: the width is a multiple of this (Llama's rounding rule).
+
+    Returns:
+        ``(d_ff, its parameter count, the gpt2 model's parameter count)``; the
+        gpt2 model has the same vocabulary, context, depth, heads and width.
+    """
+
+    def count(config: dict) -> int:
+        shapes = expected_shapes(config)
+        if config.get("tie_weights", True):
+            del shapes["head.weight"]  # the tied head is the embedding: counted once
+        return sum(math.prod(s) for s in shapes.values())
+
+    keys = ("vocab_size", "block_size", "n_layers", "n_heads", "d_model")
+    target = count({k: model_config[k] for k in keys})
+    at = {f: count({**model_config, "d_ff": f}) for f in (multiple_of, 2 * multiple_of)}
+    per_unit = (at[2 * multiple_of] - at[multiple_of]) / multiple_of  # parameters per hidden unit
+    best = max(1, round((target - at[multiple_of]) / per_unit / multiple_of) + 1) * multiple_of
+    return best, count({**model_config, "d_ff": best}), target
 
 
 def plot_losses(log_path: Path, png_path: Path, title: str = "") -> None:
@@ -252,7 +315,18 @@ def run(args: argparse.Namespace) -> dict:
         "dropout": args.dropout,
         "bias": args.bias,
         "gelu_approximate": args.gelu,
+        "d_ff": args.d_ff,
     }
+    model_config.update(ARCHS[args.arch])
+    if args.arch == "llama":
+        model_config["bias"] = False  # Llama has none: --bias does not apply
+        if args.d_ff is None:
+            d_ff, n_params, n_gpt2 = matched_d_ff(model_config)
+            model_config["d_ff"] = d_ff
+            print(
+                f"llama: d_ff {d_ff} gives {n_params:,} parameters; the gpt2 model of the "
+                f"same size has {n_gpt2:,} ({100 * (n_params / n_gpt2 - 1):+.2f}%)"
+            )
     train_config = {
         "lr": args.lr,
         "min_lr": args.min_lr,
@@ -496,6 +570,10 @@ def _resume(resumed: _Resumed, backend, sampler: BatchSampler, config: dict, say
     """Load the checkpoint into ``backend`` (weights, optimizer, schedule, dropout
     RNG) and ``sampler``; return the wall time the earlier run had already spent."""
     directory, saved = resumed.directory, resumed.config
+    try:  # a config saved before some GPTConfig fields existed: fill in their defaults
+        saved["model"] = dataclasses.asdict(type(backend.config).from_dict(saved["model"]))
+    except (TypeError, ValueError) as e:
+        raise UserError(f"cannot resume: {directory / CONFIG_FILE}: {e}") from e
     for key in ("tokenizer", "model"):  # the tokenizer first: a new corpus changes both
         if saved[key] != config[key]:
             fields = sorted(set(saved[key]) | set(config[key]))

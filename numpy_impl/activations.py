@@ -1,11 +1,11 @@
-"""GELU (Hendrycks & Gimpel 2016), exact and tanh-approximated, with backward."""
+"""Activations with backward: GELU (exact and tanh), ReLU, SiLU (the gate of SwiGLU)."""
 
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from scipy.special import erf
+from scipy.special import erf, expit
 
 from .module import Module
 
@@ -86,6 +86,64 @@ class GELU(Module):
             g *= _INV_SQRT_2PI  # phi(x)
             g *= x
             g += s  # Phi(x) + x phi(x)
+        g *= dout
+        self._x = self._s = None
+        return g
+        ### END SOLUTION
+
+
+class ReLU(Module):
+    """y = max(x, 0) (Nair & Hinton 2010), the original transformer's FFN activation
+    (Vaswani et al. 2017, eq. 2).
+
+    Backward: dx = dout where x > 0, else 0 (the subgradient 0 at x = 0, as torch).
+
+    Shapes: any; elementwise.
+    """
+
+    def __init__(self):
+        self._positive = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        self._positive = x > 0  # a bool mask: all backward needs
+        return np.maximum(x, 0.0, dtype=x.dtype)
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx = dout * self._positive
+        self._positive = None
+        return dx
+
+
+class SiLU(Module):
+    """SiLU / Swish-1: y = x * sigmoid(x) (Elfwing et al. 2017; Ramachandran et al. 2017).
+
+    The gate of SwiGLU (Shazeer 2020). With s = sigmoid(x):
+        dy/dx = s + x s (1 - s) = s (1 + x (1 - s))
+    ``scipy.special.expit`` computes s without overflow at either end.
+
+    Shapes: any; elementwise.
+    """
+
+    def __init__(self):
+        self._x = self._s = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch14
+        ### TODO: s = sigmoid(x) (scipy.special.expit: no overflow warning for large |x|);
+        ###   cache x and s in self._x, self._s; return x * s
+        s = expit(x)
+        self._x, self._s = x, s
+        return x * s
+        ### END SOLUTION
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch14
+        ### TODO: dx = dout * s * (1 + x * (1 - s))
+        x, s = self._x, self._s
+        g = 1.0 - s
+        g *= x
+        g += 1.0
+        g *= s  # s (1 + x (1 - s))
         g *= dout
         self._x = self._s = None
         return g

@@ -16,6 +16,7 @@ import numpy as np
 from .dropout import Dropout
 from .linear import Linear
 from .module import Module, check_last_dim
+from .rope import RotaryEmbedding
 
 
 def _causal_mask(T_q: int, T_k: int) -> np.ndarray:
@@ -204,16 +205,32 @@ class CausalSelfAttention(Module):
         n_heads: number of heads.
         bias: biases in both projections.
         dropout: dropout on the attention probabilities and on the output.
+        rope: ``None`` (no positions here: the GPT adds learned ones to the
+            embeddings), or a RoPE layout, ``"interleaved"`` or ``"half"``: q and
+            k are rotated by their positions (Su et al. 2021; ``numpy_impl/rope.py``).
+        rope_base: RoPE's frequency base.
 
     Shapes:
-        forward: x ``(B, T, C)`` -> ``(B, T, C)``; scores ``(B, n_heads, T, T)``.
+        forward: x ``(B, T, C)``, start_pos (int, default 0: the position of x's
+        first token, for RoPE) -> ``(B, T, C)``; scores ``(B, n_heads, T, T)``.
         backward: dout ``(B, T, C)`` -> dx ``(B, T, C)``.
 
     Raises:
-        ValueError: ``d_model`` not divisible by ``n_heads``; x of the wrong shape.
+        ValueError: ``d_model`` not divisible by ``n_heads``; an odd ``d_k`` with
+            RoPE; x of the wrong shape.
     """
 
-    def __init__(self, d_model, n_heads, bias=True, dropout=0.0, dtype=np.float32, rng=None):
+    def __init__(
+        self,
+        d_model,
+        n_heads,
+        bias=True,
+        dropout=0.0,
+        dtype=np.float32,
+        rng=None,
+        rope=None,
+        rope_base=10000.0,
+    ):
         if d_model < 1 or n_heads < 1:
             raise ValueError(
                 f"d_model and n_heads must be positive, got d_model={d_model}, n_heads={n_heads}"
@@ -225,15 +242,19 @@ class CausalSelfAttention(Module):
         self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias, dtype=dtype, rng=rng)
         self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
         self.resid_dropout = Dropout(dropout)
+        self.rope = None if rope is None else RotaryEmbedding(self.d_k, rope, rope_base)
         self._rng = np.random.default_rng()
         self._cache = None
 
-    def forward(self, x: np.ndarray) -> np.ndarray:
+    def forward(self, x: np.ndarray, start_pos: int = 0, kv_cache=None) -> np.ndarray:
         if x.ndim != 3 or x.shape[1] < 1:
             raise ValueError(f"x: expected shape (B, T>=1, d_model={self.d_model}), got {x.shape}")
         check_last_dim(x, self.d_model, "x", "d_model")
+        if kv_cache is not None:
+            return self._forward_cached(x, kv_cache, start_pos)
         ### BEGIN SOLUTION ch04
         ### TODO: qkv_proj(x) (B, T, 3C) -> q, k, v, each (B, H, T, d_k), split in that order;
+        ###   with RoPE (chapter 13) rotate q and k: q, k = self.rope(q, k, start_pos);
         ###   causal scaled_dot_product_attention (dropout_p = self.dropout in training, else 0;
         ###   rng=self._rng; its cache in self._cache); merge the heads back to (B, T, C);
         ###   then out_proj and resid_dropout
@@ -242,6 +263,8 @@ class CausalSelfAttention(Module):
         qkv = self.qkv_proj(x)  # (B, T, C) -> (B, T, 3C)
         # (B, T, 3C) -> (B, T, 3, H, d_k) -> (3, B, H, T, d_k): one view, no copy
         q, k, v = qkv.reshape(B, T, 3, H, d_k).transpose(2, 0, 3, 1, 4)
+        if self.rope is not None:  # positions enter here, by rotating q and k (not v)
+            q, k = self.rope(q, k, start_pos)
         p = self.dropout if self.training else 0.0
         y, self._cache = scaled_dot_product_attention(
             q, k, v, is_causal=True, dropout_p=p, rng=self._rng
@@ -250,20 +273,218 @@ class CausalSelfAttention(Module):
         return self.resid_dropout(self.out_proj(y))
         ### END SOLUTION
 
+    def _forward_cached(self, x: np.ndarray, kv_cache, start_pos: int) -> np.ndarray:
+        """Inference with a :class:`~numpy_impl.kv_cache.LayerKVCache` (chapter 12).
+
+        x ``(B, T, C)`` holds the tokens at positions ``start_pos .. start_pos + T - 1``;
+        the cache holds keys and values of positions ``0 .. start_pos - 1`` and gains
+        these. Query ``start_pos + i`` may attend to keys ``0 .. start_pos + i`` (the
+        causal mask, bottom-right aligned). With RoPE, q and k are rotated by their
+        absolute positions before ``kv_cache.update``, so cached keys stay rotated. No backward.
+        """
+        B, T, C = x.shape
+        H, d_k = self.n_heads, self.d_k
+        qkv = self.qkv_proj(x)  # (B, T, 3C): only the new positions
+        q, k, v = qkv.reshape(B, T, 3, H, d_k).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, d_k)
+        if self.rope is not None:  # rotate by the absolute positions, before caching k
+            q, k = self.rope(q, k, start_pos)
+        k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
+        # one new query sees every cached key; a prefill (start_pos 0) is plain causal;
+        # otherwise query start_pos + i sees keys 0 .. start_pos + i
+        allowed, is_causal = None, T > 1 and start_pos == 0
+        if T > 1 and start_pos > 0:
+            allowed = np.arange(start_pos + T)[None, :] <= start_pos + np.arange(T)[:, None]
+        p = self.dropout if self.training else 0.0
+        y, _ = scaled_dot_product_attention(q, k, v, allowed, is_causal, dropout_p=p, rng=self._rng)
+        self._cache = None  # nothing to differentiate: backward raises
+        y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # (B, H, T, d_k) -> (B, T, C)
+        return self.resid_dropout(self.out_proj(y))
+
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        if self._cache is None:
+            raise RuntimeError(
+                "backward: no forward to differentiate (a forward with a kv_cache is "
+                "inference-only, and each forward allows one backward)"
+            )
         ### BEGIN SOLUTION ch04
         ### TODO: the forward in reverse: resid_dropout and out_proj backward, split dy into heads
-        ###   (B, H, T, d_k), scaled_dot_product_attention_backward(dy, self._cache), then put
-        ###   dq, dk, dv back into one (B, T, 3C) gradient, in the forward's layout, for qkv_proj
+        ###   (B, H, T, d_k), scaled_dot_product_attention_backward(dy, self._cache) (with RoPE,
+        ###   then dq, dk = self.rope.backward(dq, dk)), then put dq, dk, dv back into one
+        ###   (B, T, 3C) gradient, in the forward's layout, for qkv_proj
         B, T, C = dout.shape
         H, d_k = self.n_heads, self.d_k
         dy = self.out_proj.backward(self.resid_dropout.backward(dout))  # (B, T, C)
         dy = dy.reshape(B, T, H, d_k).transpose(0, 2, 1, 3)  # (B, H, T, d_k)
         dq, dk, dv = scaled_dot_product_attention_backward(dy, self._cache)
         self._cache = None
+        if self.rope is not None:
+            dq, dk = self.rope.backward(dq, dk)
         dqkv = np.empty((B, T, 3, H, d_k), dtype=dout.dtype)
         dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)  # the inverse of the forward's split
         dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
         dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
         return self.qkv_proj.backward(dqkv.reshape(B, T, 3 * C))
         ### END SOLUTION
+
+
+class MultiHeadAttention(Module):
+    """Multi-head attention with separate query, key and value projections.
+
+    ``MultiHead(Q, K, V) = concat(head_1 .. head_H) W_o``, ``head_h = Attention(Q W_q^h,
+    K W_k^h, V W_v^h)`` (Vaswani et al. 2017, sec. 3.2.2), written as seed 004
+    writes it: three projections ``q_proj``, ``k_proj``, ``v_proj``, and the
+    attention weights returned next to the output. Queries and keys/values may
+    come from different sequences (cross-attention). No mask unless given.
+
+    The same function as :class:`CausalSelfAttention` (with ``is_causal=True``
+    and ``query = key = value``): :func:`merge_qkv_state_dict` and
+    :func:`split_qkv_state_dict` move the weights between the two layouts.
+
+    Args:
+        d_model: width C of queries, keys, values and output.
+        n_heads: heads; must divide ``d_model``.
+        bias: biases in the four projections.
+        dropout: dropout on the attention probabilities (as ``nn.MultiheadAttention``;
+            no dropout on the output).
+
+    Shapes:
+        forward: query ``(B, T_q, C)``, key ``(B, T_k, C)``, value ``(B, T_k, C)``;
+        ``attn_mask`` bool (True = may attend, the ``F.scaled_dot_product_attention``
+        convention) or float (added to the scores), broadcastable to
+        ``(B, n_heads, T_q, T_k)``; returns ``(out, weights)``: out ``(B, T_q, C)``;
+        weights ``(B, n_heads, T_q, T_k)``, or ``(B, T_q, T_k)`` averaged over the
+        heads with ``average_attn_weights``, or None without ``need_weights``.
+        The weights are the softmax probabilities before dropout.
+        backward: dout ``(B, T_q, C)`` -> ``(dquery, dkey, dvalue)``. The weights
+        are an output for inspection only: no gradient flows back through them.
+        For self-attention (one x passed three times), dx = dquery + dkey + dvalue.
+
+    Raises:
+        ValueError: ``d_model`` not divisible by ``n_heads``; inputs that are not
+            ``(B, T, d_model)`` with T >= 1 and matching B (and T_k); the mask
+            errors of :func:`scaled_dot_product_attention`.
+        TypeError: a mask neither bool nor float.
+    """
+
+    def __init__(self, d_model, n_heads, bias=True, dropout=0.0, dtype=np.float32, rng=None):
+        if n_heads < 1 or d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: must lie in [0, 1), got {dropout}")
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.q_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.k_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.v_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self._rng = np.random.default_rng()
+        self._cache = None
+
+    def _check(self, query, key, value) -> None:
+        for name, a in (("query", query), ("key", key), ("value", value)):
+            if a.ndim != 3 or a.shape[1] < 1 or a.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"{name}: expected shape (B, T>=1, d_model={self.d_model}), got {a.shape}"
+                )
+        if key.shape[0] != query.shape[0] or value.shape[:2] != key.shape[:2]:
+            raise ValueError(
+                f"key, value: expected shapes (B={query.shape[0]}, T_k, d_model) with the same "
+                f"T_k, got {key.shape} and {value.shape}"
+            )
+
+    def forward(
+        self,
+        query: np.ndarray,
+        key: np.ndarray,
+        value: np.ndarray,
+        attn_mask: np.ndarray | None = None,
+        is_causal: bool = False,
+        need_weights: bool = True,
+        average_attn_weights: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        self._check(query, key, value)
+        B, T_q, C = query.shape
+        T_k, H, d_k = key.shape[1], self.n_heads, self.d_k
+        # (B, T, C) -> (B, T, H, d_k) -> (B, H, T, d_k): each head gets its slice of the features
+        q = self.q_proj(query).reshape(B, T_q, H, d_k).transpose(0, 2, 1, 3)
+        k = self.k_proj(key).reshape(B, T_k, H, d_k).transpose(0, 2, 1, 3)
+        v = self.v_proj(value).reshape(B, T_k, H, d_k).transpose(0, 2, 1, 3)
+        p = self.dropout if self.training else 0.0
+        y, self._cache = scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=p, rng=self._rng
+        )  # (B, H, T_q, d_k)
+        y = y.transpose(0, 2, 1, 3).reshape(B, T_q, C)  # re-join the heads
+        weights = None
+        if need_weights:
+            probs = self._cache[4]  # (B, H, T_q, T_k); a copy below: backward still needs it
+            weights = probs.mean(axis=1) if average_attn_weights else probs.copy()
+        return self.out_proj(y), weights
+
+    def backward(self, dout: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        B, T_q, C = dout.shape
+        H, d_k = self.n_heads, self.d_k
+        dy = self.out_proj.backward(dout).reshape(B, T_q, H, d_k).transpose(0, 2, 1, 3)
+        dq, dk, dv = scaled_dot_product_attention_backward(dy, self._cache)
+        self._cache = None
+
+        def merge(d):  # (B, H, T, d_k) -> (B, T, C), the inverse of the forward's split
+            return d.transpose(0, 2, 1, 3).reshape(d.shape[0], d.shape[2], C)
+
+        return (
+            self.q_proj.backward(merge(dq)),
+            self.k_proj.backward(merge(dk)),
+            self.v_proj.backward(merge(dv)),
+        )
+
+
+def split_qkv_state_dict(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A :class:`CausalSelfAttention` state dict -> the :class:`MultiHeadAttention` one.
+
+    ``qkv_proj.weight (3C, C)`` is three stacked ``(C, C)`` blocks, q then k then v
+    (and likewise its bias): they become ``q_proj``, ``k_proj``, ``v_proj``.
+    ``out_proj`` and any other key are passed through. Arrays are copies.
+
+    Raises:
+        ValueError: ``qkv_proj.weight`` missing or its first axis not divisible by 3.
+    """
+    w = state_dict.get("qkv_proj.weight")
+    if w is None or w.ndim != 2 or w.shape[0] % 3:
+        raise ValueError(
+            "state_dict: expected 'qkv_proj.weight' of shape (3 d_model, d_model), got "
+            f"{None if w is None else w.shape}"
+        )
+    out = {}
+    for key, value in state_dict.items():
+        if key.startswith("qkv_proj."):
+            kind = key.removeprefix("qkv_proj.")  # weight or bias
+            for name, part in zip(("q", "k", "v"), np.split(value, 3, axis=0), strict=True):
+                out[f"{name}_proj.{kind}"] = part.copy()
+        else:
+            out[key] = np.array(value, copy=True)
+    return out
+
+
+def merge_qkv_state_dict(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A :class:`MultiHeadAttention` state dict -> the :class:`CausalSelfAttention` one.
+
+    The inverse of :func:`split_qkv_state_dict`: ``q_proj``, ``k_proj``, ``v_proj``
+    rows stacked into ``qkv_proj`` in the order q, k, v (which is also the layout
+    of ``nn.MultiheadAttention.in_proj_weight``). Other keys pass through.
+
+    Raises:
+        ValueError: some of the q/k/v projections present and others missing.
+    """
+    out = {}
+    for kind in ("weight", "bias"):
+        parts = [state_dict.get(f"{n}_proj.{kind}") for n in ("q", "k", "v")]
+        if all(p is None for p in parts):
+            continue
+        if any(p is None for p in parts):
+            raise ValueError(f"state_dict: q_proj, k_proj and v_proj must all have a {kind}")
+        out[f"qkv_proj.{kind}"] = np.concatenate(parts, axis=0)
+    if "qkv_proj.weight" not in out:
+        raise ValueError("state_dict: expected 'q_proj.weight', 'k_proj.weight', 'v_proj.weight'")
+    for key, value in state_dict.items():
+        if key.split(".")[0] not in ("q_proj", "k_proj", "v_proj"):
+            out[key] = np.array(value, copy=True)
+    return out

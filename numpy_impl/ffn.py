@@ -1,13 +1,27 @@
-"""Position-wise feed-forward network (Vaswani et al. 2017, eq. 2, with GELU)."""
+"""Position-wise feed-forward networks: GELU/ReLU MLP (Vaswani et al. 2017, eq. 2) and SwiGLU."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from .activations import GELU
+from .activations import GELU, ReLU, SiLU
 from .dropout import Dropout
 from .linear import Linear
-from .module import Module
+from .module import Module, check_last_dim
+
+FFN_ACTIVATIONS = ("gelu", "relu")
+
+
+def swiglu_hidden_dim(d_model: int, multiple_of: int = 8) -> int:
+    """SwiGLU's default hidden width: 2/3 of 4 d_model, rounded up to a multiple of ``multiple_of``.
+
+    Three matrices of ``(d_ff, d_model)`` with d_ff = 2/3 * 4 d_model hold as many
+    parameters as the two of a 4 d_model MLP (Shazeer 2020, sec. 2). The
+    rounding is Llama's (``multiple_of``, 256 there; 8 here, for small models):
+    d_model 128 -> int(341.3) = 341 -> 344.
+    """
+    hidden = int(2 * (4 * d_model) / 3)
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
 class FeedForward(Module):
@@ -19,6 +33,8 @@ class FeedForward(Module):
         bias: biases in fc1 and fc2.
         dropout: residual dropout probability on the output.
         gelu_approximate: ``"tanh"`` (GPT default) or ``"none"``.
+        activation: ``"gelu"`` (GPT-2, the default) or ``"relu"`` (the original
+            transformer, Vaswani et al. 2017, eq. 2).
 
     Shapes:
         forward: x ``(B, T, C)`` -> ``(B, T, C)``; hidden ``(B, T, d_ff)``.
@@ -37,14 +53,17 @@ class FeedForward(Module):
         gelu_approximate="tanh",
         dtype=np.float32,
         rng=None,
+        activation="gelu",
     ):
+        if activation not in FFN_ACTIVATIONS:
+            raise ValueError(f"activation: expected one of {FFN_ACTIVATIONS}, got {activation!r}")
         d_ff = 4 * d_model if d_ff is None else d_ff
         if d_model < 1 or d_ff < 1:
             raise ValueError(
                 f"d_model and d_ff must be positive, got d_model={d_model}, d_ff={d_ff}"
             )
         self.fc1 = Linear(d_model, d_ff, bias=bias, dtype=dtype, rng=rng)
-        self.act = GELU(gelu_approximate)
+        self.act = GELU(gelu_approximate) if activation == "gelu" else ReLU()
         self.fc2 = Linear(d_ff, d_model, bias=bias, dtype=dtype, rng=rng)
         self.dropout = Dropout(dropout)
 
@@ -60,4 +79,83 @@ class FeedForward(Module):
         ### TODO: the backward of each layer of forward, in reverse order; return dx
         dh = self.fc2.backward(self.dropout.backward(dout))
         return self.fc1.backward(self.act.backward(dh))
+        ### END SOLUTION
+
+
+class SwiGLUFeedForward(Module):
+    """SwiGLU FFN (Shazeer 2020, eq. 6; Llama): w2(SiLU(w1(x)) * w3(x)), then dropout.
+
+    Meta's Llama names: ``w1`` is the gate projection, ``w3`` the up
+    projection, ``w2`` the down projection (Hugging Face: ``gate_proj``,
+    ``up_proj``, ``down_proj``). The gate's SiLU decides, feature by feature,
+    how much of the linear "up" value passes.
+
+    Args:
+        d_model: model width C.
+        d_ff: hidden width; None = :func:`swiglu_hidden_dim` (2/3 * 4 d_model,
+            rounded up to ``multiple_of``).
+        bias: biases in w1, w2, w3 (Llama has none: False by default).
+        dropout: dropout probability on the output.
+        multiple_of: the rounding of the default ``d_ff``.
+
+    Shapes:
+        forward: x ``(..., C)`` -> ``(..., C)``; hidden ``(..., d_ff)``.
+        backward: dout ``(..., C)`` -> dx ``(..., C)``.
+
+    Cache: the gate SiLU(w1 x) and the up value w3 x, ``(..., d_ff)`` each (and
+    what the Linears and the SiLU keep).
+
+    Backward, with h = a * u, a = SiLU(g), g = w1 x, u = w3 x:
+        dh = w2^T dout,   da = dh * u,   du = dh * a,
+        dx = w1^T (SiLU'(g) da) + w3^T du      (x feeds two branches: they add)
+
+    Raises:
+        ValueError: a non-positive ``d_ff`` or ``multiple_of``.
+    """
+
+    def __init__(
+        self,
+        d_model,
+        d_ff=None,
+        bias=False,
+        dropout=0.0,
+        multiple_of=8,
+        dtype=np.float32,
+        rng=None,
+    ):
+        if multiple_of < 1:
+            raise ValueError(f"multiple_of: must be a positive int, got {multiple_of}")
+        d_ff = swiglu_hidden_dim(d_model, multiple_of) if d_ff is None else d_ff
+        if d_ff < 1:
+            raise ValueError(f"d_ff: must be a positive int, got {d_ff}")
+        self.d_model, self.d_ff = d_model, d_ff
+        self.w1 = Linear(d_model, d_ff, bias=bias, dtype=dtype, rng=rng)  # gate
+        self.w2 = Linear(d_ff, d_model, bias=bias, dtype=dtype, rng=rng)  # down
+        self.w3 = Linear(d_model, d_ff, bias=bias, dtype=dtype, rng=rng)  # up
+        self.act = SiLU()
+        self.dropout = Dropout(dropout)
+        self._gate = self._up = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        check_last_dim(x, self.d_model, "x", "d_model")
+        ### BEGIN SOLUTION ch14
+        ### TODO: gate = act(w1(x)), up = w3(x) (both (..., d_ff)); cache them in self._gate,
+        ###   self._up; return dropout(w2(gate * up))
+        gate = self.act(self.w1(x))  # (..., C) -> (..., d_ff)
+        up = self.w3(x)  # (..., C) -> (..., d_ff)
+        self._gate, self._up = gate, up
+        return self.dropout(self.w2(gate * up))  # (..., d_ff) -> (..., C)
+        ### END SOLUTION
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch14
+        ### TODO: dh through dropout and w2; dgate = dh * up, dup = dh * gate; x fed both
+        ###   w1 (through act) and w3, so dx is the sum of their backward passes
+        dh = self.w2.backward(self.dropout.backward(dout))  # (..., d_ff)
+        dgate = dh * self._up
+        dh *= self._gate  # dup, in place: dh is ours
+        self._gate = self._up = None
+        dx = self.w3.backward(dh)
+        dx += self.w1.backward(self.act.backward(dgate))
+        return dx
         ### END SOLUTION

@@ -1,6 +1,8 @@
 """The GPT language model: embeddings, N pre-norm blocks, final LayerNorm, tied head.
 
-Radford et al. 2019 (GPT-2), in the form of Karpathy's nanoGPT.
+Radford et al. 2019 (GPT-2), in the form of Karpathy's nanoGPT. The same class,
+configured with RoPE, RMSNorm, SwiGLU and no biases, is a Llama-style decoder
+(Touvron et al. 2023, sec. 2.2).
 """
 
 from __future__ import annotations
@@ -10,14 +12,18 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from .attention import CausalSelfAttention
-from .block import Block
+from .block import Block, check_block_options
 from .dropout import Dropout
 from .embedding import Embedding
+from .ffn import SwiGLUFeedForward
+from .kv_cache import KVCache
 from .linear import Linear
 from .module import Module, ModuleList, check_ids
-from .norm import LayerNorm
+from .norm import LayerNorm, RMSNorm
 from .positional import LearnedPositionalEmbedding
+from .rope import ROPE_LAYOUTS
+
+POS_EMBS = ("learned", "rope")
 
 
 @dataclass
@@ -33,6 +39,17 @@ class GPTConfig:
         bias: biases in Linear and LayerNorm layers (GPT-2 has them).
         tie_weights: the LM head reuses the token-embedding matrix.
         gelu_approximate: ``"tanh"`` (GPT-2's form, the default) or ``"none"``.
+        pos_emb: ``"learned"`` (GPT-2: a learned vector added per position) or
+            ``"rope"`` (rotary embeddings of q and k in every attention layer).
+        rope_layout: ``"interleaved"`` or ``"half"`` (``numpy_impl/rope.py``).
+        rope_base: RoPE's frequency base (10000).
+        norm: ``"layernorm"`` or ``"rmsnorm"`` (every norm, ``ln_f`` included).
+        ffn: ``"gelu"``, ``"relu"`` or ``"swiglu"``.
+        norm_position: ``"pre"`` (GPT-2) or ``"post"`` (Vaswani et al. 2017).
+
+    The Llama-style decoder is ``pos_emb="rope", norm="rmsnorm", ffn="swiglu",
+    bias=False`` (``labs.train.ARCHS["llama"]``). A config written before these
+    fields existed loads with their defaults: the GPT-2 model it described.
 
     Raises:
         ValueError: naming the offending field.
@@ -48,6 +65,12 @@ class GPTConfig:
     bias: bool = True
     tie_weights: bool = True
     gelu_approximate: str = "tanh"
+    pos_emb: str = "learned"
+    rope_layout: str = "interleaved"
+    rope_base: float = 10000.0
+    norm: str = "layernorm"
+    ffn: str = "gelu"
+    norm_position: str = "pre"
 
     def __post_init__(self):
         for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model"):
@@ -64,6 +87,20 @@ class GPTConfig:
             raise ValueError(
                 f"gelu_approximate: expected 'tanh' or 'none', got {self.gelu_approximate!r}"
             )
+        if self.pos_emb not in POS_EMBS:
+            raise ValueError(f"pos_emb: expected one of {POS_EMBS}, got {self.pos_emb!r}")
+        if self.rope_layout not in ROPE_LAYOUTS:
+            raise ValueError(
+                f"rope_layout: expected one of {ROPE_LAYOUTS}, got {self.rope_layout!r}"
+            )
+        if not self.rope_base > 1.0:
+            raise ValueError(f"rope_base: expected a frequency base > 1, got {self.rope_base!r}")
+        if self.pos_emb == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"d_model={self.d_model}, n_heads={self.n_heads}: RoPE needs an even head "
+                f"dimension d_k = d_model / n_heads, got {self.d_model // self.n_heads}"
+            )
+        check_block_options(self.norm, self.ffn, self.norm_position)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,6 +119,9 @@ class GPT(Module):
 
     logits = head(ln_f(blocks(tok_emb(idx) + pos_emb(T))))
 
+    With ``pos_emb="rope"`` there is no ``pos_emb`` module (it is None): the
+    positions enter each attention layer, which rotates q and k.
+
     Initialisation (GPT-2, as in nanoGPT): every Linear weight and both
     embeddings N(0, 0.02), biases 0, LayerNorm weight 1; the two projections
     that write into the residual stream (``attn.out_proj`` and ``ffn.fc2``) get
@@ -99,10 +139,16 @@ class GPT(Module):
         forward: idx ``(B, T)`` integer -> logits ``(B, T, vocab_size)``.
         backward: dlogits ``(B, T, vocab_size)`` -> None; fills every ``.grad``.
 
+    Decoding with a cache (inference only): ``cache = model.new_kv_cache()``, then
+    ``model.forward(idx, kv_cache=cache, start_pos=p)`` returns the logits of the
+    tokens ``idx`` at positions ``p .. p + T - 1`` while the cache supplies the
+    keys and values of positions ``0 .. p - 1`` (``start_pos=None``: append).
+
     Raises:
         TypeError: idx is not an integer array.
         ValueError: idx not of rank 2, T not in ``[1, block_size]``, or an id
-            outside ``[0, vocab_size)``.
+            outside ``[0, vocab_size)``; with a cache, ``start_pos`` outside
+            ``[0, kv_cache.length]`` or positions past ``block_size``.
     """
 
     def __init__(self, config: GPTConfig, seed=None, dtype=np.float32):
@@ -110,13 +156,33 @@ class GPT(Module):
         rng = np.random.default_rng(seed)
         c = config
         self.tok_emb = Embedding(c.vocab_size, c.d_model, dtype=dtype, rng=rng)
-        self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, dtype=dtype, rng=rng)
+        self.pos_emb = None
+        if c.pos_emb == "learned":
+            self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, dtype=dtype, rng=rng)
         self.drop = Dropout(c.dropout)
+        rope = c.rope_layout if c.pos_emb == "rope" else None
         self.blocks = ModuleList(
-            Block(c.d_model, c.n_heads, c.d_ff, c.bias, c.dropout, c.gelu_approximate, dtype, rng)
+            Block(
+                c.d_model,
+                c.n_heads,
+                c.d_ff,
+                c.bias,
+                c.dropout,
+                c.gelu_approximate,
+                dtype,
+                rng,
+                norm=c.norm,
+                ffn=c.ffn,
+                norm_position=c.norm_position,
+                rope=rope,
+                rope_base=c.rope_base,
+            )
             for _ in range(c.n_layers)
         )
-        self.ln_f = LayerNorm(c.d_model, bias=c.bias, dtype=dtype)
+        if c.norm == "rmsnorm":
+            self.ln_f = RMSNorm(c.d_model, dtype=dtype)
+        else:
+            self.ln_f = LayerNorm(c.d_model, bias=c.bias, dtype=dtype)
         self.head = Linear(c.d_model, c.vocab_size, bias=False, dtype=dtype, rng=rng)
         if c.tie_weights:
             ### BEGIN SOLUTION ch08
@@ -124,14 +190,14 @@ class GPT(Module):
             self.head.weight = self.tok_emb.weight  # one Parameter, two uses
             ### END SOLUTION
         self._init_weights(rng, dtype)
-        # Every dropout mask (the Dropout layers and attention's dropout_p) comes from one
-        # generator of the model's own, spawned from `seed` (so the weights' stream is
-        # untouched): a seeded model drops the same units on every run, and its state,
-        # `dropout_rng.bit_generator.state` (a JSON-ready dict), is what a checkpoint
-        # saves to resume a run exactly. The torch twin draws from torch's global generator.
+        # Every dropout mask (the Dropout layers and attention's dropout_p: the modules with
+        # an `_rng`) comes from one generator of the model's own, spawned from `seed` (so the
+        # weights' stream is untouched): a seeded model drops the same units on every run,
+        # and its state, `dropout_rng.bit_generator.state` (a JSON-ready dict), is what a
+        # checkpoint saves to resume a run exactly. The torch twin uses torch's generator.
         self.dropout_rng = rng.spawn(1)[0]
         for _, mod in self.named_modules():
-            if isinstance(mod, (Dropout, CausalSelfAttention)):
+            if hasattr(mod, "_rng"):
                 mod._rng = self.dropout_rng
 
     def _init_weights(self, rng: np.random.Generator, dtype) -> None:
@@ -142,10 +208,11 @@ class GPT(Module):
                 mod.bias.data[...] = 0.0
         resid_std = 0.02 / math.sqrt(2 * self.config.n_layers)
         for block in self.blocks:  # projections that write into the residual stream
-            for p in (block.attn.out_proj.weight, block.ffn.fc2.weight):
+            ffn_out = block.ffn.w2 if isinstance(block.ffn, SwiGLUFeedForward) else block.ffn.fc2
+            for p in (block.attn.out_proj.weight, ffn_out.weight):
                 p.data[...] = rng.normal(0.0, resid_std, p.shape)
 
-    def forward(self, idx: np.ndarray) -> np.ndarray:
+    def forward(self, idx: np.ndarray, kv_cache=None, start_pos: int | None = None) -> np.ndarray:
         idx = np.asarray(idx)
         if idx.ndim != 2:
             raise ValueError(f"idx: expected shape (B, T), got {idx.shape}")
@@ -155,16 +222,64 @@ class GPT(Module):
                 f"idx: sequence length T={T} must lie in [1, block_size={self.config.block_size}]"
             )
         idx = check_ids(idx, self.config.vocab_size, "idx")
+        if kv_cache is not None or start_pos is not None:
+            return self._forward_cached(idx, kv_cache, start_pos)
         ### BEGIN SOLUTION ch08
-        ### TODO: token + position embeddings, drop, every block in order, ln_f, head:
-        ###   idx (B, T) -> logits (B, T, vocab_size)
-        x = self.tok_emb(idx) + self.pos_emb(T)  # (B, T, C) + (T, C) -> (B, T, C)
+        ### TODO: token + position embeddings (no pos_emb when it is None: RoPE, chapter 13),
+        ###   drop, every block in order, ln_f, head: idx (B, T) -> logits (B, T, vocab_size)
+        x = self.tok_emb(idx)  # (B, T, C)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(T)  # (B, T, C) + (T, C) -> (B, T, C)
         x = self.drop(x)
         for block in self.blocks:
             x = block(x)
         x = self.ln_f(x)
         return self.head(x)  # (B, T, C) -> (B, T, vocab_size)
         ### END SOLUTION
+
+    def new_kv_cache(self) -> KVCache:
+        """An empty :class:`~numpy_impl.kv_cache.KVCache` for this model (one layer per block)."""
+        return KVCache(self.config.n_layers, self.config.block_size)
+
+    def _forward_cached(self, idx: np.ndarray, kv_cache: KVCache, start_pos: int | None):
+        """Logits of the tokens ``idx`` at positions ``start_pos ..``, reusing ``kv_cache``.
+
+        The cache holds the keys and values of positions ``0 .. start_pos - 1`` of
+        every block; it gains those of ``idx``. ``start_pos=None`` appends
+        (``kv_cache.length``); ``start_pos=0`` starts afresh (prefill). With learned
+        absolute positions a position's vector is fixed, so the cached keys stay
+        valid only while the window does not move: once generation passes
+        ``block_size`` the window slides, every token changes position, and the
+        cache has to be refilled from scratch (see ``generate``). Inference only.
+        """
+        if not isinstance(kv_cache, KVCache) or len(kv_cache.layers) != len(self.blocks):
+            raise ValueError(
+                f"kv_cache: expected a KVCache with n_layers={len(self.blocks)} "
+                "(model.new_kv_cache())"
+            )
+        B, T = idx.shape
+        start_pos = kv_cache.length if start_pos is None else start_pos
+        if isinstance(start_pos, bool) or not isinstance(start_pos, (int, np.integer)):
+            raise ValueError(f"start_pos: expected an int, got {start_pos!r}")
+        if not 0 <= start_pos <= kv_cache.length:
+            raise ValueError(
+                f"start_pos: must lie in [0, kv_cache.length={kv_cache.length}], got {start_pos}"
+            )
+        if start_pos + T > self.config.block_size:
+            raise ValueError(
+                f"idx: positions {start_pos} .. {start_pos + T - 1} exceed "
+                f"block_size={self.config.block_size}"
+            )
+        start_pos = int(start_pos)
+        # the position vectors of start_pos .. start_pos + T - 1: (T, C)
+        x = self.tok_emb(idx)
+        if self.pos_emb is not None:  # RoPE models rotate q and k in attention instead
+            x = x + self.pos_emb(start_pos + T)[start_pos:]
+        x = self.drop(x)
+        for block, layer_cache in zip(self.blocks, kv_cache.layers, strict=True):
+            x = block(x, kv_cache=layer_cache, start_pos=start_pos)
+        x = self.ln_f(x)
+        return self.head(x)  # (B, T, vocab_size)
 
     def backward(self, dlogits: np.ndarray) -> None:
         ### BEGIN SOLUTION ch08
@@ -175,6 +290,7 @@ class GPT(Module):
         for block in reversed(self.blocks):
             dx = block.backward(dx)
         dx = self.drop.backward(dx)
-        self.pos_emb.backward(dx.sum(axis=0))  # position vectors are shared over the batch
+        if self.pos_emb is not None:
+            self.pos_emb.backward(dx.sum(axis=0))  # position vectors are shared over the batch
         self.tok_emb.backward(dx)
         ### END SOLUTION

@@ -82,3 +82,65 @@ class LayerNorm(Module):
         self._xhat = self._rstd = None
         return dx
         ### END SOLUTION
+
+
+class RMSNorm(Module):
+    """y = x / sqrt(mean(x^2) + eps) * weight, over the last axis (Zhang & Sennrich 2019, eq. 4).
+
+    LayerNorm without the mean: no centring and no shift, only a rescaling of
+    each token vector to unit root mean square, then a learned per-feature gain.
+    Llama's norm (with eps = 1e-5 in Llama 2; the default here).
+    ``eps`` sits inside the square root, as in ``torch.nn.RMSNorm`` (whose
+    default eps, when None, is the dtype's machine epsilon instead).
+
+    Args:
+        d_model: size of the normalised axis, C.
+        eps: added to the mean square.
+
+    Shapes:
+        forward: x ``(..., C)`` -> ``(..., C)``
+        backward: dout ``(..., C)`` -> dx ``(..., C)``; adds dweight ``(C,)``.
+
+    Cache: xhat = x / rms and rrms = 1 / rms per row, rms = sqrt(mean(x^2) + eps).
+
+    Backward, with g = dout * weight (means over C, per row):
+        dx = rrms * (g - xhat * mean(g * xhat))
+    LayerNorm's formula less its ``- mean(g)`` term: there is no mean to subtract.
+
+    Raises:
+        ValueError: the last axis of ``x`` is not ``d_model``; ``eps <= 0``.
+    """
+
+    def __init__(self, d_model, eps=1e-5, dtype=np.float32):
+        if not eps > 0:
+            raise ValueError(f"eps: must be positive, got {eps}")
+        self.d_model, self.eps = d_model, eps
+        self.weight = Parameter(np.ones(d_model, dtype))
+        self._xhat = self._rrms = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        check_last_dim(x, self.d_model, "x", "d_model")
+        ### BEGIN SOLUTION ch14
+        ### TODO: rrms = 1 / sqrt(mean(x^2) + eps) per row (over the last axis, keepdims);
+        ###   xhat = x * rrms; out = xhat * weight; cache xhat and rrms in self._xhat, self._rrms
+        mean_sq = np.vecdot(x, x)[..., None] / self.d_model  # (..., 1), no (..., C) temporary
+        rrms = 1.0 / np.sqrt(mean_sq + self.eps)
+        xhat = x * rrms  # (..., C), a new array: x is not touched
+        self._xhat, self._rrms = xhat, rrms
+        return xhat * self.weight.data
+        ### END SOLUTION
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch14
+        ### TODO: ADD dweight = sum over rows of dout * xhat into weight.grad; return
+        ###   dx = rrms * (g - xhat * mean(g * xhat)) with g = dout * weight
+        xhat, rrms = self._xhat, self._rrms
+        C = self.d_model
+        self.weight.grad += np.einsum("nc,nc->c", dout.reshape(-1, C), xhat.reshape(-1, C))
+        g = dout * self.weight.data  # dL/dxhat
+        dx = xhat * (np.vecdot(g, xhat)[..., None] / C)  # the part along xhat ...
+        np.subtract(g, dx, out=dx)  # ... removed from g
+        dx *= rrms
+        self._xhat = self._rrms = None
+        return dx
+        ### END SOLUTION

@@ -75,6 +75,57 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
+class _UniformStream:
+    """Stands in for ``rng`` when the caller supplies the uniform numbers: the
+    ``step``-th call of ``random((B, 1))`` returns row ``step`` of ``uniforms``."""
+
+    def __init__(self, uniforms: np.ndarray):
+        self.uniforms, self.step = uniforms, 0
+
+    def random(self, shape) -> np.ndarray:
+        u = self.uniforms[self.step].reshape(shape)
+        self.step += 1
+        return u
+
+
+def _check_uniforms(uniforms, max_new_tokens: int, B: int) -> np.ndarray:
+    u = np.asarray(uniforms, dtype=np.float64)
+    if u.shape != (max_new_tokens, B):
+        raise ValueError(
+            f"uniforms: expected shape (max_new_tokens={max_new_tokens}, B={B}), got {u.shape}"
+        )
+    if u.size and not (np.all(u >= 0.0) and np.all(u < 1.0)):
+        raise ValueError("uniforms: every number must lie in [0, 1)")
+    return u
+
+
+def _cached_next_logits(model: Module, idx: np.ndarray, cache) -> np.ndarray:
+    """Logits ``(B, V)`` of the token after ``idx`` ``(B, T)``, with ``cache`` (chapter 12).
+
+    The cache holds the positions of the context window the model saw last.
+    While the sequence fits in ``block_size``, that is every token but the
+    newest: one forward of one token at ``start_pos = T - 1`` appends it.
+    Otherwise (the first step, or once the sequence is longer than
+    ``block_size``, when the window slides by one and every token in it moves
+    to a new position) the cache is refilled with one forward of the whole
+    window: with learned absolute positions, past ``block_size`` every step
+    costs as much as without a cache.
+    """
+    T = idx.shape[1]
+    block_size = model.config.block_size
+    ### BEGIN SOLUTION ch12
+    ### TODO: if T <= block_size and the cache holds the first T - 1 positions
+    ###   (cache.length == T - 1), run the model on the newest token only, at
+    ###   start_pos=T - 1; otherwise refill: the last block_size tokens at start_pos=0.
+    ###   Return the logits of the last position, (B, V)
+    if T <= block_size and cache.length == T - 1:
+        logits = model.forward(idx[:, -1:], kv_cache=cache, start_pos=T - 1)  # (B, 1, V)
+    else:  # first step, or the window slid: every position changed, recompute the window
+        logits = model.forward(idx[:, -block_size:], kv_cache=cache, start_pos=0)
+    return logits[:, -1, :]
+    ### END SOLUTION
+
+
 def generate(
     model: Module,
     idx: np.ndarray,
@@ -83,6 +134,8 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     rng: np.random.Generator | None = None,
+    use_cache: bool = False,
+    uniforms: np.ndarray | None = None,
 ) -> np.ndarray:
     """Extend ``idx`` by ``max_new_tokens`` tokens, one forward pass per token.
 
@@ -95,6 +148,12 @@ def generate(
         model: a GPT (anything with ``config.block_size`` and ``forward``).
         idx: ``(B, T0)`` integer prompt, T0 >= 1.
         rng: ``np.random.Generator``; a fresh unseeded one if None.
+        use_cache: decode with a KV cache (``model.new_kv_cache()``): after the
+            prompt, one token per forward instead of the whole window. The
+            tokens are the same as without it (the logits agree to rounding).
+        uniforms: ``(max_new_tokens, B)`` numbers in ``[0, 1)`` to use instead of
+            ``rng``: row s draws step s's tokens. The PyTorch twin takes the same
+            argument, so both backends sample identical tokens from the same stream.
 
     Returns:
         ``(B, T0 + max_new_tokens)`` int64.
@@ -102,7 +161,8 @@ def generate(
     Raises:
         TypeError: the prompt is not integer.
         ValueError: empty prompt, an id outside ``[0, vocab_size)``, max_new_tokens < 0,
-            temperature < 0, top_k <= 0, top_p outside (0, 1].
+            temperature < 0, top_k <= 0, top_p outside (0, 1], ``uniforms`` of the
+            wrong shape or outside ``[0, 1)``.
     """
     _check_sampling_args(temperature, top_k, top_p)
     if (
@@ -117,13 +177,19 @@ def generate(
     # every id of the prompt, not only the last block_size that the model sees;
     # int64 so that new ids never wrap round in a narrow prompt dtype
     idx = check_ids(idx, model.config.vocab_size, "idx")
+    if uniforms is not None:
+        rng = _UniformStream(_check_uniforms(uniforms, max_new_tokens, idx.shape[0]))
     rng = np.random.default_rng() if rng is None else rng
+    cache = model.new_kv_cache() if use_cache else None
     was_training = model.training
     model.eval()
     block_size = model.config.block_size
     try:
         for _ in range(max_new_tokens):
-            logits = model.forward(idx[:, -block_size:])[:, -1, :]  # (B, V), last position
+            if cache is not None:
+                logits = _cached_next_logits(model, idx, cache)  # (B, V)
+            else:
+                logits = model.forward(idx[:, -block_size:])[:, -1, :]  # (B, V), last position
             if temperature == 0:
                 nxt = logits.argmax(axis=-1)
             else:

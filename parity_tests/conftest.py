@@ -141,6 +141,9 @@ CHAPTERS = {
     "ch08": "the GPT model",
     "ch09": "training: cross-entropy, AdamW, gradient clipping, the LR schedule",
     "ch10": "sampling: filter_logits, generate",
+    "ch12": "efficient attention: the online softmax (FlashAttention), the KV cache",
+    "ch13": "positional encodings II: rotary embeddings (RoPE)",
+    "ch14": "normalisation II and SwiGLU: RMSNorm, SiLU, SwiGLU, the post-norm block",
 }
 
 

@@ -95,3 +95,26 @@ def gpt_configs(draw, max_layers: int = 2, min_width: int = 1, **fixed) -> dict:
     }
     config.update(fixed)
     return config
+
+
+# -- the Llama-style options (chapters 13 and 14) ------------------------------------------
+rope_layouts = st.sampled_from(["interleaved", "half"])
+
+
+@st.composite
+def even_heads_and_width(draw, max_head_dim: int = 6) -> tuple[int, int]:
+    """``(n_heads, d_model)`` with an even ``d_k = d_model / n_heads`` (RoPE rotates pairs)."""
+    h = draw(n_heads)
+    d_k = 2 * draw(st.integers(1, max_head_dim // 2))
+    return h, h * d_k
+
+
+@st.composite
+def block_options(draw) -> dict:
+    """Block / GPTConfig options beyond GPT-2's: norm, FFN, norm position, RoPE (or not)."""
+    return {
+        "norm": draw(st.sampled_from(["layernorm", "rmsnorm"])),
+        "ffn": draw(st.sampled_from(["gelu", "relu", "swiglu"])),
+        "norm_position": draw(st.sampled_from(["pre", "post"])),
+        "rope": draw(st.one_of(st.none(), rope_layouts)),
+    }

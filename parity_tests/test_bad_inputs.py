@@ -373,6 +373,224 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^idx\b",
     ),
+    "generate: uniforms of the wrong shape": Row(
+        "ch10",
+        lambda: NS.generate(np_gpt(), ids([1]), 3, uniforms=np.full((2, 1), 0.5)),
+        lambda: T.generate(torch_gpt(), t(ids([1])), 3, uniforms=torch.full((2, 1), 0.5)),
+        ValueError,
+        r"^uniforms\b",
+    ),
+    "generate: a uniform number of 1": Row(
+        "ch10",
+        lambda: NS.generate(np_gpt(), ids([1]), 2, uniforms=np.array([[0.5], [1.0]])),
+        lambda: T.generate(torch_gpt(), t(ids([1])), 2, uniforms=torch.tensor([[0.5], [1.0]])),
+        ValueError,
+        r"^uniforms\b",
+    ),
+    # -- ch12: FlashAttention, the KV cache ------------------------------------------------------
+    "flash_attention: tile_q = 0": Row(
+        "ch12",
+        lambda: N.flash_attention(Q, Q, Q, tile_q=0),
+        lambda: T.flash_attention(t(Q), t(Q), t(Q), tile_q=0),
+        ValueError,
+        r"^tile_q\b",
+    ),
+    "flash_attention: attn_mask with is_causal": Row(
+        "ch12",
+        lambda: N.flash_attention(Q, Q, Q, attn_mask=np.ones((3, 3), bool), is_causal=True),
+        lambda: T.flash_attention(
+            t(Q), t(Q), t(Q), attn_mask=torch.ones(3, 3, dtype=torch.bool), is_causal=True
+        ),
+        ValueError,
+        r"^attn_mask\b",
+    ),
+    "flash_attention: integer attn_mask": Row(
+        "ch12",
+        lambda: N.flash_attention(Q, Q, Q, attn_mask=np.ones((3, 3), np.int64)),
+        lambda: T.flash_attention(t(Q), t(Q), t(Q), attn_mask=torch.ones(3, 3, dtype=torch.long)),
+        TypeError,
+        r"^attn_mask\b",
+    ),
+    "flash_attention: mask that does not broadcast": Row(
+        "ch12",
+        lambda: N.flash_attention(Q, Q, Q, attn_mask=np.ones((2, 3), bool)),
+        lambda: T.flash_attention(t(Q), t(Q), t(Q), attn_mask=torch.ones(2, 3, dtype=torch.bool)),
+        ValueError,
+        r"^attn_mask\b",
+    ),
+    "GPT with kv_cache: start_pos past the cached positions": Row(
+        "ch12",
+        lambda: (m := np_gpt()).forward(ids([1]), kv_cache=m.new_kv_cache(), start_pos=1),
+        lambda: (m := torch_gpt())(t(ids([1])), kv_cache=m.new_kv_cache(), start_pos=1),
+        ValueError,
+        r"^start_pos\b",
+    ),
+    "GPT with kv_cache: a cache of the wrong depth": Row(
+        "ch12",
+        lambda: np_gpt().forward(ids([1]), kv_cache=N.KVCache(2, BLOCK)),
+        lambda: torch_gpt()(t(ids([1])), kv_cache=T.KVCache(2, BLOCK)),
+        ValueError,
+        r"^kv_cache\b",
+    ),
+    "KVCache: max_len = 0": Row(
+        "ch12",
+        lambda: N.KVCache(1, 0),
+        lambda: T.KVCache(1, 0),
+        ValueError,
+        r"^max_len\b",
+    ),
+    # -- the catalogue: multi-head attention with separate projections (ch04's layer) -------
+    "MultiHeadAttention: key of another batch size": Row(
+        "ch04",
+        lambda: N.MultiHeadAttention(C, H, dtype=np.float64)(X, X[:1], X[:1]),
+        lambda: T.MultiHeadAttention(C, H, dtype=torch.float64)(t(X), t(X[:1]), t(X[:1])),
+        ValueError,
+        r"^key, value\b",
+    ),
+    "MultiHeadAttention: attn_mask of the wrong shape": Row(
+        "ch04",
+        lambda: N.MultiHeadAttention(C, H, dtype=np.float64)(X, X, X, np.ones((3, 2), bool)),
+        lambda: T.MultiHeadAttention(C, H, dtype=torch.float64)(
+            t(X), t(X), t(X), torch.ones(3, 2, dtype=torch.bool)
+        ),
+        ValueError,
+        r"attn_mask",
+    ),
+    "MultiHeadAttention: integer attn_mask": Row(
+        "ch04",
+        lambda: N.MultiHeadAttention(C, H, dtype=np.float64)(X, X, X, np.ones((3, 3), np.int64)),
+        lambda: T.MultiHeadAttention(C, H, dtype=torch.float64)(
+            t(X), t(X), t(X), torch.ones(3, 3, dtype=torch.long)
+        ),
+        TypeError,
+        r"attn_mask",
+    ),
+    "merge_qkv_state_dict: v_proj missing": Row(
+        "ch04",
+        lambda: N.merge_qkv_state_dict({"q_proj.weight": np.eye(2), "k_proj.weight": np.eye(2)}),
+        lambda: T.merge_qkv_state_dict(
+            {"q_proj.weight": torch.eye(2), "k_proj.weight": torch.eye(2)}
+        ),
+        ValueError,
+        r"^state_dict\b",
+    ),
+    # -- ch13: RoPE ---------------------------------------------------------------------------
+    "RotaryEmbedding: odd head dimension": Row(
+        "ch13",
+        lambda: N.RotaryEmbedding(3),
+        lambda: T.RotaryEmbedding(3),
+        ValueError,
+        r"^d_k\b.*even",
+    ),
+    "CausalSelfAttention: RoPE with an odd head dimension": Row(
+        "ch13",
+        lambda: N.CausalSelfAttention(6, 2, rope="half"),
+        lambda: T.CausalSelfAttention(6, 2, rope="half"),
+        ValueError,
+        r"^d_k\b.*even",
+    ),
+    "GPTConfig: RoPE with an odd head dimension": Row(
+        "ch13",
+        lambda: N.GPTConfig(vocab_size=V, d_model=6, n_heads=2, pos_emb="rope"),
+        lambda: T.GPTConfig(vocab_size=V, d_model=6, n_heads=2, pos_emb="rope"),
+        ValueError,
+        r"^d_model=6, n_heads=2\b.*even",
+    ),
+    "RotaryEmbedding: unknown layout": Row(
+        "ch13",
+        lambda: N.RotaryEmbedding(4, "neox"),
+        lambda: T.RotaryEmbedding(4, "neox"),
+        ValueError,
+        r"^layout\b",
+    ),
+    "RotaryEmbedding: negative start_pos": Row(
+        "ch13",
+        lambda: N.RotaryEmbedding(4)(Q, Q, -1),
+        lambda: T.RotaryEmbedding(4)(t(Q), t(Q), -1),
+        ValueError,
+        r"^start_pos\b",
+    ),
+    "RotaryEmbedding: float start_pos": Row(
+        "ch13",
+        lambda: N.RotaryEmbedding(4)(Q, Q, 1.0),
+        lambda: T.RotaryEmbedding(4)(t(Q), t(Q), 1.0),
+        TypeError,
+        r"^start_pos\b",
+    ),
+    "RotaryEmbedding: q of another head dimension": Row(
+        "ch13",
+        lambda: N.RotaryEmbedding(6)(Q, Q),
+        lambda: T.RotaryEmbedding(6)(t(Q), t(Q)),
+        ValueError,
+        r"^q\b.*d_k=6",
+    ),
+    "rope_permutation: unknown layout": Row(
+        "ch13",
+        lambda: N.rope_permutation(4, "interleaved", "neox"),
+        lambda: T.rope_permutation(4, "interleaved", "neox"),
+        ValueError,
+        r"^to_layout\b",
+    ),
+    "GPTConfig: unknown pos_emb": Row(
+        "ch13",
+        lambda: N.GPTConfig(vocab_size=V, pos_emb="sinusoid"),
+        lambda: T.GPTConfig(vocab_size=V, pos_emb="sinusoid"),
+        ValueError,
+        r"^pos_emb\b",
+    ),
+    # -- ch14: RMSNorm, SwiGLU, the block's options ---------------------------------------------
+    "RMSNorm: wrong width": Row(
+        "ch14",
+        lambda: N.RMSNorm(C, dtype=np.float64)(X[..., :5]),
+        lambda: T.RMSNorm(C, dtype=torch.float64)(t(X[..., :5])),
+        ValueError,
+        r"^x\b.*d_model",
+    ),
+    "RMSNorm: eps = 0": Row(
+        "ch14", lambda: N.RMSNorm(C, eps=0.0), lambda: T.RMSNorm(C, eps=0.0), ValueError, r"^eps\b"
+    ),
+    "SwiGLUFeedForward: wrong width": Row(
+        "ch14",
+        lambda: N.SwiGLUFeedForward(C, dtype=np.float64)(X[..., :5]),
+        lambda: T.SwiGLUFeedForward(C, dtype=torch.float64)(t(X[..., :5])),
+        ValueError,
+        r"^x\b.*d_model",
+    ),
+    "FeedForward: unknown activation": Row(
+        "ch14",
+        lambda: N.FeedForward(C, activation="swish"),
+        lambda: T.FeedForward(C, activation="swish"),
+        ValueError,
+        r"^activation\b",
+    ),
+    "Block: unknown norm": Row(
+        "ch14",
+        lambda: N.Block(C, H, norm="batchnorm"),
+        lambda: T.Block(C, H, norm="batchnorm"),
+        ValueError,
+        r"^norm\b",
+    ),
+    "Block: unknown ffn": Row(
+        "ch14",
+        lambda: N.Block(C, H, ffn="geglu"),
+        lambda: T.Block(C, H, ffn="geglu"),
+        ValueError,
+        r"^ffn\b",
+    ),
+    "Block: unknown norm_position": Row(
+        "ch14",
+        lambda: N.Block(C, H, norm_position="sandwich"),
+        lambda: T.Block(C, H, norm_position="sandwich"),
+        ValueError,
+        r"^norm_position\b",
+    ),
+    "GPTConfig: unknown norm": Row(
+        "ch14",
+        lambda: N.GPTConfig(vocab_size=V, norm="rms"),
+        lambda: T.GPTConfig(vocab_size=V, norm="rms"),
+        ValueError,
+        r"^norm\b",
+    ),
 }
 
 

@@ -47,11 +47,14 @@ from parity_tests.strategies import (
     DTYPES,
     SeededRng,
     batch_sizes,
+    block_options,
+    even_heads_and_width,
     gelu_forms,
     heads_and_width,
     lengths,
     n_heads,
     rngs,
+    rope_layouts,
 )
 from parity_tests.tolerances import assert_close
 
@@ -294,6 +297,122 @@ PAIRS = [
                 gelu_approximate=c["gelu"],
                 attn_impl=impl,
                 dtype=dt,
+            ),
+            lambda c, rng, dt: rng.uniform((*c["bt"], c["hc"][1]), dt, bound=2.0),
+        )
+        for impl in ("explicit", "sdpa")
+    ],
+    # -- the catalogue: ReLU FFN (ch06's code), RoPE attention (ch13), RMSNorm, SiLU,
+    # SwiGLU and the block's options (ch14) ------------------------------------------------
+    Pair(
+        "ReLU",
+        "ch06",
+        st.fixed_dictionaries({"lead": leading_dims}),
+        lambda c, dt: N.ReLU(),
+        lambda c, dt: T.ReLU(),
+        lambda c, rng, dt: rng.uniform((*c["lead"], 3), dt, bound=3.0),
+        has_params=False,
+    ),
+    Pair(
+        "FeedForward[relu]",
+        "ch06",
+        st.fixed_dictionaries(
+            {"bt": bt, "dim": st.integers(1, 8), "d_ff": st.integers(1, 12), "bias": st.booleans()}
+        ),
+        lambda c, dt: N.FeedForward(
+            c["dim"], c["d_ff"], bias=c["bias"], dtype=dt, activation="relu"
+        ),
+        lambda c, dt: T.FeedForward(
+            c["dim"], c["d_ff"], bias=c["bias"], dtype=dt, activation="relu"
+        ),
+        lambda c, rng, dt: rng.uniform((*c["bt"], c["dim"]), dt),
+    ),
+    *[
+        Pair(
+            f"CausalSelfAttention[rope, {impl}]",
+            "ch13",
+            st.fixed_dictionaries(
+                {
+                    "bt": bt,
+                    "hc": even_heads_and_width(),
+                    "bias": st.booleans(),
+                    "layout": rope_layouts,
+                }
+            ),
+            lambda c, dt: N.CausalSelfAttention(
+                c["hc"][1], c["hc"][0], bias=c["bias"], dtype=dt, rope=c["layout"]
+            ),
+            lambda c, dt, impl=impl: T.CausalSelfAttention(
+                c["hc"][1], c["hc"][0], bias=c["bias"], attn_impl=impl, dtype=dt, rope=c["layout"]
+            ),
+            lambda c, rng, dt: rng.uniform((*c["bt"], c["hc"][1]), dt, bound=2.0),
+        )
+        for impl in ("explicit", "sdpa")
+    ],
+    Pair(
+        "RMSNorm",
+        "ch14",
+        st.fixed_dictionaries(
+            {
+                "lead": leading_dims,
+                "dim": st.integers(2, 16),
+                "eps": st.sampled_from([1e-5, 1e-3]),
+                "scale": st.floats(0.1, 3.0),
+                "offset": st.floats(-3.0, 3.0),
+            }
+        ),
+        lambda c, dt: N.RMSNorm(c["dim"], eps=c["eps"], dtype=dt),
+        lambda c, dt: T.RMSNorm(c["dim"], eps=c["eps"], dtype=dt),
+        lambda c, rng, dt: _layernorm_input(c, rng, dt),  # rms >= scale * sqrt(2 / C)
+    ),
+    Pair(
+        "SiLU",
+        "ch14",
+        st.fixed_dictionaries({"lead": leading_dims}),
+        lambda c, dt: N.SiLU(),
+        lambda c, dt: T.SiLU(),
+        lambda c, rng, dt: rng.uniform((*c["lead"], 3), dt, bound=8.0),
+        has_params=False,
+    ),
+    Pair(
+        "SwiGLUFeedForward",
+        "ch14",
+        st.fixed_dictionaries(
+            {
+                "bt": bt,
+                "dim": st.integers(1, 8),
+                "d_ff": st.one_of(st.none(), st.integers(1, 12)),
+                "bias": st.booleans(),
+            }
+        ),
+        lambda c, dt: N.SwiGLUFeedForward(c["dim"], c["d_ff"], bias=c["bias"], dtype=dt),
+        lambda c, dt: T.SwiGLUFeedForward(c["dim"], c["d_ff"], bias=c["bias"], dtype=dt),
+        lambda c, rng, dt: rng.uniform((*c["bt"], c["dim"]), dt, bound=2.0),
+    ),
+    *[
+        Pair(
+            f"Block[options, {impl}]",
+            "ch14",
+            st.fixed_dictionaries(
+                {
+                    "bt": bt,
+                    "hc": even_heads_and_width(),  # >= 2 features; see Block[...] above
+                    "d_ff": st.one_of(st.none(), st.integers(1, 12)),
+                    "bias": st.booleans(),
+                    "options": block_options(),
+                }
+            ),
+            lambda c, dt: N.Block(
+                c["hc"][1], c["hc"][0], c["d_ff"], bias=c["bias"], dtype=dt, **c["options"]
+            ),
+            lambda c, dt, impl=impl: T.Block(
+                c["hc"][1],
+                c["hc"][0],
+                c["d_ff"],
+                bias=c["bias"],
+                attn_impl=impl,
+                dtype=dt,
+                **c["options"],
             ),
             lambda c, rng, dt: rng.uniform((*c["bt"], c["hc"][1]), dt, bound=2.0),
         )

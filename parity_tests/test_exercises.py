@@ -1,6 +1,6 @@
 """The exercises (labs/exercises.py, docs/exercises.md): stubs generated from the reference.
 
-For every chapter 01..10:
+For every chapter (01..10, 13, 14):
 
 * its marker selects tests, from the files that test its functions only
   (one ``--collect-only`` run over the whole suite);
@@ -80,6 +80,25 @@ FENCES = {
         "optim.py": ["AdamW.step", "clip_grad_norm_", "cosine_lr"],
     },
     "10": {"sampling.py": ["filter_logits", "generate"]},
+    "12": {
+        "flash_attention.py": ["flash_attention"],
+        "kv_cache.py": ["LayerKVCache.update"],
+        "sampling.py": ["_cached_next_logits"],
+    },
+    "13": {
+        "rope.py": [
+            "rope_cos_sin",
+            "apply_rope",
+            "rope_permutation",
+            "RotaryEmbedding.backward",
+        ]
+    },
+    "14": {
+        "activations.py": ["SiLU.forward", "SiLU.backward"],
+        "block.py": ["Block.forward", "Block.backward"],  # the post-norm branches
+        "ffn.py": ["SwiGLUFeedForward.forward", "SwiGLUFeedForward.backward"],
+        "norm.py": ["RMSNorm.forward", "RMSNorm.backward"],
+    },
 }
 
 #: chapter -> the test files its marker selects from: the files that test its functions.
@@ -94,8 +113,11 @@ TEST_FILES = {
     "08": {"test_bad_inputs.py", "test_gpt.py"},
     "09": {"test_bad_inputs.py", "test_loss.py", "test_training.py"},
     "10": {"test_bad_inputs.py", "test_sampling.py"},
+    "12": {"test_bad_inputs.py", "test_flash_attention.py", "test_kv_cache.py"},
+    "13": {"test_bad_inputs.py", "test_components.py", "test_llama.py", "test_rope.py"},
+    "14": {"test_bad_inputs.py", "test_components.py", "test_llama.py", "test_norms_ffn.py"},
 }
-WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09"]
+WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09", "13", "14"]
 ALL = list(CHAPTERS)
 
 

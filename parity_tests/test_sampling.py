@@ -1,12 +1,14 @@
-"""Sampling: filtered logits agree, greedy generation gives the same tokens.
+"""Sampling: filtered logits agree, greedy and stream-driven generation give the same tokens.
 
 ``filter_logits`` (temperature, then top-k, then top-p) must remove exactly the
 same tokens in both backends and leave the others equal; top-p keeps the token
 whose probability crosses the threshold. Greedy decoding (temperature 0) of
 the same weights must produce identical token sequences, the context cropped
-to ``block_size`` once the sequence outgrows it. Random sampling cannot be
-compared token by token (the generators differ), so it is compared in
-distribution, and a filtered-out token must never be drawn.
+to ``block_size`` once the sequence outgrows it. Random sampling from each
+backend's own generator cannot be compared token by token (the generators
+differ), so it is compared in distribution, and a filtered-out token must never
+be drawn; given the same stream of uniform numbers (``uniforms=``), both
+backends draw by inverse CDF and must give identical tokens.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ def test_filter_logits_parity(data, rng: SeededRng, B, V, scale):
     )
     assert_close(what, out, out_t, np.float64)
     np.testing.assert_array_equal(out[~removed], logits[~removed] / s["temperature"])
+    # the distributions sampled from agree too (0 exactly where a token was removed)
+    assert_close(f"softmax of {what}", softmax(out), torch.softmax(out_t, dim=-1), np.float64)
 
     kept = ~removed
     assert kept[np.arange(B), logits.argmax(axis=-1)].all(), "the most likely token was removed"
@@ -210,3 +214,76 @@ def test_sampling_distributions_agree(settings):
         assert np.all(np.abs(freq - probs) <= 5 * stderr + 1e-12), (
             f"{side}: frequencies {np.round(freq, 3)} vs probabilities {np.round(probs, 3)}"
         )
+
+
+@given(
+    data=st.data(),
+    rng=rngs,
+    B=batch_sizes,
+    T0=st.integers(1, 14),
+    new=st.integers(1, 12),
+    use_cache=st.booleans(),
+)
+def test_sampling_with_injected_uniforms_gives_identical_tokens(
+    data, rng: SeededRng, B, T0, new, use_cache
+):
+    """The same stream of uniform numbers, ``uniforms`` (max_new_tokens, B), in both
+    backends: inverse-CDF sampling from the same filtered probabilities draws the same
+    tokens, with or without top-k / top-p, with or without the KV cache."""
+    config = data.draw(gpt_configs(min_width=2), label="config")
+    settings = data.draw(filter_settings(config["vocab_size"]), label="settings")
+    torch_model = randomize_(T.GPT(T.GPTConfig(**config), dtype=torch.float64), rng)
+    numpy_model = N.GPT(N.GPTConfig(**config), dtype=np.float64)
+    copy_weights(torch_model, numpy_model)
+    prompt = rng.ids(config["vocab_size"], (B, T0))
+    uniforms = rng.gen.random((new, B))
+
+    out = NS.generate(numpy_model, prompt, new, uniforms=uniforms, use_cache=use_cache, **settings)
+    out_t = T.generate(
+        torch_model,
+        tensor(prompt),
+        new,
+        uniforms=torch.from_numpy(uniforms),
+        use_cache=use_cache,
+        **settings,
+    )
+    np.testing.assert_array_equal(out, out_t.numpy(), err_msg=f"sampled tokens differ ({settings})")
+    # the stream alone decides: the same numbers again, the same tokens
+    again = NS.generate(numpy_model, prompt, new, uniforms=uniforms, **settings)
+    np.testing.assert_array_equal(again, out, err_msg="the same stream drew different tokens")
+
+
+def test_injected_uniforms_pick_by_inverse_cdf():
+    """Probabilities 0.1, ~0, 0.6, 0.3 (cumulative 0.1, 0.1, 0.7, 1.0): u in [0, 0.1) picks
+    token 0, [0.1, 0.7) token 2 (never the zero-probability token 1), [0.7, 1) token 3;
+    identical in both backends, at temperature 1 with no filter."""
+    probs = np.array([0.1, 0.0, 0.6, 0.3])
+    logits = np.log(np.where(probs > 0, probs, 1e-300))[None, :]
+    u = np.array([[0.0, 0.05, 0.0999, 0.1001, 0.4, 0.6999, 0.7001, 0.99]])
+    expected = np.array([0, 0, 0, 2, 2, 2, 3, 3])  # (exactly 0.1 would be up to rounding)
+    B = u.shape[1]
+    prompt = np.zeros((B, 1), dtype=np.int64)
+    tokens = NS.generate(FixedLogits(logits, "numpy"), prompt, 1, uniforms=u)[:, 1]
+    tokens_t = T.generate(FixedLogits(logits, "torch"), tensor(prompt), 1, uniforms=tensor(u))
+    np.testing.assert_array_equal(tokens, expected, err_msg="NumPy inverse CDF")
+    np.testing.assert_array_equal(tokens_t[:, 1].numpy(), expected, err_msg="torch inverse CDF")
+    draw = T.sample_inverse_cdf(torch.from_numpy(probs).expand(B, -1), torch.from_numpy(u[0]))
+    np.testing.assert_array_equal(draw[:, 0].numpy(), expected)
+
+
+@given(data=st.data(), rng=rngs, B=batch_sizes, T0=st.integers(1, 12), new=st.integers(1, 8))
+def test_temperature_zero_is_the_argmax_of_each_step(data, rng: SeededRng, B, T0, new):
+    """Greedy decoding, spelled out: each new token is the argmax of the model's logits
+    for the (cropped) sequence so far; top-k and top-p cannot change it."""
+    config = data.draw(gpt_configs(min_width=2), label="config")
+    torch_model = randomize_(T.GPT(T.GPTConfig(**config), dtype=torch.float64), rng)
+    numpy_model = N.GPT(N.GPTConfig(**config), dtype=np.float64)
+    copy_weights(torch_model, numpy_model)
+    idx = rng.ids(config["vocab_size"], (B, T0))
+    out = NS.generate(numpy_model, idx, new, temperature=0.0, top_k=2, top_p=0.5)
+    out_t = T.generate(torch_model, tensor(idx), new, temperature=0.0, top_k=2, top_p=0.5)
+    for step in range(new):
+        context = out[:, : T0 + step][:, -config["block_size"] :]
+        expected = numpy_model.forward(context)[:, -1, :].argmax(axis=-1)
+        np.testing.assert_array_equal(out[:, T0 + step], expected, err_msg=f"step {step}")
+    np.testing.assert_array_equal(out, out_t.numpy(), err_msg="greedy tokens differ")

@@ -5,21 +5,27 @@ names and parameter shapes of ``numpy_impl``, so state dicts move between
 the two backends unchanged. Nothing here imports ``numpy_impl``.
 """
 
-from .activations import GELU
+from .activations import GELU, ReLU, SiLU
 from .attention import (
     CausalSelfAttention,
+    MultiHeadAttention,
     attention_weights,
+    merge_qkv_state_dict,
     scaled_dot_product_attention,
     scaled_dot_product_attention_explicit,
+    split_qkv_state_dict,
+    use_sdpa_backend,
 )
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
-from .ffn import FeedForward
+from .ffn import FeedForward, SwiGLUFeedForward, swiglu_hidden_dim
+from .flash_attention import flash_attention
 from .gpt import GPT, GPTConfig
+from .kv_cache import KVCache, LayerKVCache
 from .linear import Linear
 from .loss import CrossEntropyLoss
-from .norm import LayerNorm
+from .norm import LayerNorm, RMSNorm
 from .optim import (
     AdamW,
     clip_grad_norm_,
@@ -28,7 +34,14 @@ from .optim import (
     make_optimizer,
 )
 from .positional import LearnedPositionalEmbedding
-from .sampling import filter_logits, generate
+from .rope import (
+    RotaryEmbedding,
+    apply_rope,
+    permute_qkv_for_rope,
+    rope_cos_sin,
+    rope_permutation,
+)
+from .sampling import filter_logits, generate, sample_inverse_cdf
 
 __all__ = [
     "GELU",
@@ -41,6 +54,8 @@ __all__ = [
     "Embedding",
     "FeedForward",
     "GPTConfig",
+    "KVCache",
+    "LayerKVCache",
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "Linear",
@@ -49,9 +64,25 @@ __all__ = [
     "clip_grad_norm_",
     "configure_param_groups",
     "filter_logits",
+    "flash_attention",
     "generate",
     "make_lr_scheduler",
     "make_optimizer",
+    "sample_inverse_cdf",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_explicit",
+    "use_sdpa_backend",
+    "ReLU",
+    "SiLU",
+    "MultiHeadAttention",
+    "merge_qkv_state_dict",
+    "split_qkv_state_dict",
+    "SwiGLUFeedForward",
+    "swiglu_hidden_dim",
+    "RMSNorm",
+    "RotaryEmbedding",
+    "apply_rope",
+    "permute_qkv_for_rope",
+    "rope_cos_sin",
+    "rope_permutation",
 ]

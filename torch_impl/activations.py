@@ -1,4 +1,4 @@
-"""GELU non-linearity (Hendrycks & Gimpel 2016), twin of ``numpy_impl/activations.py``."""
+"""Activations GELU (Hendrycks & Gimpel 2016), ReLU, SiLU; twin of numpy_impl/activations.py."""
 
 from __future__ import annotations
 
@@ -49,3 +49,19 @@ class GELU(nn.Module):
 
     def extra_repr(self) -> str:
         return f"approximate={self.approximate!r}"
+
+
+class ReLU(nn.Module):
+    """``ReLU(x) = max(x, 0)``, the activation of the original transformer's FFN
+    (Vaswani et al. 2017, eq. 2). Elementwise, any shape."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x)
+
+
+class SiLU(nn.Module):
+    """``SiLU(x) = x * sigmoid(x)`` (Swish-1; Elfwing et al. 2017), the gate of SwiGLU
+    (Shazeer 2020). Elementwise, any shape."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.silu(x)

@@ -13,7 +13,9 @@ attribute, so the two can be checked against each other and timed.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -21,8 +23,48 @@ from torch import nn
 
 from .dropout import Dropout, check_probability
 from .linear import Linear
+from .rope import RotaryEmbedding
 
 ATTN_IMPLS = ("sdpa", "explicit")
+#: Kernels ``F.scaled_dot_product_attention`` can be restricted to
+#: (``torch.nn.attention.SDPBackend``); "auto" leaves PyTorch's own choice.
+#: On CPU only "math" and "flash" exist.
+SDPA_BACKENDS = ("auto", "flash", "efficient", "math", "cudnn")
+
+
+@contextlib.contextmanager
+def use_sdpa_backend(backend: str = "auto") -> Iterator[None]:
+    """Force the kernel behind ``F.scaled_dot_product_attention`` inside a ``with`` block.
+
+    A thin wrapper of ``torch.nn.attention.sdpa_kernel`` (PyTorch >= 2.3) that
+    takes a name: ``"flash"`` (FlashAttention-2, Dao 2023), ``"efficient"``
+    (memory-efficient attention, Rabe & Staats 2021, the xFormers kernel),
+    ``"math"`` (the unfused reference, in C++), ``"cudnn"``, or ``"auto"``
+    (no restriction: PyTorch picks the fastest eligible one). Every
+    ``F.scaled_dot_product_attention`` call inside the block, including those of
+    :class:`CausalSelfAttention` with ``attn_impl="sdpa"``, uses only that kernel;
+    when the kernel cannot take the inputs (``"efficient"`` on CPU, ``"flash"``
+    with an ``attn_mask`` on CUDA, float64 on CUDA's fused kernels...) the call
+    raises ``RuntimeError`` ("No available kernel"), never silently falls back.
+
+    Raises:
+        ValueError: ``backend`` not in :data:`SDPA_BACKENDS`.
+    """
+    if backend not in SDPA_BACKENDS:
+        raise ValueError(f"sdpa_backend: expected one of {SDPA_BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    kernel = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+    }[backend]
+    with sdpa_kernel(kernel):
+        yield
 
 
 def _check_attention_inputs(
@@ -173,6 +215,7 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     dropout_p: float = 0.0,
     impl: str = "sdpa",
+    sdpa_backend: str = "auto",
 ) -> torch.Tensor:
     """Scaled dot-product attention (Vaswani et al. 2017, eq. 1) by the chosen implementation.
 
@@ -184,26 +227,32 @@ def scaled_dot_product_attention(
             evaluation time).
         impl: ``"sdpa"`` for PyTorch's fused ``F.scaled_dot_product_attention``,
             ``"explicit"`` for the written-out version.
+        sdpa_backend: with ``impl="sdpa"``, the kernel to force (see
+            :func:`use_sdpa_backend`); ``"auto"`` lets PyTorch choose.
 
     Returns:
         out: ``(B, n_heads, Tq, d_v)``, q's dtype.
 
     Raises:
-        ValueError: an unknown ``impl``, or any input error listed for
+        ValueError: an unknown ``impl`` or ``sdpa_backend``, or any input error listed for
             :func:`scaled_dot_product_attention_explicit` (checked up front for
             both implementations, so they fail identically).
         TypeError: an ``attn_mask`` that is neither bool nor floating.
+        RuntimeError: the forced ``sdpa_backend`` cannot take these inputs.
     """
     if impl not in ATTN_IMPLS:
         raise ValueError(f"impl: expected one of {ATTN_IMPLS}, got {impl!r}")
+    if sdpa_backend not in SDPA_BACKENDS:
+        raise ValueError(f"sdpa_backend: expected one of {SDPA_BACKENDS}, got {sdpa_backend!r}")
     _check_attention_inputs(q, k, v, attn_mask, is_causal, dropout_p)
     if impl == "explicit":
         return scaled_dot_product_attention_explicit(
             q, k, v, attn_mask, is_causal, scale, dropout_p, training=True
         )
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
-    )
+    with use_sdpa_backend(sdpa_backend):
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        )
 
 
 class CausalSelfAttention(nn.Module):
@@ -225,9 +274,14 @@ class CausalSelfAttention(nn.Module):
         attn_impl: ``"sdpa"`` or ``"explicit"``; see
             :func:`scaled_dot_product_attention`. Can be reassigned later.
         dtype: parameter dtype (``None``: torch's default).
+        rope: ``None`` (no positions here), or a RoPE layout, ``"interleaved"``
+            or ``"half"``: q and k are rotated by their positions (Su et al. 2021;
+            ``torch_impl/rope.py``). ``d_k`` must then be even.
+        rope_base: RoPE's frequency base.
 
     Attributes:
         d_model, n_heads, d_k: the widths above.
+        rope: the :class:`~torch_impl.rope.RotaryEmbedding`, or None.
 
     Submodules (in this order, matching the NumPy twin):
         qkv_proj: ``Linear(d_model, 3 * d_model)``, weight ``(3 d_model, d_model)``.
@@ -235,7 +289,8 @@ class CausalSelfAttention(nn.Module):
         attn_dropout, resid_dropout: ``Dropout(dropout)``.
 
     Shapes:
-        x: ``(B, T, C)`` with ``C = d_model``, ``T >= 1`` -> ``(B, T, C)``.
+        x: ``(B, T, C)`` with ``C = d_model``, ``T >= 1`` -> ``(B, T, C)``;
+        ``start_pos`` (int, default 0) is the position of x's first token (for RoPE).
 
     Dropout on the attention weights: the explicit path applies
     ``attn_dropout`` (so a mask can be injected there); the sdpa path passes
@@ -255,6 +310,8 @@ class CausalSelfAttention(nn.Module):
         dropout: float = 0.0,
         attn_impl: str = "sdpa",
         dtype: torch.dtype | None = None,
+        rope: str | None = None,
+        rope_base: float = 10000.0,
     ):
         super().__init__()
         if d_model < 1 or n_heads < 1:
@@ -271,6 +328,7 @@ class CausalSelfAttention(nn.Module):
         self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)
         self.attn_dropout = Dropout(dropout)
         self.resid_dropout = Dropout(dropout)
+        self.rope = None if rope is None else RotaryEmbedding(self.d_k, rope, rope_base)
 
     @property
     def attn_impl(self) -> str:
@@ -283,7 +341,7 @@ class CausalSelfAttention(nn.Module):
             raise ValueError(f"attn_impl: expected one of {ATTN_IMPLS}, got {value!r}")
         self._attn_impl = value
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start_pos: int = 0, kv_cache=None) -> torch.Tensor:
         if x.dim() != 3 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x: expected shape (B, T, d_model={self.d_model}), got {tuple(x.shape)}"
@@ -291,12 +349,16 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         if T < 1:
             raise ValueError(f"x: sequence length T must be at least 1, got T={T}")
+        if kv_cache is not None:
+            return self._forward_cached(x, kv_cache, start_pos)
         H, d_k = self.n_heads, self.d_k
 
         q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)  # (B, T, 3C) -> 3 x (B, T, C)
         q = q.view(B, T, H, d_k).transpose(1, 2)  # (B, T, C) -> (B, H, T, d_k)
         k = k.view(B, T, H, d_k).transpose(1, 2)
         v = v.view(B, T, H, d_k).transpose(1, 2)
+        if self.rope is not None:  # positions enter here, by rotating q and k (not v)
+            q, k = self.rope(q, k, start_pos)
 
         if self.attn_impl == "sdpa":
             p = self.attn_dropout.p if self.training else 0.0
@@ -309,5 +371,196 @@ class CausalSelfAttention(nn.Module):
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.out_proj(y))
 
+    def _forward_cached(self, x: torch.Tensor, kv_cache, start_pos: int) -> torch.Tensor:
+        """Inference with a :class:`~torch_impl.kv_cache.LayerKVCache` (chapter 12).
+
+        x ``(B, T, C)`` holds the tokens at positions ``start_pos .. start_pos + T - 1``;
+        the cache holds keys and values of positions ``0 .. start_pos - 1`` and gains
+        these. Query ``start_pos + i`` may attend to keys ``0 .. start_pos + i`` (the
+        causal mask, bottom-right aligned). With RoPE, q and k are rotated by their
+        absolute positions before ``kv_cache.update``, so cached keys stay rotated.
+        """
+        B, T, C = x.shape
+        H, d_k = self.n_heads, self.d_k
+        q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)  # 3 x (B, T, C), new positions
+        q = q.view(B, T, H, d_k).transpose(1, 2)  # (B, H, T, d_k)
+        k = k.view(B, T, H, d_k).transpose(1, 2)
+        v = v.view(B, T, H, d_k).transpose(1, 2)
+        if self.rope is not None:  # rotate by the absolute positions, before caching k
+            q, k = self.rope(q, k, start_pos)
+        k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
+        # one new query sees every cached key; a prefill (start_pos 0) is plain causal (which
+        # the flash kernel takes; it takes no mask); otherwise query start_pos + i sees keys
+        # 0 .. start_pos + i
+        allowed, is_causal = None, T > 1 and start_pos == 0
+        if T > 1 and start_pos > 0:
+            pos_k = torch.arange(start_pos + T, device=x.device)
+            allowed = pos_k[None, :] <= start_pos + torch.arange(T, device=x.device)[:, None]
+        if self.attn_impl == "sdpa":
+            p = self.attn_dropout.p if self.training else 0.0
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=allowed, dropout_p=p, is_causal=is_causal
+            )
+        else:
+            attn = attention_weights(q, k, attn_mask=allowed, is_causal=is_causal)
+            y = self.attn_dropout(attn) @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # (B, H, T, d_k) -> (B, T, C)
+        return self.resid_dropout(self.out_proj(y))
+
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}, attn_impl={self.attn_impl!r}"
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with separate q, k, v projections (Vaswani et al. 2017, sec. 3.2.2).
+
+    Seed 004's layer, twin of ``numpy_impl.attention.MultiHeadAttention``:
+    ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``, and the attention weights
+    returned next to the output, as ``nn.MultiheadAttention`` returns them.
+    Loading ``in_proj_weight = cat(q_proj.weight, k_proj.weight, v_proj.weight)``
+    (and the biases, and ``out_proj``) into ``nn.MultiheadAttention(batch_first=True)``
+    gives the same function, with its mask inverted: there a bool ``True``
+    means *masked*, here (as in ``F.scaled_dot_product_attention``) it means
+    *may attend*.
+
+    Args:
+        d_model, n_heads, bias: as in :class:`CausalSelfAttention`.
+        dropout: on the attention probabilities only (``attn_dropout``), as in
+            ``nn.MultiheadAttention``.
+        attn_impl: ``"sdpa"`` or ``"explicit"``; with ``need_weights`` the
+            explicit path runs whatever this says, since the fused kernel does
+            not return the weights.
+        dtype: parameter dtype.
+
+    Submodules (in this order): ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj``
+    (each ``Linear(d_model, d_model)``), ``attn_dropout``.
+
+    Shapes:
+        query ``(B, T_q, C)``, key and value ``(B, T_k, C)``; ``attn_mask`` bool
+        (True = may attend) or float, broadcastable to ``(B, n_heads, T_q, T_k)``;
+        returns ``(out (B, T_q, C), weights)``, weights ``(B, n_heads, T_q, T_k)``
+        (softmax probabilities before dropout), ``(B, T_q, T_k)`` with
+        ``average_attn_weights``, or None without ``need_weights``.
+
+    Raises:
+        ValueError: bad sizes, inputs that are not ``(B, T, d_model)`` with T >= 1
+            and matching B and T_k, or the mask errors of
+            :func:`scaled_dot_product_attention`.
+        TypeError: a mask that is neither bool nor floating.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        bias: bool = True,
+        dropout: float = 0.0,
+        attn_impl: str = "sdpa",
+        dtype: torch.dtype | None = None,
+    ):
+        super().__init__()
+        if d_model < 1 or n_heads < 1 or d_model % n_heads != 0:
+            raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        if attn_impl not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl: expected one of {ATTN_IMPLS}, got {attn_impl!r}")
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.attn_impl = attn_impl
+        self.q_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)
+        self.k_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)
+        self.v_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)
+        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)
+        self.attn_dropout = Dropout(dropout)
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
+        need_weights: bool = True,
+        average_attn_weights: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        for name, a in (("query", query), ("key", key), ("value", value)):
+            if a.dim() != 3 or a.shape[1] < 1 or a.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"{name}: expected shape (B, T>=1, d_model={self.d_model}), "
+                    f"got {tuple(a.shape)}"
+                )
+        if key.shape[0] != query.shape[0] or value.shape[:2] != key.shape[:2]:
+            raise ValueError(
+                f"key, value: expected shapes (B={query.shape[0]}, T_k, d_model) with the same "
+                f"T_k, got {tuple(key.shape)} and {tuple(value.shape)}"
+            )
+        B, T_q, C = query.shape
+        T_k, H, d_k = key.shape[1], self.n_heads, self.d_k
+        q = self.q_proj(query).view(B, T_q, H, d_k).transpose(1, 2)  # (B, H, T_q, d_k)
+        k = self.k_proj(key).view(B, T_k, H, d_k).transpose(1, 2)  # (B, H, T_k, d_k)
+        v = self.v_proj(value).view(B, T_k, H, d_k).transpose(1, 2)
+        p = self.attn_dropout.p if self.training else 0.0
+        _check_attention_inputs(q, k, v, attn_mask, is_causal, p)
+        weights = None
+        if need_weights:
+            attn = attention_weights(q, k, attn_mask, is_causal)  # (B, H, T_q, T_k)
+            y = self.attn_dropout(attn) @ v
+            weights = attn.mean(dim=1) if average_attn_weights else attn
+        else:
+            y = scaled_dot_product_attention(
+                q, k, v, attn_mask, is_causal, dropout_p=p, impl=self.attn_impl
+            )
+        y = y.transpose(1, 2).reshape(B, T_q, C)  # (B, H, T_q, d_k) -> (B, T_q, C)
+        return self.out_proj(y), weights
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, attn_impl={self.attn_impl!r}"
+
+
+def split_qkv_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A :class:`CausalSelfAttention` state dict -> the :class:`MultiHeadAttention` one.
+
+    ``qkv_proj.weight (3C, C)`` splits into q, k, v blocks of rows (likewise the
+    bias); every other key passes through. Tensors are copies (``clone``).
+
+    Raises:
+        ValueError: ``qkv_proj.weight`` missing or its first axis not divisible by 3.
+    """
+    w = state_dict.get("qkv_proj.weight")
+    if w is None or w.dim() != 2 or w.shape[0] % 3:
+        raise ValueError(
+            "state_dict: expected 'qkv_proj.weight' of shape (3 d_model, d_model), got "
+            f"{None if w is None else tuple(w.shape)}"
+        )
+    out = {}
+    for key, value in state_dict.items():
+        if key.startswith("qkv_proj."):
+            kind = key.removeprefix("qkv_proj.")
+            for name, part in zip(("q", "k", "v"), value.chunk(3, dim=0), strict=True):
+                out[f"{name}_proj.{kind}"] = part.clone()
+        else:
+            out[key] = value.clone()
+    return out
+
+
+def merge_qkv_state_dict(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A :class:`MultiHeadAttention` state dict -> the :class:`CausalSelfAttention` one.
+
+    ``qkv_proj = cat(q_proj, k_proj, v_proj)`` along the rows, the layout of
+    ``nn.MultiheadAttention.in_proj_weight`` too. Other keys pass through.
+
+    Raises:
+        ValueError: some of the q/k/v projections present and others missing.
+    """
+    out = {}
+    for kind in ("weight", "bias"):
+        parts = [state_dict.get(f"{n}_proj.{kind}") for n in ("q", "k", "v")]
+        if all(p is None for p in parts):
+            continue
+        if any(p is None for p in parts):
+            raise ValueError(f"state_dict: q_proj, k_proj and v_proj must all have a {kind}")
+        out[f"qkv_proj.{kind}"] = torch.cat(parts, dim=0)
+    if "qkv_proj.weight" not in out:
+        raise ValueError("state_dict: expected 'q_proj.weight', 'k_proj.weight', 'v_proj.weight'")
+    for key, value in state_dict.items():
+        if key.split(".")[0] not in ("q_proj", "k_proj", "v_proj"):
+            out[key] = value.clone()
+    return out

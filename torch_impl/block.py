@@ -1,4 +1,5 @@
-"""Pre-norm transformer block (Radford et al. 2019), twin of ``numpy_impl/block.py``."""
+"""Transformer block, pre-norm (Radford et al. 2019) or post-norm (Vaswani et al. 2017), twin of
+``numpy_impl/block.py``."""
 
 from __future__ import annotations
 
@@ -6,36 +7,62 @@ import torch
 from torch import nn
 
 from .attention import CausalSelfAttention
-from .ffn import FeedForward
-from .norm import LayerNorm
+from .ffn import FeedForward, SwiGLUFeedForward
+from .norm import LayerNorm, RMSNorm
+
+NORMS = ("layernorm", "rmsnorm")
+FFNS = ("gelu", "relu", "swiglu")
+NORM_POSITIONS = ("pre", "post")
+
+
+def check_block_options(norm: str, ffn: str, norm_position: str) -> None:
+    """Raise ``ValueError`` naming the first of the three that is not a known choice."""
+    for name, value, choices in (
+        ("norm", norm, NORMS),
+        ("ffn", ffn, FFNS),
+        ("norm_position", norm_position, NORM_POSITIONS),
+    ):
+        if value not in choices:
+            raise ValueError(f"{name}: expected one of {choices}, got {value!r}")
 
 
 class Block(nn.Module):
-    """One GPT block: attention then feed-forward, each wrapped as ``x + f(LayerNorm(x))``.
+    """One transformer block: attention then feed-forward, each with a residual add and a norm.
 
-    Pre-norm, as in GPT-2 (Radford et al. 2019, sec. 2.3), rather than the
-    post-norm ``LayerNorm(x + f(x))`` of Vaswani et al. 2017: the residual
-    stream ``x`` passes through untouched, which keeps deep stacks trainable.
+    * ``norm_position="pre"`` (default; GPT-2, Radford et al. 2019, sec. 2.3):
+      ``x = x + attn(ln1(x))``, ``x = x + ffn(ln2(x))``. The residual stream
+      passes through untouched, which keeps deep stacks trainable.
+    * ``norm_position="post"`` (Vaswani et al. 2017, sec. 3.1):
+      ``x = ln1(x + attn(x))``, ``x = ln2(x + ffn(x))``.
 
     Args:
         d_model: width of the residual stream.
         n_heads: attention heads; must divide ``d_model``.
-        d_ff: feed-forward hidden width (``None``: ``4 * d_model``).
+        d_ff: feed-forward hidden width (``None``: ``4 * d_model``; SwiGLU: 2/3 of that).
         bias: biases in the linear layers and LayerNorms.
         dropout: dropout probability used throughout, in ``[0, 1)``.
         gelu_approximate: ``"tanh"`` or ``"none"``.
         attn_impl: ``"sdpa"`` or ``"explicit"`` (can be changed later on
             ``block.attn.attn_impl``).
         dtype: parameter dtype (``None``: torch's default).
+        norm: ``"layernorm"`` (default) or ``"rmsnorm"``.
+        ffn: ``"gelu"`` (default), ``"relu"`` or ``"swiglu"``.
+        norm_position: ``"pre"`` (default) or ``"post"``.
+        rope: None or a RoPE layout (``"interleaved"``, ``"half"``) for the attention.
+        rope_base: RoPE's frequency base.
 
-    Submodules (in this order): ``ln1``, ``attn``, ``ln2``, ``ffn``.
+    Submodules (in this order, whatever the options): ``ln1``, ``attn``, ``ln2``, ``ffn``.
 
     Shapes:
-        x: ``(B, T, d_model)`` -> ``(B, T, d_model)``, x's dtype.
+        x: ``(B, T, d_model)``, start_pos (int, for RoPE) -> ``(B, T, d_model)``, x's dtype.
+
+    ``forward(x, kv_cache=layer_cache, start_pos=p)`` decodes with a
+    :class:`~torch_impl.kv_cache.LayerKVCache` (x = the tokens at positions
+    ``p .. p + T - 1``); inference only.
 
     Raises:
-        ValueError: bad hyperparameters (see the submodules) or an input that
-            is not ``(B, T, d_model)`` with ``T >= 1``.
+        ValueError: bad hyperparameters (named; see also the submodules) or an
+            input that is not ``(B, T, d_model)`` with ``T >= 1``.
     """
 
     def __init__(
@@ -48,26 +75,58 @@ class Block(nn.Module):
         gelu_approximate: str = "tanh",
         attn_impl: str = "sdpa",
         dtype: torch.dtype | None = None,
+        norm: str = "layernorm",
+        ffn: str = "gelu",
+        norm_position: str = "pre",
+        rope: str | None = None,
+        rope_base: float = 10000.0,
     ):
         super().__init__()
-        self.ln1 = LayerNorm(d_model, bias=bias, dtype=dtype)
+        check_block_options(norm, ffn, norm_position)
+        self.norm_position = norm_position
+
+        def make_norm() -> nn.Module:
+            if norm == "rmsnorm":
+                return RMSNorm(d_model, dtype=dtype)
+            return LayerNorm(d_model, bias=bias, dtype=dtype)
+
+        self.ln1 = make_norm()
         self.attn = CausalSelfAttention(
-            d_model, n_heads, bias=bias, dropout=dropout, attn_impl=attn_impl, dtype=dtype
-        )
-        self.ln2 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.ffn = FeedForward(
             d_model,
-            d_ff,
+            n_heads,
             bias=bias,
             dropout=dropout,
-            gelu_approximate=gelu_approximate,
+            attn_impl=attn_impl,
             dtype=dtype,
+            rope=rope,
+            rope_base=rope_base,
         )
+        self.ln2 = make_norm()
+        if ffn == "swiglu":
+            self.ffn = SwiGLUFeedForward(d_model, d_ff, bias=bias, dropout=dropout, dtype=dtype)
+        else:
+            self.ffn = FeedForward(
+                d_model,
+                d_ff,
+                bias=bias,
+                dropout=dropout,
+                gelu_approximate=gelu_approximate,
+                dtype=dtype,
+                activation=ffn,
+            )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start_pos: int = 0, kv_cache=None) -> torch.Tensor:
         d_model = self.attn.d_model
         if x.dim() != 3 or x.shape[-1] != d_model:
             raise ValueError(f"x: expected shape (B, T, d_model={d_model}), got {tuple(x.shape)}")
-        x = x + self.attn(self.ln1(x))  # attention reads the stream and writes back
+        if self.norm_position == "post":
+            x = self.ln1(x + self.attn(x, start_pos, kv_cache))  # the stream itself is normalised
+            return self.ln2(x + self.ffn(x))
+        x = x + self.attn(
+            self.ln1(x), start_pos, kv_cache
+        )  # attention reads the stream, writes back
         x = x + self.ffn(self.ln2(x))  # so does the feed-forward network
         return x
+
+    def extra_repr(self) -> str:
+        return f"norm_position={self.norm_position!r}"

@@ -1,7 +1,9 @@
 """A GPT-2 style decoder-only language model (Radford et al. 2019), twin of ``numpy_impl/gpt.py``.
 
 token ids -> token + position embeddings -> ``n_layers`` pre-norm blocks ->
-final LayerNorm -> linear head -> logits over the vocabulary.
+final LayerNorm -> linear head -> logits over the vocabulary. Configured with
+RoPE, RMSNorm, SwiGLU and no biases, the same class is a Llama-style decoder
+(Touvron et al. 2023, sec. 2.2).
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ import torch
 from torch import nn
 
 from .activations import GELU_APPROXIMATIONS
-from .block import Block
+from .block import Block, check_block_options
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
+from .ffn import SwiGLUFeedForward
+from .kv_cache import KVCache
 from .linear import Linear
-from .norm import LayerNorm
+from .norm import LayerNorm, RMSNorm
 from .positional import LearnedPositionalEmbedding
+from .rope import ROPE_LAYOUTS
+
+POS_EMBS = ("learned", "rope")
 
 
 @dataclass
@@ -38,12 +45,23 @@ class GPTConfig:
         bias: biases in the linear layers and LayerNorms (the head never has one).
         tie_weights: share the token embedding with the output head (GPT-2 does).
         gelu_approximate: ``"tanh"`` (GPT-2) or ``"none"``.
+        pos_emb: ``"learned"`` (GPT-2) or ``"rope"`` (rotary q and k in every layer).
+        rope_layout: ``"interleaved"`` or ``"half"`` (``torch_impl/rope.py``).
+        rope_base: RoPE's frequency base (10000).
+        norm: ``"layernorm"`` or ``"rmsnorm"`` (every norm, ``ln_f`` included).
+        ffn: ``"gelu"``, ``"relu"`` or ``"swiglu"``.
+        norm_position: ``"pre"`` (GPT-2) or ``"post"`` (Vaswani et al. 2017).
+
+    Llama-style: ``pos_emb="rope", norm="rmsnorm", ffn="swiglu", bias=False``.
+    A dict written before these fields existed loads with their defaults.
 
     Raises:
         ValueError: from ``__post_init__``, naming the offending field: a
             size that is not a positive int, ``d_model`` not divisible by
-            ``n_heads``, ``dropout`` outside ``[0, 1)``, or an unknown
-            ``gelu_approximate``.
+            ``n_heads``, ``dropout`` outside ``[0, 1)``, an unknown
+            ``gelu_approximate``, ``pos_emb``, ``rope_layout``, ``norm``,
+            ``ffn`` or ``norm_position``, ``rope_base <= 1``, or RoPE with an
+            odd head dimension.
     """
 
     vocab_size: int
@@ -56,6 +74,12 @@ class GPTConfig:
     bias: bool = True
     tie_weights: bool = True
     gelu_approximate: str = "tanh"
+    pos_emb: str = "learned"
+    rope_layout: str = "interleaved"
+    rope_base: float = 10000.0
+    norm: str = "layernorm"
+    ffn: str = "gelu"
+    norm_position: str = "pre"
 
     def __post_init__(self) -> None:
         sizes = ["vocab_size", "block_size", "n_layers", "n_heads", "d_model"]
@@ -74,6 +98,20 @@ class GPTConfig:
                 f"gelu_approximate: expected one of {GELU_APPROXIMATIONS}, "
                 f"got {self.gelu_approximate!r}"
             )
+        if self.pos_emb not in POS_EMBS:
+            raise ValueError(f"pos_emb: expected one of {POS_EMBS}, got {self.pos_emb!r}")
+        if self.rope_layout not in ROPE_LAYOUTS:
+            raise ValueError(
+                f"rope_layout: expected one of {ROPE_LAYOUTS}, got {self.rope_layout!r}"
+            )
+        if not self.rope_base > 1.0:
+            raise ValueError(f"rope_base: expected a frequency base > 1, got {self.rope_base!r}")
+        if self.pos_emb == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"d_model={self.d_model}, n_heads={self.n_heads}: RoPE needs an even head "
+                f"dimension d_k = d_model / n_heads, got {self.d_model // self.n_heads}"
+            )
+        check_block_options(self.norm, self.ffn, self.norm_position)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain, JSON-ready dict (field order preserved)."""
@@ -111,10 +149,11 @@ class GPT(nn.Module):
 
     Submodules (in this exact order, matching the NumPy twin):
         tok_emb: ``Embedding(vocab_size, d_model)``.
-        pos_emb: ``LearnedPositionalEmbedding(block_size, d_model)``.
+        pos_emb: ``LearnedPositionalEmbedding(block_size, d_model)``, or None
+            with ``pos_emb="rope"`` (the attention layers rotate q and k instead).
         drop: ``Dropout(dropout)`` on the summed embeddings.
         blocks: ``nn.ModuleList`` of ``n_layers`` :class:`Block`.
-        ln_f: final ``LayerNorm(d_model)``.
+        ln_f: final ``LayerNorm(d_model)`` (``RMSNorm`` with ``norm="rmsnorm"``).
         head: ``Linear(d_model, vocab_size, bias=False)``; with ``tie_weights``
             its weight *is* ``tok_emb.weight`` (Press & Wolf 2017), so
             ``state_dict()`` lists the tensor under both names and
@@ -131,10 +170,16 @@ class GPT(nn.Module):
         idx: ``(B, T)`` any integer dtype, ``1 <= T <= block_size`` ->
         logits: ``(B, T, vocab_size)``, parameter dtype.
 
+    Decoding with a cache (inference only): ``cache = model.new_kv_cache()``, then
+    ``model(idx, kv_cache=cache, start_pos=p)`` returns the logits of the tokens
+    ``idx`` at positions ``p .. p + T - 1`` while the cache supplies the keys and
+    values of positions ``0 .. p - 1`` (``start_pos=None``: append).
+
     Raises:
         TypeError: ``idx`` that is not an integer tensor.
         ValueError: ``idx`` not 2-D, ``T == 0``, ``T > block_size``, or ids
-            outside ``[0, vocab_size)``.
+            outside ``[0, vocab_size)``; with a cache, ``start_pos`` outside
+            ``[0, kv_cache.length]`` or positions past ``block_size``.
     """
 
     def __init__(
@@ -144,7 +189,9 @@ class GPT(nn.Module):
         self.config = config
         c = config
         self.tok_emb = Embedding(c.vocab_size, c.d_model, dtype=dtype)
-        self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, dtype=dtype)
+        self.pos_emb = None
+        if c.pos_emb == "learned":
+            self.pos_emb = LearnedPositionalEmbedding(c.block_size, c.d_model, dtype=dtype)
         self.drop = Dropout(c.dropout)
         self.blocks = nn.ModuleList(
             [
@@ -157,11 +204,19 @@ class GPT(nn.Module):
                     gelu_approximate=c.gelu_approximate,
                     attn_impl=attn_impl,
                     dtype=dtype,
+                    norm=c.norm,
+                    ffn=c.ffn,
+                    norm_position=c.norm_position,
+                    rope=c.rope_layout if c.pos_emb == "rope" else None,
+                    rope_base=c.rope_base,
                 )
                 for _ in range(c.n_layers)
             ]
         )
-        self.ln_f = LayerNorm(c.d_model, bias=c.bias, dtype=dtype)
+        if c.norm == "rmsnorm":
+            self.ln_f = RMSNorm(c.d_model, dtype=dtype)
+        else:
+            self.ln_f = LayerNorm(c.d_model, bias=c.bias, dtype=dtype)
         self.head = Linear(c.d_model, c.vocab_size, bias=False, dtype=dtype)
         if c.tie_weights:
             self.head.weight = self.tok_emb.weight  # one tensor, two roles
@@ -181,12 +236,15 @@ class GPT(nn.Module):
                 nn.init.ones_(module.weight)
                 if module.bias is not None:
                     nn.init.zeros_(module.bias)
+            elif isinstance(module, RMSNorm):
+                nn.init.ones_(module.weight)
         # Each block adds two residual branches; shrink their output weights so the
         # residual stream's variance stays ~constant with depth (Radford et al. 2019).
         residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
         for block in self.blocks:
             nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
-            nn.init.normal_(block.ffn.fc2.weight, mean=0.0, std=residual_std)
+            ffn_out = block.ffn.w2 if isinstance(block.ffn, SwiGLUFeedForward) else block.ffn.fc2
+            nn.init.normal_(ffn_out.weight, mean=0.0, std=residual_std)
 
     @property
     def attn_impl(self) -> str:
@@ -198,7 +256,9 @@ class GPT(nn.Module):
         for block in self.blocks:
             block.attn.attn_impl = value
 
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, idx: torch.Tensor, kv_cache: KVCache | None = None, start_pos: int | None = None
+    ) -> torch.Tensor:
         if not isinstance(idx, torch.Tensor):
             raise TypeError(f"idx: expected an integer torch.Tensor, got {type(idx).__name__}")
         if idx.dim() != 2:
@@ -211,14 +271,59 @@ class GPT(nn.Module):
                 f"idx: sequence length T={T} exceeds block_size={self.config.block_size}"
             )
         idx = check_token_ids(idx, self.config.vocab_size, bound="vocab_size")
+        if kv_cache is not None or start_pos is not None:
+            return self._forward_cached(idx, kv_cache, start_pos)
 
-        # (B, T, d_model) + (T, d_model) -> (B, T, d_model): positions broadcast over the batch
-        x = self.tok_emb(idx) + self.pos_emb(T)
+        x = self.tok_emb(idx)  # (B, T, d_model)
+        if self.pos_emb is not None:  # (T, d_model) positions broadcast over the batch
+            x = x + self.pos_emb(T)
         x = self.drop(x)
         for block in self.blocks:
             x = block(x)  # (B, T, d_model) -> (B, T, d_model)
         x = self.ln_f(x)
         return self.head(x)  # (B, T, d_model) -> (B, T, vocab_size)
+
+    def new_kv_cache(self) -> KVCache:
+        """An empty :class:`~torch_impl.kv_cache.KVCache` for this model (one layer per block)."""
+        return KVCache(self.config.n_layers, self.config.block_size)
+
+    def _forward_cached(
+        self, idx: torch.Tensor, kv_cache: KVCache | None, start_pos: int | None
+    ) -> torch.Tensor:
+        """Logits of the tokens ``idx`` at positions ``start_pos ..``, reusing ``kv_cache``.
+
+        As in the NumPy twin: the cache holds positions ``0 .. start_pos - 1`` of
+        every block and gains those of ``idx``; ``start_pos=None`` appends,
+        ``start_pos=0`` starts afresh. With learned absolute positions the cache
+        stays valid only while the window does not slide (see ``generate``).
+        """
+        if not isinstance(kv_cache, KVCache) or len(kv_cache.layers) != len(self.blocks):
+            raise ValueError(
+                f"kv_cache: expected a KVCache with n_layers={len(self.blocks)} "
+                "(model.new_kv_cache())"
+            )
+        B, T = idx.shape
+        start_pos = kv_cache.length if start_pos is None else start_pos
+        if isinstance(start_pos, bool) or not isinstance(start_pos, int):
+            raise ValueError(f"start_pos: expected an int, got {start_pos!r}")
+        if not 0 <= start_pos <= kv_cache.length:
+            raise ValueError(
+                f"start_pos: must lie in [0, kv_cache.length={kv_cache.length}], got {start_pos}"
+            )
+        if start_pos + T > self.config.block_size:
+            raise ValueError(
+                f"idx: positions {start_pos} .. {start_pos + T - 1} exceed "
+                f"block_size={self.config.block_size}"
+            )
+        # the position vectors of start_pos .. start_pos + T - 1: (T, d_model)
+        x = self.tok_emb(idx)
+        if self.pos_emb is not None:  # RoPE models rotate q and k in attention instead
+            x = x + self.pos_emb(start_pos + T)[start_pos:]
+        x = self.drop(x)
+        for block, layer_cache in zip(self.blocks, kv_cache.layers, strict=True):
+            x = block(x, kv_cache=layer_cache, start_pos=start_pos)
+        x = self.ln_f(x)
+        return self.head(x)  # (B, T, vocab_size)
 
     def num_parameters(self) -> int:
         """Number of scalar parameters; the tied embedding/head matrix is counted once."""

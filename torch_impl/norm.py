@@ -63,3 +63,48 @@ class LayerNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}, bias={self.bias is not None}"
+
+
+class RMSNorm(nn.Module):
+    """``y = x / sqrt(mean(x^2) + eps) * weight`` over the last axis (Zhang & Sennrich 2019).
+
+    Written as Meta's Llama writes it, ``x * torch.rsqrt(x.pow(2).mean(-1,
+    keepdim=True) + eps) * weight``: ``torch.nn.RMSNorm`` (torch >= 2.4)
+    computes the same thing (the parity tests check it) but this project
+    accepts torch >= 2.2. Note that ``torch.nn.RMSNorm(eps=None)`` means the
+    dtype's machine epsilon, not 1e-5: pass eps explicitly when comparing.
+
+    Args:
+        d_model: size of the normalised (last) dimension.
+        eps: added to the mean square, inside the square root (1e-5, as in Llama 2).
+        dtype: parameter dtype (``None``: torch's default).
+
+    Parameters:
+        weight: ``(d_model,)``, initialised to ones.
+
+    Shapes:
+        x: ``(..., d_model)`` -> ``(..., d_model)``, x's dtype.
+
+    Raises:
+        ValueError: the last dimension of ``x`` is not ``d_model``; ``eps <= 0``.
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5, dtype: torch.dtype | None = None):
+        super().__init__()
+        if d_model < 1:
+            raise ValueError(f"d_model must be positive, got d_model={d_model}")
+        if not eps > 0:
+            raise ValueError(f"eps: must be positive, got {eps}")
+        self.d_model = d_model
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d_model, dtype=dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() < 1 or x.shape[-1] != self.d_model:
+            raise ValueError(
+                f"x: expected shape (..., d_model={self.d_model}), got {tuple(x.shape)}"
+            )
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"

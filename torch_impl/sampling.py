@@ -86,6 +86,53 @@ def filter_logits(
     return logits
 
 
+def _check_uniforms(uniforms, max_new_tokens: int, B: int) -> torch.Tensor:
+    u = torch.as_tensor(uniforms, dtype=torch.float64)
+    if tuple(u.shape) != (max_new_tokens, B):
+        raise ValueError(
+            f"uniforms: expected shape (max_new_tokens={max_new_tokens}, B={B}), "
+            f"got {tuple(u.shape)}"
+        )
+    if u.numel() and not bool(((u >= 0.0) & (u < 1.0)).all()):
+        raise ValueError("uniforms: every number must lie in [0, 1)")
+    return u
+
+
+def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """One token per row by inverse-CDF sampling: the first index whose running sum exceeds u.
+
+    The NumPy twin's draw, so that the same uniform numbers pick the same tokens.
+
+    Args:
+        probs: ``(B, V)``, rows summing to 1 (up to rounding).
+        u: ``(B,)`` numbers in ``[0, 1)``.
+
+    Returns:
+        ``(B, 1)``, ``torch.long``.
+    """
+    # cumsum in probs' dtype, compared in float64, as NumPy's type promotion does it
+    cdf = probs.cumsum(dim=-1).double()  # (B, V)
+    u = u.double()[:, None] * cdf[:, -1:]  # the total may round to 1 - 1e-16
+    return (cdf <= u).sum(dim=-1, keepdim=True).clamp_max(probs.shape[-1] - 1)
+
+
+def _cached_next_logits(model: nn.Module, idx: torch.Tensor, cache) -> torch.Tensor:
+    """Logits ``(B, V)`` of the token after ``idx`` ``(B, T)``, with ``cache`` (chapter 12).
+
+    While the sequence fits in ``block_size``, the cache holds every token but
+    the newest: one forward of that token at ``start_pos = T - 1`` appends it.
+    Otherwise (first step, or the window slid and every token moved) the cache
+    is refilled from the whole window, as costly as a step without a cache.
+    """
+    T = idx.shape[1]
+    block_size = model.config.block_size
+    if T <= block_size and cache.length == T - 1:
+        logits = model(idx[:, -1:], kv_cache=cache, start_pos=T - 1)  # (B, 1, V)
+    else:  # first step, or the window slid: every position changed, recompute the window
+        logits = model(idx[:, -block_size:], kv_cache=cache, start_pos=0)
+    return logits[:, -1, :]
+
+
 @torch.no_grad()
 def generate(
     model: nn.Module,
@@ -95,6 +142,8 @@ def generate(
     top_k: int | None = None,
     top_p: float | None = None,
     generator: torch.Generator | None = None,
+    use_cache: bool = False,
+    uniforms: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Extend each sequence by ``max_new_tokens`` tokens, one at a time.
 
@@ -115,6 +164,13 @@ def generate(
         top_k, top_p: see :func:`filter_logits`.
         generator: a ``torch.Generator`` for reproducible sampling, on the
             model's device.
+        use_cache: decode with a KV cache (``model.new_kv_cache()``): after the
+            prompt, one token per forward instead of the whole window; the same
+            tokens as without it.
+        uniforms: ``(max_new_tokens, B)`` numbers in ``[0, 1)``: draw step s's
+            tokens by inverse-CDF sampling with row s (:func:`sample_inverse_cdf`)
+            instead of ``torch.multinomial``. The NumPy twin does the same, so
+            both backends sample identical tokens from one stream.
 
     Returns:
         ``(B, T0 + max_new_tokens)``, ``torch.long``: the prompt followed by
@@ -124,7 +180,8 @@ def generate(
         TypeError: ``idx`` that is not an integer tensor.
         ValueError: ``idx`` not 2-D or with ``T0 == 0``, ``max_new_tokens < 0``,
             ``temperature < 0``, ``top_k <= 0``, ``top_p`` outside ``(0, 1]``,
-            or ids the model rejects.
+            ``uniforms`` of the wrong shape or outside ``[0, 1)``, or ids the
+            model rejects.
     """
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"idx: expected an integer torch.Tensor, got {type(idx).__name__}")
@@ -140,19 +197,28 @@ def generate(
         raise ValueError(f"max_new_tokens: must be an int >= 0, got {max_new_tokens!r}")
     _check_sampling_args(temperature, top_k, top_p)
     idx = check_token_ids(idx, model.config.vocab_size, bound="vocab_size")
+    if uniforms is not None:
+        uniforms = _check_uniforms(uniforms, max_new_tokens, idx.shape[0])
     block_size = model.config.block_size
+    cache = model.new_kv_cache() if use_cache else None
 
     was_training = model.training
     model.eval()
     try:
-        for _ in range(max_new_tokens):
-            logits = model(idx[:, -block_size:])[:, -1, :]  # (B, T, V) -> (B, V): last position
+        for step in range(max_new_tokens):
+            if cache is not None:
+                logits = _cached_next_logits(model, idx, cache)  # (B, V)
+            else:
+                logits = model(idx[:, -block_size:])[:, -1, :]  # (B, T, V) -> (B, V): last one
             if temperature == 0:
                 next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
             else:
                 logits = filter_logits(logits, temperature, top_k, top_p)
                 probs = F.softmax(logits, dim=-1)
-                next_id = torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+                if uniforms is not None:
+                    next_id = sample_inverse_cdf(probs, uniforms[step].to(probs.device))
+                else:
+                    next_id = torch.multinomial(probs, num_samples=1, generator=generator)
             idx = torch.cat([idx, next_id], dim=1)  # (B, T) -> (B, T + 1)
     finally:
         model.train(was_training)

@@ -1,0 +1,248 @@
+"""FlashAttention in NumPy: exact attention without the ``(T_q, T_k)`` score matrix.
+
+    out = softmax(q k^T * scale + mask) v            (Vaswani et al. 2017, eq. 1)
+
+computed tile by tile (Dao et al. 2022, Algorithm 1; the loop order of Dao 2023,
+FlashAttention-2, Algorithm 1): for one tile of queries, the key/value tiles
+stream past, and each query row keeps three running quantities,
+
+    m   the largest score seen so far,
+    l   the sum of exp(score - m) so far,
+    acc the sum of exp(score - m) * v so far.
+
+When a new tile raises the maximum from m to m', everything accumulated so far
+was measured against the old maximum: multiplying l and acc by
+alpha = exp(m - m') rescales it to the new one (the "online softmax",
+Milakov & Gimelshein 2018). After the last tile, out = acc / l. Only the
+per-row log-sum-exp L = m + log(l) is saved for the backward, which recomputes
+each tile of probabilities as P = exp(S - L) (Dao et al. 2022, Algorithm 4;
+Dao 2023, Algorithm 2) and uses D = rowsum(dout * out) in place of
+rowsum(dP * P), so it never needs the whole P either.
+
+Memory beyond the inputs and outputs: one ``(..., tile_q, tile_k)`` tile of
+scores and a few ``(..., T, d)`` / ``(..., T)`` arrays, so it grows with T,
+not T^2 (``python -m labs bench-attention`` measures it). The arithmetic is
+the same as the explicit version's, reordered: in float64 the two agree to
+~1e-15.
+
+The twin, ``torch_impl/flash_attention.py``, is PyTorch's fused
+``F.scaled_dot_product_attention``, which runs this algorithm (or its
+memory-efficient relative) inside one kernel.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def _check_tile(value, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name}: expected a positive int (a tile length), got {value!r}")
+    return int(value)
+
+
+def _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k):
+    """Validate like :func:`numpy_impl.attention.scaled_dot_product_attention`.
+
+    Returns the leading (batch) shape, the mask broadcast to ``(..., T_q, T_k)``
+    (a view, or None) and the two tile lengths."""
+    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
+        raise ValueError(
+            f"q, k, v: expected q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v); "
+            f"got {q.shape}, {k.shape}, {v.shape}"
+        )
+    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"q, k, v: expected q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v); "
+            f"got {q.shape}, {k.shape}, {v.shape}"
+        )
+    try:
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"q, k, v: leading (batch) dimensions do not broadcast: {q.shape}, {k.shape}, {v.shape}"
+        ) from None
+    if attn_mask is not None and is_causal:
+        raise ValueError("attn_mask: cannot be combined with is_causal=True")
+    tile_q, tile_k = _check_tile(tile_q, "tile_q"), _check_tile(tile_k, "tile_k")
+    mask = None
+    if attn_mask is not None:
+        attn_mask = np.asarray(attn_mask)
+        if attn_mask.dtype != np.bool_ and not np.issubdtype(attn_mask.dtype, np.floating):
+            raise TypeError(
+                f"attn_mask: expected a bool or float array, got dtype {attn_mask.dtype}"
+            )
+        target = (*lead, q.shape[-2], k.shape[-2])
+        try:
+            ok = np.broadcast_shapes(attn_mask.shape, target) == target
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"attn_mask: expected a shape broadcastable to {target}, got {attn_mask.shape}"
+            )
+        mask = np.broadcast_to(attn_mask, target)  # a view: no (T_q, T_k) copy per batch
+    return lead, mask, tile_q, tile_k
+
+
+def _mask_tile(s, mask, is_causal, r0, r1, c0, c1) -> None:
+    """Apply the mask to the score tile ``s`` = rows ``r0:r1``, columns ``c0:c1``, in place."""
+    if is_causal:
+        if c1 - 1 > r0:  # the tile reaches above the diagonal (key j > query i somewhere)
+            future = np.arange(c0, c1)[None, :] > np.arange(r0, r1)[:, None]  # (Br, Bc)
+            np.copyto(s, -np.inf, where=future)
+    elif mask is not None:
+        tile = mask[..., r0:r1, c0:c1]
+        if tile.dtype == np.bool_:
+            np.copyto(s, -np.inf, where=~tile)  # True = may attend
+        else:
+            s += tile  # additive float mask, -inf forbids
+
+
+def flash_attention(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    attn_mask: np.ndarray | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    tile_q: int = 128,
+    tile_k: int = 128,
+) -> tuple[np.ndarray, tuple]:
+    """softmax(q k^T * scale + mask) v, one tile at a time (Dao et al. 2022, Algorithm 1).
+
+    The same function as :func:`numpy_impl.attention.scaled_dot_product_attention`
+    (without dropout), with the same mask conventions, computed without ever
+    holding more than a ``(..., tile_q, tile_k)`` block of scores.
+
+    Args:
+        q: ``(..., T_q, d_k)`` queries, usually ``(B, n_heads, T_q, d_k)``; float32/64.
+        k: ``(..., T_k, d_k)`` keys.
+        v: ``(..., T_k, d_v)`` values.
+        attn_mask: broadcastable to ``(..., T_q, T_k)``. Boolean: True = may attend
+            (a key-padding mask is ``(B, 1, 1, T_k)``). Float: added to the scores
+            (``-inf`` forbids).
+        is_causal: forbid keys j > i (top-left aligned, as in
+            ``F.scaled_dot_product_attention``). Cannot be combined with ``attn_mask``.
+            Key tiles entirely in a query tile's future are skipped, not masked.
+        scale: defaults to ``1 / sqrt(d_k)``.
+        tile_q: queries per tile (B_r in the paper); need not divide T_q.
+        tile_k: keys per tile (B_c in the paper); need not divide T_k.
+
+    Returns:
+        out ``(..., T_q, d_v)`` in q's dtype, and the cache for
+        :func:`flash_attention_backward`: the inputs (references, not copies),
+        ``out``, the row log-sum-exp ``lse`` ``(..., T_q, 1)``, and the settings.
+
+    A query whose keys are all masked gets an output of zeros (its ``lse`` is
+    +inf, so the backward's exp(S - lse) is 0 and its gradients are zeros), as
+    in the explicit version and the fused PyTorch kernel.
+
+    Raises:
+        ValueError: mismatched shapes, ``attn_mask`` with ``is_causal``, a mask
+            that does not broadcast, a tile length that is not a positive int.
+        TypeError: ``attn_mask`` is neither bool nor float.
+    """
+    lead, mask, tile_q, tile_k = _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k)
+    T_q, T_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    dtype = np.result_type(q, k, v)
+    out = np.empty((*lead, T_q, d_v), dtype=dtype)
+    lse = np.empty((*lead, T_q, 1), dtype=dtype)  # log-sum-exp per query row: all we keep
+    k_t = np.swapaxes(k, -1, -2)  # (..., d_k, T_k), a view
+
+    for r0 in range(0, T_q, tile_q):
+        r1 = min(r0 + tile_q, T_q)
+        q_i = q[..., r0:r1, :] * scale  # (..., Br, d_k)
+        m = np.full((*lead, r1 - r0, 1), -np.inf, dtype=dtype)  # running row max
+        l = np.zeros((*lead, r1 - r0, 1), dtype=dtype)  # running sum of exp(s - m)
+        acc = np.zeros((*lead, r1 - r0, d_v), dtype=dtype)  # running sum of exp(s - m) v
+        # causal: row i sees keys 0..i, so this tile's rows see nothing past key r1 - 1
+        c_end = min(T_k, r1) if is_causal else T_k
+        for c0 in range(0, c_end, tile_k):
+            c1 = min(c0 + tile_k, c_end)
+            s = q_i @ k_t[..., c0:c1]  # (..., Br, d_k) @ (..., d_k, Bc) -> (..., Br, Bc)
+            _mask_tile(s, mask, is_causal, r0, r1, c0, c1)
+            ### BEGIN SOLUTION ch12
+            ### TODO: the online-softmax update for this tile of scores s (..., Br, Bc):
+            ###   m_new = max(m, row max of s); alpha = exp(m - m_new) rescales what l and acc
+            ###   hold; p = exp(s - m_new); l = alpha l + rowsum(p); acc = alpha acc + p v_j
+            ###   (v_j = v[..., c0:c1, :]); m = m_new. A row whose scores are all -inf so far
+            ###   has m_new = -inf: subtract 0 instead, so exp gives 0, not NaN (-inf - -inf)
+            m_new = np.maximum(m, s.max(axis=-1, keepdims=True))  # (..., Br, 1)
+            m_safe = np.where(np.isfinite(m_new), m_new, 0.0)  # all -inf so far: exp(-inf) = 0
+            alpha = np.exp(m - m_safe)  # rescales the old sums to the new max (1 if unchanged)
+            s -= m_safe
+            p = np.exp(s, out=s)  # (..., Br, Bc), in place of the scores
+            l *= alpha
+            l += p.sum(axis=-1, keepdims=True)
+            acc *= alpha
+            acc += p @ v[..., c0:c1, :]  # (..., Br, Bc) @ (..., Bc, d_v) -> (..., Br, d_v)
+            m = m_new
+            ### END SOLUTION
+        dead = l == 0.0  # no key to attend to: output 0, lse +inf (backward's P = 0)
+        np.divide(acc, np.where(dead, 1.0, l), out=out[..., r0:r1, :])
+        with np.errstate(divide="ignore"):
+            lse[..., r0:r1, :] = np.where(dead, np.inf, m + np.log(l))
+    return out, (q, k, v, out, lse, mask, is_causal, scale, tile_q, tile_k)
+
+
+def flash_attention_backward(
+    dout: np.ndarray, cache: tuple
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Gradients of :func:`flash_attention`, recomputing the probabilities tile by tile.
+
+    Dao et al. 2022, Algorithm 4, in FlashAttention-2's loop order (Dao 2023,
+    Algorithm 2): the outer loop over key/value tiles j owns dk_j and dv_j;
+    the inner loop over query tiles i recomputes
+
+        S = q_i k_j^T * scale,  P = exp(S - lse_i)          (the forward's probabilities)
+        dv_j += P^T dout_i
+        dP = dout_i v_j^T
+        dS = P * (dP - D_i),    D_i = rowsum(dout_i * out_i)
+        dq_i += dS k_j * scale,  dk_j += dS^T q_i * scale
+
+    D_i = rowsum(dP * P) in the explicit backward; since out_i = sum_j P_ij v_j
+    it equals rowsum(dout_i * out_i), an O(T d) product computed once.
+
+    Args:
+        dout: ``(..., T_q, d_v)``.
+        cache: the second return value of :func:`flash_attention`.
+
+    Returns:
+        dq ``(..., T_q, d_k)``, dk ``(..., T_k, d_k)``, dv ``(..., T_k, d_v)``
+        (with the inputs' leading shape broadcast together).
+    """
+    q, k, v, out, lse, mask, is_causal, scale, tile_q, tile_k = cache
+    if dout.shape != out.shape:
+        raise ValueError(f"dout: expected shape {out.shape}, got {dout.shape}")
+    lead = out.shape[:-2]
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    dtype = out.dtype
+    q_s = q * scale  # (..., T_q, d_k): scaled once, used by every tile
+    D = np.sum(dout * out, axis=-1, keepdims=True)  # (..., T_q, 1)
+    dq = np.zeros((*lead, T_q, q.shape[-1]), dtype=dtype)
+    dk = np.zeros((*lead, T_k, k.shape[-1]), dtype=dtype)
+    dv = np.zeros((*lead, T_k, v.shape[-1]), dtype=dtype)
+
+    for c0 in range(0, T_k, tile_k):
+        c1 = min(c0 + tile_k, T_k)
+        k_j, v_j = k[..., c0:c1, :], v[..., c0:c1, :]  # (..., Bc, d_k), (..., Bc, d_v)
+        # causal: rows i < c0 see none of these keys; start at the query tile holding row c0
+        first = (c0 // tile_q) * tile_q if is_causal else 0
+        for r0 in range(first, T_q, tile_q):
+            r1 = min(r0 + tile_q, T_q)
+            s = q_s[..., r0:r1, :] @ np.swapaxes(k_j, -1, -2)  # (..., Br, Bc)
+            _mask_tile(s, mask, is_causal, r0, r1, c0, c1)
+            s -= lse[..., r0:r1, :]
+            p = np.exp(s, out=s)  # the forward's probabilities, recomputed (0 where masked)
+            dout_i = dout[..., r0:r1, :]
+            dv[..., c0:c1, :] += np.swapaxes(p, -1, -2) @ dout_i  # (..., Bc, Br) @ (Br, d_v)
+            dp = dout_i @ np.swapaxes(v_j, -1, -2)  # (..., Br, d_v) @ (..., d_v, Bc)
+            dp -= D[..., r0:r1, :]
+            dp *= p  # dS = P * (dP - D), in place
+            dq[..., r0:r1, :] += (dp @ k_j) * scale  # (..., Br, Bc) @ (..., Bc, d_k)
+            dk[..., c0:c1, :] += np.swapaxes(dp, -1, -2) @ q_s[..., r0:r1, :]  # scale in q_s
+    return dq, dk, dv

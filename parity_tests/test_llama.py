@@ -1,0 +1,346 @@
+"""The GPT configured as a Llama-style decoder (and every other mix of the new options).
+
+* logits, loss and every parameter gradient, NumPy vs torch, for GPTConfigs drawn with
+  RoPE or learned positions, LayerNorm or RMSNorm, GELU/ReLU/SwiGLU, pre- or post-norm,
+  with or without biases and tied head; the NumPy backward against central differences;
+* what the Llama configuration builds: no position table, no biases, RMSNorm gains at
+  1, the residual projections' smaller init, the parameter count;
+* ``labs/checkpoint.py`` knows every option's parameter names and shapes, a Llama
+  checkpoint crosses between backends, and a config.json written before the new
+  fields existed still loads (as the GPT-2 model it described);
+* ``python -m labs train --arch llama`` with either backend, sampled with the other;
+* Hugging Face's ``LlamaForCausalLM`` (slow; skipped without ``transformers``) loaded
+  with our weights: the same logits, for the "half" layout directly and for the
+  "interleaved" one through ``permute_qkv_for_rope``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+import numpy_impl as N
+import torch_impl as T
+from labs.checkpoint import CONFIG_FILE, expected_shapes, load_checkpoint, save_checkpoint
+from labs.train import ARCHS, matched_d_ff
+from numpy_impl.tokenizer import CharTokenizer
+from parity_tests.harness import (
+    assert_param_grads_close,
+    copy_weights,
+    finite_difference_check,
+    randomize_,
+)
+from parity_tests.strategies import (
+    SeededRng,
+    batch_sizes,
+    block_options,
+    even_heads_and_width,
+    lengths,
+    rngs,
+    vocab_sizes,
+)
+from parity_tests.test_labs import SMALL, TEXT, run_cli
+from parity_tests.tolerances import FLOAT32, assert_close
+
+LLAMA = ARCHS["llama"]
+
+
+@st.composite
+def catalogue_configs(draw, **fixed) -> dict:
+    """GPTConfig fields with the new options drawn too (even head dims, for RoPE)."""
+    h, c = draw(even_heads_and_width())
+    options = draw(block_options())
+    rope = options.pop("rope")
+    config = {
+        "vocab_size": draw(vocab_sizes),
+        "block_size": draw(st.integers(9, 12)),
+        "n_layers": draw(st.integers(1, 2)),
+        "n_heads": h,
+        "d_model": c,
+        "d_ff": draw(st.one_of(st.none(), st.integers(1, 12))),
+        "bias": draw(st.booleans()),
+        "tie_weights": draw(st.booleans()),
+        "pos_emb": "learned" if rope is None else "rope",
+        "rope_layout": rope or "interleaved",
+        **options,
+    }
+    config.update(fixed)
+    return config
+
+
+def build_gpts(config: dict, rng: SeededRng, attn_impl: str = "sdpa"):
+    torch_model = T.GPT(T.GPTConfig(**config), attn_impl=attn_impl, dtype=torch.float64)
+    randomize_(torch_model, rng)
+    numpy_model = N.GPT(N.GPTConfig(**config), dtype=np.float64)
+    copy_weights(torch_model, numpy_model)
+    return numpy_model, torch_model
+
+
+@pytest.mark.ch13
+@pytest.mark.ch14
+@pytest.mark.parametrize("attn_impl", ["explicit", "sdpa"])
+@given(data=st.data(), rng=rngs, B=batch_sizes, T_=lengths)
+def test_gpt_options_logits_loss_and_every_gradient(attn_impl, data, rng: SeededRng, B, T_):
+    config = data.draw(catalogue_configs(), label="config")
+    numpy_model, torch_model = build_gpts(config, rng, attn_impl)
+    what = ", ".join(f"{k}={config[k]}" for k in ("pos_emb", "rope_layout", "norm", "ffn"))
+    what += f", {config['norm_position']}-norm, attn_impl={attn_impl}"
+    idx = rng.ids(config["vocab_size"], (B, T_))
+    targets = rng.ids(config["vocab_size"], (B, T_))
+    logits = numpy_model(idx)
+    logits_t = torch_model(torch.from_numpy(idx))
+    assert_close(f"logits ({what})", logits, logits_t, np.float64)
+    loss_fn = N.CrossEntropyLoss()
+    loss = loss_fn(logits, targets)
+    loss_t = T.CrossEntropyLoss()(logits_t, torch.from_numpy(targets))
+    assert_close(f"loss ({what})", loss, loss_t, np.float64)
+    loss_t.backward()
+    numpy_model.zero_grad()
+    numpy_model.backward(loss_fn.backward())
+    assert_param_grads_close(numpy_model, torch_model, np.float64, what)
+
+
+@pytest.mark.ch13
+@pytest.mark.ch14
+@given(data=st.data(), rng=rngs, B=batch_sizes, T_=lengths)
+def test_llama_gpt_finite_differences(data, rng: SeededRng, B, T_):
+    """The NumPy backward of the whole Llama-style model alone, against central differences."""
+    config = data.draw(catalogue_configs(**LLAMA, n_layers=2), label="config")
+    model = randomize_(N.GPT(N.GPTConfig(**config), dtype=np.float64), rng)
+    idx = rng.ids(config["vocab_size"], (B, T_))
+    dlogits = rng.normal((B, T_, config["vocab_size"]))
+    model(idx)
+    model.zero_grad()
+    model.backward(dlogits)
+    for name, p in model.named_parameters():
+        grad = p.grad.copy()
+        finite_difference_check(
+            f"grad of {name} (Llama-style GPT)",
+            lambda: model(idx),
+            p.data,
+            grad,
+            dlogits,
+            rng,
+            n_coords=3,
+        )
+
+
+# -- what the Llama configuration builds -------------------------------------------------------
+def test_llama_configuration_builds_llamas_parts():
+    config = {"vocab_size": 65, **LLAMA}  # the other fields: the baby GPT's sizes
+    numpy_model = N.GPT(N.GPTConfig(**config), seed=0)
+    torch.manual_seed(0)
+    torch_model = T.GPT(T.GPTConfig(**config))
+    names = [n for n, _ in numpy_model.named_parameters()]
+    assert names == [n for n, _ in torch_model.named_parameters()]
+    assert numpy_model.pos_emb is None and torch_model.pos_emb is None
+    assert not any(n.endswith(".bias") or n.startswith("pos_emb") for n in names)
+    assert {n.split(".")[-2] for n in names if ".ffn." in n} == {"w1", "w2", "w3"}
+    assert numpy_model.blocks[0].attn.rope.layout == "interleaved"
+    assert isinstance(torch_model.ln_f, T.RMSNorm) and isinstance(numpy_model.ln_f, N.RMSNorm)
+    for model, std in ((numpy_model, np.std), (torch_model, lambda w: w.std().item())):
+        block = model.blocks[0]
+        w = {"w1": block.ffn.w1.weight, "w2": block.ffn.w2.weight}
+        w = {k: v.data if isinstance(v.data, np.ndarray) else v.detach() for k, v in w.items()}
+        # GPT-2's init: N(0, 0.02), the projections into the stream 0.02 / sqrt(2 n_layers)
+        assert abs(std(w["w1"]) - 0.02) < 0.002
+        assert abs(std(w["w2"]) - 0.02 / math.sqrt(2 * 4)) < 0.001
+    # 65 x 128 tied embedding, 4 blocks of (2 x 128 gains, 4 x 128^2 attention,
+    # 3 x 128 x 344 SwiGLU), a final gain
+    expected = 65 * 128 + 4 * (2 * 128 + 4 * 128 * 128 + 3 * 128 * 344) + 128
+    assert numpy_model.num_parameters() == torch_model.num_parameters() == expected == 800_000
+
+
+def test_llama_width_matched_to_the_gpt2_parameter_count():
+    config = {"vocab_size": 65, "block_size": 64, "n_layers": 4, "n_heads": 4, "d_model": 128}
+    d_ff, n_llama, n_gpt2 = matched_d_ff({**config, **LLAMA})
+    assert n_gpt2 == N.GPT(N.GPTConfig(**config)).num_parameters() == 809_856
+    assert (d_ff, n_llama) == (352, 812_288)  # the closest multiple of 8: 350.4 -> 352
+    assert n_llama == N.GPT(N.GPTConfig(**config, **LLAMA, d_ff=d_ff)).num_parameters()
+    for other in (d_ff - 8, d_ff + 8):
+        assert abs(N.GPT(N.GPTConfig(**config, **LLAMA, d_ff=other)).num_parameters() - n_gpt2) > (
+            abs(n_llama - n_gpt2)
+        )
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+@given(data=st.data())
+def test_checkpoint_shapes_know_every_option(data):
+    config = data.draw(catalogue_configs(), label="config")
+    expected = expected_shapes(config)
+    for model in (N.GPT(N.GPTConfig(**config)), T.GPT(T.GPTConfig(**config))):
+        got = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        assert list(got.items()) == list(expected.items())
+
+
+def test_llama_checkpoint_crosses_backends_and_old_configs_still_load(tmp_path):
+    rng = SeededRng(5)
+    config = {"vocab_size": 23, "block_size": 10, "n_layers": 2, "n_heads": 2, "d_model": 12}
+    config |= {**LLAMA, "rope_layout": "half"}
+    torch_model = randomize_(T.GPT(T.GPTConfig(**config), dtype=torch.float64), rng)
+    tokenizer = CharTokenizer("abcdefghijklmnopqrstuvw")
+    full = T.GPTConfig(**config).to_dict()
+    save_checkpoint(
+        tmp_path / "llama",
+        {k: v.detach().numpy() for k, v in torch_model.state_dict().items()},
+        {"model": full, "tokenizer": tokenizer.to_dict()},
+    )
+    saved = json.loads((tmp_path / "llama" / CONFIG_FILE).read_text())
+    for field in ("pos_emb", "rope_layout", "rope_base", "norm", "ffn", "norm_position"):
+        assert saved["model"][field] == full[field], f"config.json lost {field}"
+    state, loaded, _ = load_checkpoint(tmp_path / "llama")
+    numpy_model = N.GPT(N.GPTConfig.from_dict(loaded["model"]), dtype=np.float64)
+    numpy_model.load_state_dict(state)
+    idx = rng.ids(23, (2, 10))
+    with torch.no_grad():
+        expected = torch_model(torch.from_numpy(idx))
+    assert_close(
+        "logits after torch -> checkpoint -> NumPy (Llama-style)", numpy_model(idx), expected
+    )
+
+    # a config.json from before the new fields: the GPT-2 model, loadable by both backends
+    old = {
+        k: v
+        for k, v in N.GPTConfig(vocab_size=23).to_dict().items()
+        if k
+        in (
+            "vocab_size",
+            "block_size",
+            "n_layers",
+            "n_heads",
+            "d_model",
+            "d_ff",
+            "dropout",
+            "bias",
+            "tie_weights",
+            "gelu_approximate",
+        )
+    }
+    gpt2 = N.GPT(N.GPTConfig.from_dict(old), seed=1, dtype=np.float64)
+    save_checkpoint(
+        tmp_path / "old", gpt2.state_dict(), {"model": old, "tokenizer": tokenizer.to_dict()}
+    )
+    state, loaded, _ = load_checkpoint(tmp_path / "old")
+    assert "pos_emb" not in loaded["model"]
+    for cls in (N.GPTConfig, T.GPTConfig):
+        c = cls.from_dict(loaded["model"])
+        assert (c.pos_emb, c.norm, c.ffn, c.norm_position) == (
+            "learned",
+            "layernorm",
+            "gelu",
+            "pre",
+        )
+    T.GPT(T.GPTConfig.from_dict(loaded["model"])).load_state_dict(
+        {k: torch.from_numpy(v) for k, v in state.items()}
+    )
+
+
+# -- the command line ----------------------------------------------------------------------
+@pytest.fixture
+def corpus(tmp_path):
+    p = tmp_path / "tiny.txt"
+    p.write_text(TEXT, encoding="utf-8")
+    return p
+
+
+def test_train_arch_llama_with_either_backend(tmp_path, corpus):
+    """Train with each backend (printing both parameter counts), then sample the torch run's
+    checkpoint with the NumPy backend (in-process round trips are tested above)."""
+    for backend in ("numpy", "torch"):
+        out = tmp_path / backend
+        r = run_cli(
+            "train", "--backend", backend, "--arch", "llama", "--data", str(corpus),
+            "--out", str(out), *SMALL,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        m = re.search(
+            r"llama: d_ff (\d+) gives ([\d,]+) parameters; the gpt2 model of the same size has",
+            r.stdout,
+        )
+        assert m, r.stdout[:2000]
+        assert f"{m.group(2)} parameters" in r.stdout  # the backend's own count agrees
+        _, config, _ = load_checkpoint(out)
+        assert {k: config["model"][k] for k in LLAMA} == LLAMA
+        assert config["model"]["d_ff"] == int(m.group(1))
+    r = run_cli(
+        "sample", "--checkpoint", str(tmp_path / "torch"), "--backend", "numpy",
+        "--prompt", "All:", "--max-new-tokens", "10", "--temperature", "0",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("All:")
+
+
+# -- Hugging Face's Llama ---------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["half", "interleaved"])
+def test_same_logits_as_hugging_face_llama(layout):
+    """LlamaForCausalLM with our weights. HF's layout is "half"; "interleaved" (Meta's)
+    weights go through permute_qkv_for_rope first, as HF's conversion script does.
+    HF computes its RoPE angles in float32 whatever the model's dtype, so the
+    comparison uses the float32 tolerance although both models are float64."""
+    transformers = pytest.importorskip("transformers")
+    rng = SeededRng(3)
+    V, L, H, C, F, Tb = 29, 2, 2, 16, 40, 12
+    config = {"vocab_size": V, "block_size": Tb, "n_layers": L, "n_heads": H, "d_model": C}
+    config |= {**LLAMA, "rope_layout": layout, "d_ff": F, "tie_weights": False}
+    ours = randomize_(T.GPT(T.GPTConfig(**config), dtype=torch.float64), rng)
+    hf_config = transformers.LlamaConfig(
+        vocab_size=V,
+        hidden_size=C,
+        intermediate_size=F,
+        num_hidden_layers=L,
+        num_attention_heads=H,
+        num_key_value_heads=H,
+        max_position_embeddings=Tb,
+        rms_norm_eps=1e-5,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        attention_bias=False,
+        mlp_bias=False,
+        hidden_act="silu",
+    )
+    hf = transformers.LlamaForCausalLM(hf_config).to(torch.float64).eval()
+    sd = ours.state_dict()
+    hf_sd = {
+        "model.embed_tokens.weight": sd["tok_emb.weight"],
+        "lm_head.weight": sd["head.weight"],
+        "model.norm.weight": sd["ln_f.weight"],
+    }
+    for i in range(L):
+        b, h = f"blocks.{i}", f"model.layers.{i}"
+        qkv = T.permute_qkv_for_rope(sd[f"{b}.attn.qkv_proj.weight"], H, layout, "half")
+        q, k, v = qkv.chunk(3)
+        hf_sd |= {
+            f"{h}.self_attn.q_proj.weight": q,
+            f"{h}.self_attn.k_proj.weight": k,
+            f"{h}.self_attn.v_proj.weight": v,
+            f"{h}.self_attn.o_proj.weight": sd[f"{b}.attn.out_proj.weight"],
+            f"{h}.mlp.gate_proj.weight": sd[f"{b}.ffn.w1.weight"],
+            f"{h}.mlp.down_proj.weight": sd[f"{b}.ffn.w2.weight"],
+            f"{h}.mlp.up_proj.weight": sd[f"{b}.ffn.w3.weight"],
+            f"{h}.input_layernorm.weight": sd[f"{b}.ln1.weight"],
+            f"{h}.post_attention_layernorm.weight": sd[f"{b}.ln2.weight"],
+        }
+    missing, unexpected = hf.load_state_dict(hf_sd, strict=False)
+    assert not unexpected and all("rotary" in m for m in missing), (missing, unexpected)
+    idx = torch.from_numpy(rng.ids(V, (2, Tb)))
+    with torch.no_grad():
+        expected = hf(idx).logits
+        got = ours(idx)
+    assert_close(f"logits vs Hugging Face LlamaForCausalLM ({layout})", got, expected, tol=FLOAT32)
+    # and the check can fail: the unpermuted interleaved weights are another model
+    if layout == "interleaved":
+        hf_sd_wrong = dict(hf_sd)
+        qkv = sd["blocks.0.attn.qkv_proj.weight"]
+        hf_sd_wrong["model.layers.0.self_attn.q_proj.weight"] = qkv[:C]
+        hf_sd_wrong["model.layers.0.self_attn.k_proj.weight"] = qkv[C : 2 * C]
+        hf.load_state_dict(hf_sd_wrong, strict=False)
+        with torch.no_grad():
+            assert (hf(idx).logits - got).abs().max() > 1e-3

@@ -1,0 +1,195 @@
+"""Rotary position embeddings, RoPE (Su et al. 2021), twin of ``numpy_impl/rope.py``.
+
+Query and key vectors (never values) are rotated in d_k / 2 planes, plane i
+by the angle ``p * theta_i`` at position p, ``theta_i = base^(-2i / d_k)``
+(RoFormer, eq. 15), so the score of query i and key j depends on i - j only.
+
+The two layouts are written here the way their home codebases write them, a
+second witness next to the NumPy side's one formula:
+
+* ``"interleaved"``: pairs (2i, 2i+1), the seed's (and RoFormer's) even/odd
+  split, re-interleaved with ``torch.stack(..., -1).flatten(-2)``;
+* ``"half"``: pairs (i, i + d_k/2), ``x * cos + rotate_half(x) * sin`` as in
+  GPT-NeoX and Hugging Face's Llama.
+
+:func:`rope_permutation` converts q/k projection weights between them.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+from torch import nn
+
+ROPE_LAYOUTS = ("interleaved", "half")
+
+
+def _check_layout(layout: str, name: str = "layout") -> None:
+    if layout not in ROPE_LAYOUTS:
+        raise ValueError(f"{name}: expected one of {ROPE_LAYOUTS}, got {layout!r}")
+
+
+def _check_head_dim(d_k: int) -> None:
+    if isinstance(d_k, bool) or not isinstance(d_k, numbers.Integral) or d_k < 2 or d_k % 2:
+        raise ValueError(
+            f"d_k: RoPE rotates pairs of features, so the head dimension must be a positive "
+            f"even integer, got {d_k!r}"
+        )
+
+
+def _check_start_pos(start_pos: int) -> int:
+    if isinstance(start_pos, bool) or not isinstance(start_pos, numbers.Integral):
+        raise TypeError(f"start_pos: expected an int, got {type(start_pos).__name__}")
+    if start_pos < 0:
+        raise ValueError(f"start_pos: expected a position >= 0, got {start_pos}")
+    return int(start_pos)
+
+
+def rope_cos_sin(
+    T: int,
+    d_k: int,
+    start_pos: int = 0,
+    base: float = 10000.0,
+    dtype: torch.dtype | None = None,
+    device: torch.device | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin of the angles of positions ``start_pos .. start_pos + T - 1``.
+
+    Args:
+        T, d_k, start_pos, base: as in the NumPy twin.
+        dtype: of the tables (``None``: torch's default); the angles are
+            computed in float64 first, so both backends build the same tables.
+        device: where to build them.
+
+    Returns:
+        cos, sin: ``(T, d_k/2)``, entry (t, i) of angle ``(start_pos + t) * base^(-2i/d_k)``.
+
+    Raises:
+        ValueError: odd or non-positive ``d_k``, negative ``start_pos``.
+        TypeError: non-integer ``start_pos``.
+    """
+    _check_head_dim(d_k)
+    start_pos = _check_start_pos(start_pos)
+    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64, device=device) / d_k)
+    positions = torch.arange(start_pos, start_pos + T, dtype=torch.float64, device=device)
+    angles = torch.outer(positions, theta)  # (T, d_k/2)
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    return angles.cos().to(dtype), angles.sin().to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """``[x1, x2] -> [-x2, x1]`` over the halves of the last axis (GPT-NeoX, Hugging Face)."""
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
+    """Rotate each plane of ``x (..., T, d_k)`` by the angles of ``cos, sin (T, d_k/2)``.
+
+    Returns:
+        a new tensor, shape and dtype of ``x``.
+    """
+    if layout == "interleaved":
+        x_even, x_odd = x[..., 0::2], x[..., 1::2]  # plane i = features (2i, 2i+1)
+        out_even = x_even * cos - x_odd * sin
+        out_odd = x_even * sin + x_odd * cos
+        return torch.stack((out_even, out_odd), dim=-1).flatten(-2)  # re-interleave
+    cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)  # (T, d_k)
+    return x * cos + rotate_half(x) * sin  # plane i = features (i, i + d_k/2)
+
+
+def rope_permutation(d_k: int, from_layout: str, to_layout: str) -> torch.Tensor:
+    """The order of one head's q/k features that turns one RoPE layout into the other.
+
+    Feature j of ``to_layout`` is feature ``perm[j]`` of ``from_layout``; see the
+    NumPy twin. interleaved -> half is ``[0, 2, 4, ..., 1, 3, 5, ...]``.
+
+    Returns:
+        int64 ``(d_k,)``.
+
+    Raises:
+        ValueError: odd ``d_k``, unknown layout.
+    """
+    _check_head_dim(d_k)
+    _check_layout(from_layout, "from_layout")
+    _check_layout(to_layout, "to_layout")
+    if from_layout == to_layout:
+        return torch.arange(d_k)
+    to_half = torch.cat((torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)))
+    return to_half if to_layout == "half" else torch.argsort(to_half)
+
+
+def permute_qkv_for_rope(
+    qkv: torch.Tensor, n_heads: int, from_layout: str, to_layout: str
+) -> torch.Tensor:
+    """Reorder the q and k rows of a combined QKV weight ``(3C, C)`` or bias ``(3C,)``.
+
+    Each head's q rows and k rows are put in :func:`rope_permutation` order; the
+    v rows are left alone. Returns a new tensor.
+
+    Raises:
+        ValueError: a first axis that is not ``3 * n_heads * d_k``, odd ``d_k``,
+            an unknown layout.
+    """
+    if qkv.dim() not in (1, 2) or qkv.shape[0] % (3 * n_heads):
+        raise ValueError(
+            f"qkv: expected shape (3 d_model, ...) with d_model divisible by "
+            f"n_heads={n_heads}, got {tuple(qkv.shape)}"
+        )
+    d_k = qkv.shape[0] // (3 * n_heads)
+    perm = rope_permutation(d_k, from_layout, to_layout)
+    rows = torch.arange(qkv.shape[0]).view(3, n_heads, d_k)
+    rows = torch.cat((rows[:2, :, perm], rows[2:]))  # q and k only: v is not rotated
+    return qkv[rows.flatten()]
+
+
+class RotaryEmbedding(nn.Module):
+    """RoPE for the queries and keys of one attention layer (Su et al. 2021).
+
+    Args:
+        d_k: head dimension; must be even.
+        layout: ``"interleaved"`` (default) or ``"half"``.
+        base: frequency base, 10000 by default.
+
+    No parameters and no state-dict entries: the tables are rebuilt for the
+    positions of each call (a few thousand cos/sin, negligible next to the
+    attention), in float64 and then cast to q's dtype.
+
+    Shapes:
+        q ``(..., T, d_k)``, k ``(..., T, d_k)``, start_pos (int) -> rotated
+        q, k of the same shapes; row t is at position ``start_pos + t``.
+
+    Raises:
+        ValueError: odd ``d_k``, unknown layout, q or k of the wrong width or
+            with different lengths, negative ``start_pos``.
+        TypeError: non-integer ``start_pos``.
+    """
+
+    def __init__(self, d_k: int, layout: str = "interleaved", base: float = 10000.0):
+        super().__init__()
+        _check_head_dim(d_k)
+        _check_layout(layout)
+        if not base > 1.0:
+            raise ValueError(f"base: expected a frequency base > 1, got {base!r}")
+        self.d_k, self.layout, self.base = int(d_k), layout, float(base)
+
+    def forward(
+        self, q: torch.Tensor, k: torch.Tensor, start_pos: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        for name, a in (("q", q), ("k", k)):
+            if a.dim() < 2 or a.shape[-1] != self.d_k:
+                raise ValueError(
+                    f"{name}: expected shape (..., T, d_k={self.d_k}), got {tuple(a.shape)}"
+                )
+        if q.shape[-2] != k.shape[-2]:
+            raise ValueError(
+                f"k: expected the same length T as q ({q.shape[-2]}), got {tuple(k.shape)}"
+            )
+        cos, sin = rope_cos_sin(
+            q.shape[-2], self.d_k, start_pos, self.base, dtype=q.dtype, device=q.device
+        )
+        return apply_rope(q, cos, sin, self.layout), apply_rope(k, cos, sin, self.layout)
+
+    def extra_repr(self) -> str:
+        return f"d_k={self.d_k}, layout={self.layout!r}, base={self.base}"
