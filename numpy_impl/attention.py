@@ -367,7 +367,11 @@ class MultiHeadAttention(Module):
     """
 
     def __init__(self, d_model, n_heads, bias=True, dropout=0.0, dtype=np.float32, rng=None):
-        if n_heads < 1 or d_model % n_heads != 0:
+        if d_model < 1 or n_heads < 1:
+            raise ValueError(
+                f"d_model and n_heads must be positive, got d_model={d_model}, n_heads={n_heads}"
+            )
+        if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout: must lie in [0, 1), got {dropout}")

@@ -112,6 +112,8 @@ class RMSNorm(Module):
     """
 
     def __init__(self, d_model, eps=1e-5, dtype=np.float32):
+        if d_model < 1:  # as the torch twin
+            raise ValueError(f"d_model must be positive, got d_model={d_model}")
         if not eps > 0:
             raise ValueError(f"eps: must be positive, got {eps}")
         self.d_model, self.eps = d_model, eps

@@ -797,6 +797,16 @@ ROWS.update(
             ValueError,
             r"^eps\b",
         ),
+        "RMSNorm: d_model = 0": Row(
+            "ch14", lambda: N.RMSNorm(0), lambda: T.RMSNorm(0), ValueError, r"d_model"
+        ),
+        "MultiHeadAttention: d_model = 0": Row(
+            "ch04",
+            lambda: N.MultiHeadAttention(0, 1),
+            lambda: T.MultiHeadAttention(0, 1),
+            ValueError,
+            r"d_model and n_heads must be positive",
+        ),
         # -- the catalogue: sampling ----------------------------------------------------------
         "filter_logits: temperature < 0": Row(
             "ch10",
