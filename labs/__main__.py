@@ -83,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the command; return the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # what was given explicitly
     tune_malloc()  # see labs/runtime.py: NumPy's temporaries stop page-faulting
     try:
         return args.func(args)

@@ -21,10 +21,13 @@ That is what makes checkpoints interchangeable between the backends.
 
 from __future__ import annotations
 
+import base64
 import math
 import warnings
 
 import numpy as np
+
+from .checkpoint import CheckpointError
 
 BACKENDS = ("numpy", "torch")
 
@@ -58,6 +61,67 @@ def _check_dtype(dtype: str) -> str:
 def _global_norm(grads) -> float:
     """sqrt(sum of squares of every gradient): what clipping would report."""
     return math.sqrt(sum(float(np.vdot(g, g)) for g in grads))
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss or the gradient norm of a training step is NaN or infinite.
+
+    Raised by ``train_step`` after the backward pass and *before* the optimizer
+    step, so the weights are still those of the last good step.
+
+    Attributes:
+        step: the step that failed (0-based, as the learning-rate schedule counts).
+        loss, grad_norm: the two numbers, as floats (NaN and inf included).
+        parameter: the first parameter, in ``named_parameters`` order, whose
+            gradient holds a NaN or an infinity (None if every gradient is finite).
+    """
+
+    def __init__(self, step: int, loss: float, grad_norm: float, parameter: str | None):
+        self.step, self.loss, self.grad_norm, self.parameter = step, loss, grad_norm, parameter
+        where = (
+            f"the first parameter whose gradient is non-finite is {parameter}"
+            if parameter is not None
+            else "every gradient is finite"
+        )
+        super().__init__(
+            f"step {step}: the loss is {loss} and the gradient norm {grad_norm}; {where}"
+        )
+
+
+def _first_nonfinite(named_grads) -> str | None:
+    """Name of the first ``(name, gradient)`` holding a NaN or an infinity."""
+    for name, g in named_grads:
+        if g is not None and not np.isfinite(g).all():
+            return name
+    return None
+
+
+def _check_state_dict(
+    sd: dict[str, np.ndarray], own: dict[str, tuple[int, ...]], tied: bool
+) -> dict[str, np.ndarray]:
+    """``sd`` with the tied head filled in, after checking it names exactly the
+    model's parameters with their shapes.
+
+    Raises:
+        CheckpointError: listing every missing and unexpected key and every
+            shape mismatch (the same error for both backends).
+    """
+    sd = _with_tied_head(sd, tied)
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    problems = []
+    if missing:
+        problems.append(f"missing keys {missing}")
+    if unexpected:
+        problems.append(f"unexpected keys {unexpected}")
+    problems += [
+        f"{k}: expected shape {own[k]}, got {tuple(np.shape(v))}"
+        for k, v in sd.items()
+        if k in own and tuple(np.shape(v)) != own[k]
+    ]
+    if problems:
+        raise CheckpointError("state_dict does not match the model: " + "; ".join(problems))
+    return sd
 
 
 class NumpyBackend:
@@ -118,6 +182,10 @@ class NumpyBackend:
             ``{"loss": float, "lr": float, "grad_norm": float}``: the batch's
             loss before the update, the learning rate used, and the global
             gradient norm before clipping.
+
+        Raises:
+            NonFiniteError: the loss or the gradient norm is NaN or infinite;
+                the weights and the optimizer are left as they were.
         """
         from numpy_impl.optim import clip_grad_norm_
 
@@ -131,9 +199,15 @@ class NumpyBackend:
         self.model.backward(self.loss_fn.backward())  # fills every p.grad
         params = self._params
         if self.train_config["grad_clip"] > 0:
-            grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
+            with np.errstate(invalid="ignore"):  # inf * 0 when the norm is inf: checked below
+                grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
         else:
             grad_norm = _global_norm(p.grad for p in params)
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            # Stop before the update. Clipping left a NaN gradient as it was and made an
+            # infinite one NaN (inf * 0), so the first offender is still non-finite.
+            named = ((n, p.grad) for n, p in self.model.named_parameters())
+            raise NonFiniteError(self.step, float(loss), float(grad_norm), _first_nonfinite(named))
         self.optimizer.step()
         self.step += 1
         return {"loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm)}
@@ -155,9 +229,29 @@ class NumpyBackend:
         """Copy weights in (``head.weight`` may be omitted when tied).
 
         Raises:
-            KeyError: missing or unexpected names; ValueError: wrong shapes.
+            CheckpointError: (a ``ValueError``) missing or unexpected names or
+                wrong shapes, every one listed; nothing is copied then.
         """
-        self.model.load_state_dict(_with_tied_head(sd, self.config.tie_weights))
+        own = {k: v.shape for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(_check_state_dict(sd, own, self.config.tie_weights))
+
+    def rng_state(self) -> dict:
+        """The dropout generator's state, JSON-ready (``bit_generator.state``)."""
+        return {"backend": self.name, "dropout": self.model.dropout_rng.bit_generator.state}
+
+    def set_rng_state(self, state: dict) -> None:
+        """Restore :meth:`rng_state`'s dict: the next dropout masks are the
+        ones the saved model would have drawn.
+
+        Raises:
+            ValueError: not a state of this backend's generator.
+        """
+        if state.get("backend") != self.name:
+            raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not numpy")
+        try:
+            self.model.dropout_rng.bit_generator.state = state["dropout"]
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"rng state: not a valid dropout generator state ({e})") from e
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
         """AdamW's moments by parameter name (model dtype), plus ``"step"`` (0-d int64).
@@ -225,7 +319,10 @@ class TorchBackend:
     """The library model: ``torch_impl``, gradients by autograd. Same interface
     and arguments as :class:`NumpyBackend`, plus ``attn_impl``: ``"sdpa"``
     (``F.scaled_dot_product_attention``, fused) or ``"explicit"`` (the
-    softmax(QK^T/sqrt(d))V written out, as on the NumPy side).
+    softmax(QK^T/sqrt(d))V written out, as on the NumPy side), and ``device``
+    (``"cpu"``, ``"cuda"``, ``"cuda:1"``...: where the model lives; the
+    weights are drawn on the CPU first, so a seed gives the same start on any
+    device). Everything crossing the interface stays NumPy on the CPU.
 
     Threads: torch's default (one per core).
     """
@@ -239,6 +336,7 @@ class TorchBackend:
         train_config: dict | None = None,
         dtype: str = "float32",
         attn_impl: str = "sdpa",
+        device: str = "cpu",
     ):
         import torch
 
@@ -250,8 +348,10 @@ class TorchBackend:
         self.config = GPTConfig(**dict(model_config))
         self.train_config = tc = _train_config(train_config)
         self.dtype = {"float32": torch.float32, "float64": torch.float64}[_check_dtype(dtype)]
+        self.device = torch.device(device)
+        self._seed = seed
         torch.manual_seed(seed)  # the initial weights come from torch's global generator
-        self.model = GPT(self.config, attn_impl=attn_impl, dtype=self.dtype)
+        self.model = GPT(self.config, attn_impl=attn_impl, dtype=self.dtype).to(self.device)
         self.loss_fn = CrossEntropyLoss()
         self.optimizer = make_optimizer(
             self.model,
@@ -265,6 +365,24 @@ class TorchBackend:
         )
         self.scheduler = self._make_scheduler()
         self.step = 0
+        self._ddp = None  # the DistributedDataParallel wrapper, once distribute() is called
+
+    def distribute(self) -> None:
+        """Train under ``torch.distributed`` (the process group must be initialised,
+        e.g. by ``torchrun``): the model is wrapped in DistributedDataParallel,
+        which averages the gradients of all ranks during ``backward`` (Li et al.
+        2020, "PyTorch Distributed"). Each rank then passes its own slice of the
+        batch to :meth:`train_step`; with equal slices the averaged gradient is
+        exactly the gradient of the mean loss over the whole batch.
+        """
+        from torch.nn.parallel import DistributedDataParallel
+
+        # DDP broadcasts rank 0's weights to the others: every rank starts equal
+        ids = None if self.device.type == "cpu" else [self.device]
+        self._ddp = DistributedDataParallel(self.model, device_ids=ids)
+        rank = self.torch.distributed.get_rank()
+        if rank > 0:  # every rank its own dropout masks (rank 0 keeps the 1-process stream)
+            self.torch.manual_seed(self._seed + rank)
 
     def current_lr(self) -> float:
         """The learning rate the next :meth:`train_step` will use."""
@@ -274,22 +392,45 @@ class TorchBackend:
         """As :meth:`NumpyBackend.train_step`."""
         from torch_impl.optim import clip_grad_norm_
 
-        x, y = self.torch.from_numpy(x), self.torch.from_numpy(y)
+        torch = self.torch
+        x, y = torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
         lr = self.current_lr()
+        model = self.model if self._ddp is None else self._ddp
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        logits = self.model(x)  # (B, T) -> (B, T, V)
+        logits = model(x)  # (B, T) -> (B, T, V)
         loss = self.loss_fn(logits, y)
-        loss.backward()  # autograd fills every p.grad
+        loss.backward()  # autograd fills every p.grad (under DDP: averaged over the ranks)
+        loss_value = loss.detach().clone()
+        if self._ddp is not None:  # report the whole batch's loss: the mean of the ranks'
+            torch.distributed.all_reduce(loss_value)
+            loss_value /= torch.distributed.get_world_size()
+        loss_value = float(loss_value)
         params = [p for p in self.model.parameters() if p.grad is not None]
-        if self.train_config["grad_clip"] > 0:
-            grad_norm = float(clip_grad_norm_(params, self.train_config["grad_clip"]))
+
+        def norm_of_grads() -> float:
+            return _global_norm(p.grad.detach().double().cpu().numpy() for p in params)
+
+        clip = self.train_config["grad_clip"]
+        if clip > 0:
+            try:  # error_if_nonfinite: a NaN norm would otherwise make every gradient NaN
+                grad_norm = float(clip_grad_norm_(params, clip, error_if_nonfinite=True))
+            except RuntimeError as e:
+                if "non-finite" not in str(e):
+                    raise
+                grad_norm = norm_of_grads()  # the gradients are still unscaled
         else:
-            grad_norm = _global_norm(p.grad.detach().double().numpy() for p in params)
+            grad_norm = norm_of_grads()
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+            named = (
+                (n, None if p.grad is None else p.grad.detach().cpu().numpy())
+                for n, p in self.model.named_parameters()
+            )
+            raise NonFiniteError(self.step, loss_value, grad_norm, _first_nonfinite(named))
         self.optimizer.step()
         self.scheduler.step()  # the next step's learning rate
         self.step += 1
-        return {"loss": float(loss.item()), "lr": lr, "grad_norm": grad_norm}
+        return {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
 
     def eval_loss(self, batches) -> float:
         """As :meth:`NumpyBackend.eval_loss`; no autograd graph is built."""
@@ -298,7 +439,7 @@ class TorchBackend:
         try:
             with torch.inference_mode():
                 losses = [
-                    float(self.loss_fn(self.model(torch.from_numpy(x)), torch.from_numpy(y)))
+                    float(self.loss_fn(self.model(self._tensor(x)), self._tensor(y)))
                     for x, y in batches
                 ]
         finally:
@@ -307,19 +448,81 @@ class TorchBackend:
 
     def state_dict(self) -> dict[str, np.ndarray]:
         """As :meth:`NumpyBackend.state_dict`."""
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def _tensor(self, a: np.ndarray):
+        return self.torch.from_numpy(a).to(self.device)
 
     def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
-        """As :meth:`NumpyBackend.load_state_dict`.
+        """As :meth:`NumpyBackend.load_state_dict` (the same CheckpointError,
+        raised before torch's own RuntimeError could be)."""
+        own = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        sd = _check_state_dict(sd, own, self.config.tie_weights)
+        self.model.load_state_dict(
+            {
+                k: self.torch.from_numpy(np.asarray(v)).to(self.device, self.dtype)
+                for k, v in sd.items()
+            }
+        )
+
+    def rng_state(self) -> dict:
+        """Torch's global generator of the model's device (it draws the dropout
+        masks), as base64 of ``torch.get_rng_state()``'s bytes (and of the CUDA
+        device's, on a GPU): JSON-ready.
+
+        Under DistributedDataParallel each rank draws its own masks, and
+        ``"by_rank"`` lists every rank's states: gathering them is a collective
+        operation, so every rank must call this, at the same point.
+        """
+        torch = self.torch
+
+        def b64(state) -> str:
+            return base64.b64encode(state.cpu().numpy().tobytes()).decode("ascii")
+
+        own = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            own["cuda"] = torch.cuda.get_rng_state(self.device)
+        state = {"backend": self.name, **{k: b64(v) for k, v in own.items()}}
+        if self._ddp is not None:
+            dist = torch.distributed
+            by_rank = [{} for _ in range(dist.get_world_size())]
+            for key, mine in own.items():
+                mine = mine.to(self.device)  # nccl gathers device tensors only
+                parts = [torch.empty_like(mine) for _ in by_rank]
+                dist.all_gather(parts, mine)
+                for entry, part in zip(by_rank, parts, strict=True):
+                    entry[key] = b64(part)
+            state["by_rank"] = by_rank
+        return state
+
+    def set_rng_state(self, state: dict) -> None:
+        """Restore :meth:`rng_state`'s dict into torch's global generators (under
+        DistributedDataParallel, this rank's; a rank the saved run did not have
+        is seeded as a fresh run seeds it).
 
         Raises:
-            RuntimeError: torch's message listing missing/unexpected keys or
-                wrong shapes.
+            ValueError: not a state saved by this backend.
         """
-        sd = _with_tied_head(sd, self.config.tie_weights)
-        self.model.load_state_dict(
-            {k: self.torch.from_numpy(np.asarray(v)).to(self.dtype) for k, v in sd.items()}
-        )
+        torch = self.torch
+        if state.get("backend") != self.name:
+            raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not torch")
+        rank = torch.distributed.get_rank() if self._ddp is not None else 0
+        by_rank = state.get("by_rank") or [state]
+        if rank >= len(by_rank):
+            torch.manual_seed(self._seed + rank)
+            return
+        own = by_rank[rank]
+
+        def tensor(text: str):
+            raw = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
+            return torch.from_numpy(raw.copy())
+
+        try:
+            torch.set_rng_state(tensor(own["cpu"]))
+            if self.device.type == "cuda" and "cuda" in own:
+                torch.cuda.set_rng_state(tensor(own["cuda"]), self.device)
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"rng state: not a valid torch generator state ({e})") from e
 
     def optimizer_state(self) -> dict[str, np.ndarray]:
         """As :meth:`NumpyBackend.optimizer_state`."""
@@ -329,9 +532,9 @@ class TorchBackend:
             for key in ("exp_avg", "exp_avg_sq"):
                 value = st.get(key)
                 state[f"{key}.{name}"] = (
-                    np.zeros(p.shape, p.detach().numpy().dtype)
+                    np.zeros(p.shape, np.dtype(str(p.dtype).removeprefix("torch.")))
                     if value is None
-                    else value.detach().numpy().copy()
+                    else value.detach().cpu().numpy().copy()
                 )
         return state
 
@@ -375,12 +578,12 @@ class TorchBackend:
         from torch_impl.sampling import generate
 
         torch = self.torch
-        generator = torch.Generator()
+        generator = torch.Generator(device=self.device)
         if seed is None:
             generator.seed()
         else:
             generator.manual_seed(seed)
-        idx = torch.tensor([prompt_ids], dtype=torch.long)  # (1, T0)
+        idx = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)  # (1, T0)
         with torch.inference_mode():
             out = generate(
                 self.model,
@@ -411,7 +614,8 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
     Args:
         name: ``"numpy"`` or ``"torch"``.
         model_config, seed, **kwargs: passed to the backend (``train_config``,
-            ``dtype``, ``attn_impl``); ``attn_impl`` is ignored by the NumPy
+            ``dtype``, ``attn_impl``, ``device``); ``device`` must be ``"cpu"``
+            for the NumPy backend, and ``attn_impl`` is ignored by the NumPy
             backend, which has one attention, written out.
 
     Raises:
@@ -419,6 +623,8 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
     """
     if name == "numpy":
         kwargs.pop("attn_impl", None)
+        if kwargs.pop("device", "cpu") != "cpu":
+            raise ValueError("device: the numpy backend runs on the CPU only")
         return NumpyBackend(model_config, seed, **kwargs)
     if name == "torch":
         return TorchBackend(model_config, seed, **kwargs)

@@ -4,15 +4,20 @@
 
     DIR/model.safetensors      weights by state-dict name (the tied head.weight omitted)
     DIR/optimizer.safetensors  AdamW moments: exp_avg.NAME, exp_avg_sq.NAME, and step
-    DIR/config.json            model config, tokenizer, step, backend, training args, metrics
-                               (and, from ``labs train``, the batch sampler's RNG state)
+    DIR/config.json            model config, tokenizer, step, backend, training args, metrics,
+                               the SHA-256 of the two files above, and (from ``labs train``)
+                               the batch sampler's and the dropout RNGs' states
+    DIR/.previous/             the checkpoint before the last one, whole (hard links)
 
 Weights are stored with safetensors (a JSON header and raw little-endian
-arrays: no pickle, so loading a checkpoint cannot run code). Every file is
-written to a temporary file in the same directory, fsynced, then moved into
-place with ``os.replace``, which is atomic on POSIX: a crash mid-save leaves the
-previous file intact, never half a file. ``config.json`` is written last, so a
-directory with a config.json always has its weights.
+arrays: no pickle, so loading a checkpoint cannot run code); everything else
+is JSON. A save never leaves DIR without a complete checkpoint, whenever the
+process dies (SIGKILL, power cut): the new set is written in full to
+``DIR/.staging/`` and fsynced, the current set is kept as ``DIR/.previous/``,
+and only then are the new files moved into place with ``os.replace`` (atomic
+on POSIX), ``config.json`` last. config.json records the SHA-256 of the files
+it belongs with, so a set mixed by a kill between two renames is recognised,
+and :func:`load_checkpoint` falls back to ``.previous``.
 
 Because both backends use the same names and shapes (PyTorch's layout), a
 checkpoint written by either loads into either.
@@ -23,6 +28,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import sys
+import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -143,31 +152,104 @@ def _mismatches(
     return problems
 
 
-# -- atomic writes -------------------------------------------------------------
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file, fsync it, then rename it onto ``path``."""
-    # A hidden name in the same directory (a rename across file systems is
-    # not atomic); the pid keeps two concurrent writers apart.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())  # the bytes are on disk before the name points at them
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    # Make the rename itself durable: fsync the directory entry.
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+# -- writing: stage a full set, keep the previous one, then commit -------------------
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: corrupt or truncated files, an
+    interrupted write, or contents (keys, shapes, vocabulary) that do not
+    match its config.json or the model they are loaded into. The message
+    lists every offending key. Raised the same way by both backends."""
+
+
+#: Test hook: ``STAGE`` or ``STAGE@N`` makes the writer stop the Nth time (default 1)
+#: it reaches STAGE (see :func:`save_checkpoint`), print ``checkpoint writer paused
+#: at STAGE`` on stderr and sleep, so a test can SIGKILL it at a known point.
+PAUSE_ENV_VAR = "TWINFORMER_TEST_CHECKPOINT_PAUSE"
+STAGING_DIR = ".staging"  # the new set, complete before anything in DIR is touched
+PREVIOUS_DIR = ".previous"  # a full copy (hard links) of the set being replaced
+_stages_reached: dict[str, int] = {}
+
+
+def _pause_point(stage: str) -> None:
+    """The test hook of :data:`PAUSE_ENV_VAR`; does nothing unless it names ``stage``."""
+    wanted, _, nth = os.environ.get(PAUSE_ENV_VAR, "").partition("@")
+    if wanted != stage:
+        return
+    _stages_reached[stage] = _stages_reached.get(stage, 0) + 1
+    if _stages_reached[stage] == int(nth or 1):
+        print(f"checkpoint writer paused at {stage}", file=sys.stderr, flush=True)
+        time.sleep(3600)  # until the test kills us
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make renames and new names in ``path`` durable."""
+    dir_fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
 
 
+def _write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file ``path`` and fsync it."""
+    with open(path, "wb") as f:
+        half = len(data) // 2
+        f.write(data[:half])
+        if half:
+            f.flush()
+            _pause_point("writing")  # half a file on disk
+        f.write(data[half:])
+        f.flush()
+        os.fsync(f.fileno())  # the bytes are on disk before any name points at them
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file, fsync it, then rename it onto ``path``."""
+    # A hidden name in the same directory (a rename across file systems is
+    # not atomic); the pid keeps two concurrent writers apart.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        _write_file(tmp, data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
 def _contiguous(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     # Not np.ascontiguousarray: it turns the 0-d "step" into shape (1,).
     return {k: np.require(v, requirements="C") for k, v in arrays.items()}
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    # A hard link shares the bytes: the rename in step 3 gives DIR's name a new
+    # file and leaves this one alone. Copy where links are not supported.
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _keep_previous(directory: Path) -> None:
+    """Copy ``directory``'s checkpoint set into ``directory/.previous`` if it is
+    complete and intact (a set left broken by a killed writer is not kept:
+    ``.previous`` then still holds the last good one)."""
+    try:
+        document = _read_config(directory)
+        files = document.get("files") or {}
+        for name in files:
+            _check_belongs(directory, document, name)
+    except (OSError, CheckpointError):
+        return
+    tmp = directory / f"{PREVIOUS_DIR}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for name in (*files, CONFIG_FILE):
+        _link_or_copy(directory / name, tmp / name)
+    _fsync_dir(tmp)
+    # Until the rename below DIR's own set is untouched: a kill here loses nothing.
+    shutil.rmtree(directory / PREVIOUS_DIR, ignore_errors=True)
+    os.replace(tmp, directory / PREVIOUS_DIR)
+    _fsync_dir(directory)
 
 
 # -- save ------------------------------------------------------------------------
@@ -179,7 +261,19 @@ def save_checkpoint(
     meta: dict | None = None,
     extra_files: dict[str, bytes] | None = None,
 ) -> Path:
-    """Write a checkpoint directory (created if needed), atomically file by file.
+    """Write a checkpoint directory (created if needed) so that a crash at any
+    moment leaves a complete checkpoint behind.
+
+    The writer (1) writes the whole new set into ``DIR/.staging/`` and fsyncs
+    it, (2) keeps the current set, if intact, as ``DIR/.previous/`` (hard
+    links, no copy), (3) moves the staged files into ``DIR`` with
+    ``os.replace`` (atomic on POSIX), ``config.json`` last, and (4) removes
+    ``.staging``. ``config.json`` records the SHA-256 of its files, so a set
+    mixed by a kill during (3) is recognised and :func:`load_checkpoint`
+    falls back to ``.previous``. The stages a test can stop the writer at
+    (:data:`PAUSE_ENV_VAR`): ``writing`` (half of the first file written),
+    ``staged``, ``kept-previous``, ``moved-model.safetensors``,
+    ``moved-optimizer.safetensors``, ``committed``.
 
     Args:
         directory: where to write.
@@ -188,10 +282,9 @@ def save_checkpoint(
         config: ``{"model": GPTConfig dict, "tokenizer": tokenizer dict,
             "train": training args}`` (``"train"`` optional).
         optimizer_state: ``{"exp_avg.NAME": ..., "exp_avg_sq.NAME": ...,
-            "step": 0-d array}``, or None to save weights only (an older
-            optimizer file in ``directory`` is then removed).
+            "step": 0-d array}``, or None to save weights only.
         meta: ``{"step": int, "backend": str, "metrics": dict, ...}``; merged
-            into config.json next to ``config``'s keys.
+            into config.json next to ``config``'s keys (JSON values only).
         extra_files: ``{file name: bytes}`` written the same way and hashed in
             config.json too (a BPE run's ``tokenizer.json``).
 
@@ -201,6 +294,8 @@ def save_checkpoint(
     Raises:
         ValueError: ``config`` lacks ``"model"`` or ``"tokenizer"``, or
             ``model_state`` does not match the config (keys or shapes listed).
+        OSError: ``directory`` cannot be created or written (nothing in it
+            has been changed then, except perhaps ``.staging``).
     """
     directory = Path(directory)
     meta = dict(meta or {})
@@ -230,19 +325,38 @@ def save_checkpoint(
         blobs[name] = bytes(blob)
     document = {"format": FORMAT, "version": VERSION, **config, **meta}
     document.setdefault("step", 0)
-    # config.json, written last, names the exact bytes it belongs with: a crash between
-    # two of the renames leaves files that load_checkpoint refuses instead of mixing
+    # config.json names the exact bytes it belongs with: a set mixed by a crash
+    # between two renames is refused instead of loaded
     document["files"] = {name: hashlib.sha256(b).hexdigest() for name, b in blobs.items()}
     text = json.dumps(document, indent=2) + "\n"  # fails here, before any write, if not JSON
+    blobs[CONFIG_FILE] = text.encode("utf-8")
 
+    # (1) the whole new set, on disk, beside the current one
     directory.mkdir(parents=True, exist_ok=True)
     for stale in directory.glob(".*.tmp"):  # left behind by a writer that was killed
         stale.unlink(missing_ok=True)
+    staging = directory / STAGING_DIR
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
     for name, blob in blobs.items():
-        _atomic_write(directory / name, blob)
+        _write_file(staging / name, blob)
+    _fsync_dir(staging)
+    _pause_point("staged")
+    # (2) the current set, kept whole
+    _keep_previous(directory)
+    _pause_point("kept-previous")
+    # (3) commit: data files first, config.json (the set's index) last
+    for name in blobs:
+        if name != CONFIG_FILE:
+            os.replace(staging / name, directory / name)
+            _pause_point(f"moved-{name}")
+    os.replace(staging / CONFIG_FILE, directory / CONFIG_FILE)
+    _fsync_dir(directory)
+    _pause_point("committed")
+    # (4) tidy up
     if optimizer_state is None:
         (directory / OPTIMIZER_FILE).unlink(missing_ok=True)
-    _atomic_write(directory / CONFIG_FILE, text.encode("utf-8"))
+    shutil.rmtree(staging, ignore_errors=True)
     return directory
 
 
@@ -259,9 +373,15 @@ def _check_belongs(directory: Path, config: dict, name: str) -> None:
     want = (config.get("files") or {}).get(name)
     if want is None:
         return  # written before config.json recorded hashes
-    if _sha256(directory / name) != want:
-        raise ValueError(
-            f"{directory / name} does not belong to {directory / CONFIG_FILE} (its SHA-256 "
+    path = directory / name
+    if not path.is_file():
+        raise CheckpointError(
+            f"{path} is missing, though {directory / CONFIG_FILE} lists it: the checkpoint "
+            "was interrupted while being written"
+        )
+    if _sha256(path) != want:
+        raise CheckpointError(
+            f"{path} does not belong to {directory / CONFIG_FILE} (its SHA-256 "
             "differs from the one recorded there): the checkpoint was interrupted while "
             "being written"
         )
@@ -276,26 +396,32 @@ def _sha256(path: Path) -> str:
 
 
 # -- load ------------------------------------------------------------------------
+class CheckpointWarning(UserWarning):
+    """The checkpoint in DIR was unusable and ``DIR/.previous`` was loaded instead."""
+
+
 def _load_safetensors(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint file not found: {path}")
     try:
         return load_file(str(path))
     except Exception as e:  # safetensors raises its own SafetensorError, among others
-        raise ValueError(
+        raise CheckpointError(
             f"{path}: not a valid safetensors file (truncated or corrupt?): {e}"
         ) from e
 
 
-def load_config(directory: str | os.PathLike) -> dict:
-    """Read and check a checkpoint's config.json.
+def _vocabulary_size(tokenizer: dict) -> int | None:
+    """How many ids a tokenizer dict defines, when it says (char: its characters)."""
+    if isinstance(tokenizer.get("vocab_size"), int):
+        return tokenizer["vocab_size"]
+    if isinstance(tokenizer.get("chars"), str):
+        return len(tokenizer["chars"])
+    return None
 
-    Raises:
-        FileNotFoundError: no such directory, or no config.json in it.
-        ValueError: not JSON, not a twinformer checkpoint, an unsupported
-            version, or sections missing.
-    """
-    directory = Path(directory)
+
+def _read_config(directory: Path) -> dict:
+    """``directory/config.json``, checked on its own (not against the other files)."""
     if not directory.is_dir():
         raise FileNotFoundError(f"checkpoint directory not found: {directory}")
     path = directory / CONFIG_FILE
@@ -304,23 +430,78 @@ def load_config(directory: str | os.PathLike) -> dict:
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from e
+        raise CheckpointError(f"{path}: not valid JSON: {e}") from e
     if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise ValueError(f'{path}: not a twinformer checkpoint (no "format": "{FORMAT}")')
+        raise CheckpointError(f'{path}: not a twinformer checkpoint (no "format": "{FORMAT}")')
     if document.get("version") != VERSION:
-        raise ValueError(
+        raise CheckpointError(
             f"{path}: checkpoint version {document.get('version')!r}, this code reads {VERSION}"
         )
     for key in ("model", "tokenizer"):
         if not isinstance(document.get(key), dict):
-            raise ValueError(f"{path}: the {key!r} section is missing")
+            raise CheckpointError(f"{path}: the {key!r} section is missing")
+    n_symbols = _vocabulary_size(document["tokenizer"])
+    vocab_size = document["model"].get("vocab_size")
+    if n_symbols is not None and n_symbols != vocab_size:
+        raise CheckpointError(
+            f"{path}: the tokenizer defines {n_symbols} ids but model.vocab_size is "
+            f"{vocab_size!r}: tok_emb.weight and head.weight would not match the vocabulary"
+        )
     return document
+
+
+def _load_set(directory: Path):
+    """Load and check the set in ``directory`` (no fallback)."""
+    config = _read_config(directory)
+    model_config = config["model"]
+    listed = config.get("files")
+    model_path = directory / MODEL_FILE
+    _check_belongs(directory, config, MODEL_FILE)
+    model_state = _load_safetensors(model_path)
+    if _is_tied(model_config) and TIED_SOURCE in model_state:
+        model_state[TIED_KEY] = model_state[TIED_SOURCE]  # one array, two names
+    if problems := _mismatches(model_path.name, model_state, expected_shapes(model_config)):
+        raise CheckpointError(
+            f"{directory / CONFIG_FILE} does not match {model_path}: " + "; ".join(problems)
+        )
+
+    opt_path = directory / OPTIMIZER_FILE
+    # a file config.json does not list is a leftover, not part of this set
+    if not opt_path.exists() or (listed is not None and OPTIMIZER_FILE not in listed):
+        if listed is not None and OPTIMIZER_FILE in listed:
+            _check_belongs(directory, config, OPTIMIZER_FILE)  # raises: it is missing
+        return model_state, config, None
+    _check_belongs(directory, config, OPTIMIZER_FILE)
+    optimizer_state = _load_safetensors(opt_path)
+    if problems := _mismatches(opt_path.name, optimizer_state, _optimizer_shapes(model_config)):
+        raise CheckpointError(
+            f"{directory / CONFIG_FILE} does not match {opt_path}: " + "; ".join(problems)
+        )
+    return model_state, config, optimizer_state
+
+
+def load_config(directory: str | os.PathLike) -> dict:
+    """Read and check a checkpoint's config.json (that of the set
+    :func:`load_checkpoint` would load).
+
+    Raises:
+        FileNotFoundError: no such directory, or no config.json in it.
+        CheckpointError: (a ``ValueError``) not JSON, not a twinformer
+            checkpoint, an unsupported version, sections missing, or a
+            tokenizer whose vocabulary size differs from ``model.vocab_size``.
+    """
+    return load_checkpoint(directory)[1]
 
 
 def load_checkpoint(
     directory: str | os.PathLike,
 ) -> tuple[dict[str, np.ndarray], dict, dict[str, np.ndarray] | None]:
     """Read a checkpoint directory written by :func:`save_checkpoint`.
+
+    If the set in ``directory`` is unusable (a write was killed half-way:
+    files missing, or not the ones config.json lists) and ``directory/.previous``
+    holds an intact set, that one is loaded, with a :class:`CheckpointWarning`;
+    ``config["loaded_from"]`` then names it.
 
     Returns:
         ``(model_state, config, optimizer_state)``: ``model_state`` maps every
@@ -331,30 +512,28 @@ def load_checkpoint(
     Raises:
         FileNotFoundError: the directory, config.json or model.safetensors is
             missing (the message names it).
-        ValueError: a file is truncated or corrupt (named), or config.json
-            does not match the stored arrays (each offending key and shape
-            listed).
+        CheckpointError: (a ``ValueError``) a file is truncated or corrupt
+            (named), the set was interrupted while being written, or
+            config.json does not match the stored arrays or the tokenizer
+            (each offending key and shape listed).
     """
     directory = Path(directory)
-    config = load_config(directory)
-    model_config = config["model"]
-    model_path = directory / MODEL_FILE
-    model_state = _load_safetensors(model_path)
-    _check_belongs(directory, config, MODEL_FILE)
-    if _is_tied(model_config) and TIED_SOURCE in model_state:
-        model_state[TIED_KEY] = model_state[TIED_SOURCE]  # one array, two names
-    if problems := _mismatches(model_path.name, model_state, expected_shapes(model_config)):
-        raise ValueError(
-            f"{directory / CONFIG_FILE} does not match {model_path}: " + "; ".join(problems)
-        )
-
-    opt_path = directory / OPTIMIZER_FILE
-    if not opt_path.exists():
-        return model_state, config, None
-    optimizer_state = _load_safetensors(opt_path)
-    _check_belongs(directory, config, OPTIMIZER_FILE)
-    if problems := _mismatches(opt_path.name, optimizer_state, _optimizer_shapes(model_config)):
-        raise ValueError(
-            f"{directory / CONFIG_FILE} does not match {opt_path}: " + "; ".join(problems)
-        )
+    try:
+        return _load_set(directory)
+    except (OSError, CheckpointError) as error:
+        previous = directory / PREVIOUS_DIR
+        if not directory.is_dir() or not previous.is_dir():
+            raise
+        try:
+            model_state, config, optimizer_state = _load_set(previous)
+        except (OSError, CheckpointError):
+            raise error from None
+        reason = str(error)
+    warnings.warn(
+        f"{directory}: {reason}; loaded the previous checkpoint (step {config.get('step')}) "
+        f"from {previous}",
+        CheckpointWarning,
+        stacklevel=2,
+    )
+    config["loaded_from"] = str(previous)
     return model_state, config, optimizer_state

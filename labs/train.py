@@ -15,6 +15,17 @@ Outputs, in ``--out`` (default ``runs/<backend>``):
 * the checkpoint (``model.safetensors``, ``optimizer.safetensors``,
   ``config.json``), rewritten atomically at every evaluation;
 * ``loss.png``: the loss curves.
+
+``--resume DIR`` continues the run in DIR exactly where its checkpoint stopped
+(weights, AdamW state and step, hence the schedule; the batch sampler's and
+the dropout generator's states; the recorded settings, unless given again).
+
+Under ``torchrun --nproc_per_node N`` (torch backend), the N processes train
+one model with DistributedDataParallel: ``--batch-size`` is the step's whole
+batch, which every process draws from the same seeded sampler before keeping
+its own ``B / N`` rows, so the run is the one-process run with batch B. Each
+process draws its own dropout masks (rank r > 0 reseeds with seed + r); the
+checkpoint holds every rank's generator state. Rank 0 alone prints and writes.
 """
 
 from __future__ import annotations
@@ -23,13 +34,20 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
 
 from . import UserError
-from .backends import BACKENDS, make_backend
-from .checkpoint import CONFIG_FILE, expected_shapes, load_checkpoint, save_checkpoint
+from .backends import BACKENDS, NonFiniteError, make_backend
+from .checkpoint import (
+    CONFIG_FILE,
+    CheckpointError,
+    expected_shapes,
+    load_checkpoint,
+    save_checkpoint,
+)
 from .data import (
     DATA_ENV_VAR,
     BatchSampler,
@@ -73,14 +91,24 @@ FINAL_SAMPLE = {"temperature": 0.8, "top_k": None, "top_p": None}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``train`` command's options (defaults: nanoGPT's CPU baby GPT)."""
-    p.add_argument("--backend", choices=BACKENDS, required=True)
+    p.add_argument(
+        "--backend", choices=BACKENDS, help="required, except with --resume (default: the run's)"
+    )
     p.add_argument(
         "--data",
         metavar="PATH",
         help=f"Tiny Shakespeare text file (default: ${DATA_ENV_VAR}, the cache, or a download)",
     )
     p.add_argument("--out", metavar="DIR", help="output directory (default: runs/<backend>)")
-    p.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="continue the run whose checkpoint is in DIR (alone: the one in --out), exactly "
+        "where it stopped; its recorded settings apply unless given again, and it writes to "
+        "--out (default: DIR)",
+    )
     p.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
     p.add_argument("--seed", type=int, default=1337, help="weights and batches")
     p.add_argument(
@@ -133,8 +161,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="sdpa",
         help="torch attention: fused sdpa or written out (numpy: always explicit)",
     )
+    g.add_argument(
+        "--device",
+        default="cpu",
+        help="torch backend: where the model runs (cpu, cuda, cuda:1, ...); under torchrun "
+        "with cuda, process N uses cuda:N",
+    )
     g = p.add_argument_group("optimization")
-    g.add_argument("--batch-size", type=int, default=12, help="sequences per step B")
+    g.add_argument(
+        "--batch-size",
+        type=int,
+        default=12,
+        help="sequences per step B (under torchrun: in all, split over the processes)",
+    )
     g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     g.add_argument("--min-lr", type=float, default=1e-4, help="final learning rate")
     g.add_argument("--warmup-iters", type=int, default=100, help="linear warmup steps")
@@ -157,6 +196,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    if args.backend is None:
+        raise UserError("--backend is required (numpy or torch), except with --resume DIR")
+    if not 0 <= args.seed < 2**63:
+        raise UserError(f"--seed must lie in [0, 2**63), got {args.seed}")
     if args.d_ff is not None and args.d_ff < 1:
         raise UserError(f"--d-ff must be >= 1, got {args.d_ff}")
     positive = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size")
@@ -237,8 +280,18 @@ def run(args: argparse.Namespace) -> dict:
     """
     from tqdm import tqdm
 
+    resumed = _prepare_resume(args) if args.resume is not None else None
     _check_args(args)
-    out = Path(args.out or f"runs/{args.backend}")
+    out = Path(args.out or (resumed.directory if resumed else f"runs/{args.backend}"))
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a directory")
+    rank, world = _init_distributed(args)
+    if args.batch_size % world:
+        raise UserError(
+            f"--batch-size {args.batch_size} is the whole step's batch, split over the "
+            f"{world} processes: it must be divisible by {world}"
+        )
+    say = print if rank == 0 else (lambda *a, **k: None)  # one voice, not one per process
 
     # -- data: the same arrays, the same batches, whatever the backend ---------
     try:
@@ -310,33 +363,44 @@ def run(args: argparse.Namespace) -> dict:
             train_config=train_config,
             dtype=args.dtype,
             attn_impl=args.attn_impl,
+            device=_device(args, world),
         )
     except ValueError as e:
         raise UserError(str(e)) from e
+    if world > 1:
+        backend.distribute()  # DistributedDataParallel: gradients averaged over the ranks
     model_config = dataclasses.asdict(backend.config)  # every field, defaults filled in
-    train_args = {k: v for k, v in vars(args).items() if k not in ("command", "func")}
+    train_args = {k: v for k, v in vars(args).items() if k not in ("command", "func", "argv")}
     train_args.update(data=str(corpus_path), lr_decay_iters=train_config["lr_decay_iters"])
     tokenizer_section, tokenizer_files = tokenizer_config(tokenizer)
     config = {"model": model_config, "tokenizer": tokenizer_section, "train": train_args}
 
     log_path = out / LOG_FILE
     elapsed_before = 0.0  # wall time of the run we resume, if any
-    if args.resume:
-        elapsed_before = _resume(out, backend, sampler, config)
-    else:
-        out.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"--out {out}: cannot create the directory ({e.strerror})") from e
+    if resumed is not None:
+        elapsed_before = _resume(resumed, backend, sampler, config, say)
+        if rank == 0:
+            _copy_log(resumed.directory / LOG_FILE, log_path, backend.step)
+    elif rank == 0:
         log_path.unlink(missing_ok=True)  # a fresh run gets a fresh log
 
-    print(
+    say(
         f"{backend.name} backend, {backend.num_parameters():,} parameters, "
         f"vocab {tokenizer.vocab_size}, {len(train_ids):,} train / {len(val_ids):,} val "
         f"tokens from {corpus_path}; writing to {out}/"
+        + (f"; {world} processes, {B // world} sequences each per step" if world > 1 else "")
     )
 
     # -- the loop -------------------------------------------------------------------
     t_start = time.perf_counter()
     train_time, train_tokens = 0.0, 0  # time in train_step only, for tokens/s
     metrics: dict = {}
+    last_saved = [backend.step]  # step of the last checkpoint written (or resumed from)
 
     def evaluate_and_save() -> None:
         losses = {split: backend.eval_loss(batches) for split, batches in eval_sets.items()}
@@ -357,9 +421,12 @@ def run(args: argparse.Namespace) -> dict:
             "lr": backend.current_lr(),
             "elapsed_s": round(elapsed, 3),
         }
+        metrics.update(row, tokens_per_s=round(tok_s, 1))
+        rng_state = backend.rng_state()  # under DDP: gathered from every rank
+        if rank != 0:
+            return  # every rank evaluates (same weights, same batches); rank 0 writes
         with open(log_path, "a") as f:
             f.write(json.dumps(row) + "\n")
-        metrics.update(row, tokens_per_s=round(tok_s, 1))
         tqdm.write(
             f"step {backend.step:5d}: train loss {losses['train']:.4f}, "
             f"val loss {losses['val']:.4f} ({row['val_bpb']:.4f} bits/byte), "
@@ -375,11 +442,13 @@ def run(args: argparse.Namespace) -> dict:
                 "backend": backend.name,
                 "metrics": dict(metrics),
                 "sampler_state": sampler.get_state(),
+                "rng_state": rng_state,  # the dropout masks to come
             },
             extra_files=tokenizer_files,
         )
+        last_saved[0] = backend.step
 
-    if backend.step == 0:
+    if backend.step == 0 and resumed is None:  # (a run resumed at 0 has logged step 0)
         evaluate_and_save()
     bar = tqdm(
         total=args.max_iters,
@@ -388,23 +457,34 @@ def run(args: argparse.Namespace) -> dict:
         unit="step",
         dynamic_ncols=True,
         mininterval=0.1 if sys.stderr.isatty() else 30.0,  # spare log files the redraws
+        disable=rank != 0,
     )
     window_time, window_tokens = 0.0, 0  # for the bar's recent tokens/s
+    b = B // world
     while backend.step < args.max_iters:
-        x, y = sampler.next()
+        x, y = sampler.next()  # every rank draws the same (B, T) batch...
+        x, y = x[rank * b : (rank + 1) * b], y[rank * b : (rank + 1) * b]  # ...and keeps its b
         t0 = time.perf_counter()
-        stats = backend.train_step(x, y)
-        dt = time.perf_counter() - t0
-        if not math.isfinite(stats["loss"]):
+        try:
+            stats = backend.train_step(x, y)
+        except NonFiniteError as e:
             bar.close()
             raise UserError(
-                f"the loss became {stats['loss']} at step {backend.step}; "
-                "try a lower --lr or keep --grad-clip on"
-            )
+                f"training stopped at step {e.step}: the loss is {e.loss} and the gradient "
+                f"norm {e.grad_norm}; "
+                + (
+                    f"the first parameter whose gradient is non-finite is {e.parameter}"
+                    if e.parameter is not None
+                    else "every gradient is finite"
+                )
+                + f". The last good checkpoint (step {last_saved[0]}) is kept in {out}, not "
+                "overwritten. Try a lower --lr or keep --grad-clip on"
+            ) from e
+        dt = time.perf_counter() - t0
         train_time += dt
-        train_tokens += x.size
+        train_tokens += x.size * world
         window_time += dt
-        window_tokens += x.size
+        window_tokens += x.size * world
         bar.update(1)
         if backend.step % 10 == 0 or backend.step == args.max_iters:
             bar.set_postfix_str(
@@ -419,6 +499,9 @@ def run(args: argparse.Namespace) -> dict:
     wall = elapsed_before + time.perf_counter() - t_start
     if "val_loss" not in metrics:  # resumed a run that had already finished
         evaluate_and_save()
+
+    if rank != 0:
+        return {**metrics, "wall_s": round(wall, 3)}
 
     # -- summary --------------------------------------------------------------------
     unit = "character" if args.tokenizer == "char" else "token"
@@ -445,32 +528,170 @@ def run(args: argparse.Namespace) -> dict:
     return {**metrics, "wall_s": round(wall, 3)}
 
 
-def _resume(out: Path, backend, sampler: BatchSampler, config: dict) -> float:
-    """Load ``out``'s checkpoint into ``backend`` and ``sampler``; return the
-    wall time the earlier run had already spent."""
+@dataclasses.dataclass
+class _Resumed:
+    """The checkpoint a run continues from."""
+
+    directory: Path
+    model_state: dict
+    config: dict
+    optimizer_state: dict | None
+
+
+#: Recorded settings that a resumed run never takes over.
+_NOT_RESTORED = ("resume", "out", "command", "func", "argv", "device")  # device: the machine's
+
+
+def _given_options(args: argparse.Namespace) -> set[str]:
+    """The options the command line set explicitly (``args.argv``, kept by
+    ``labs/__main__.py``); all of them when there is no command line."""
+    argv = getattr(args, "argv", None)
+    if argv is None:
+        return set(vars(args))
+    probe = argparse.ArgumentParser(add_help=False)
+    add_arguments(probe)
+    # Every default replaced by a marker: what is not the marker came from the command line.
+    unset = object()
+    probe.set_defaults(**dict.fromkeys(vars(args), unset))
+    given, _ = probe.parse_known_args(argv)
+    return {k for k, v in vars(given).items() if v is not unset}
+
+
+def _prepare_resume(args: argparse.Namespace) -> _Resumed:
+    """Load the checkpoint to resume and fill ``args`` with the run's recorded
+    settings, except those the command line gives again (those win, and are
+    listed). ``--data`` falls back to the usual search if the recorded file is gone.
+
+    Raises:
+        UserError: no checkpoint, or an unusable one (the reason named).
+    """
+    if args.resume:
+        directory = Path(args.resume)
+    elif args.out or args.backend:
+        directory = Path(args.out or f"runs/{args.backend}")
+    else:
+        raise UserError("--resume: give the run's directory, --resume DIR")
     try:
-        model_state, saved, optimizer_state = load_checkpoint(out)
-    except (OSError, ValueError) as e:
+        model_state, saved, optimizer_state = load_checkpoint(directory)
+    except (OSError, CheckpointError) as e:
         raise UserError(f"cannot resume: {e}") from e
+    given = _given_options(args)
+    changed = []
+    for key, value in (saved.get("train") or {}).items():
+        if key in _NOT_RESTORED or not hasattr(args, key):
+            continue
+        if key in given:
+            if getattr(args, key) != value:
+                changed.append(f"--{key.replace('_', '-')} {value} -> {getattr(args, key)}")
+        elif key == "data" and value is not None and not Path(value).is_file():
+            continue  # moved: look for the corpus as a fresh run would
+        else:
+            setattr(args, key, value)
+    if changed and os.environ.get("RANK", "0") == "0":  # under torchrun: said once
+        print(f"resuming with changed settings: {', '.join(changed)}")
+    return _Resumed(directory, model_state, saved, optimizer_state)
+
+
+def _resume(resumed: _Resumed, backend, sampler: BatchSampler, config: dict, say=print) -> float:
+    """Load the checkpoint into ``backend`` (weights, optimizer, schedule, dropout
+    RNG) and ``sampler``; return the wall time the earlier run had already spent."""
+    directory, saved = resumed.directory, resumed.config
     try:  # a config saved before some GPTConfig fields existed: fill in their defaults
         saved["model"] = dataclasses.asdict(type(backend.config).from_dict(saved["model"]))
     except (TypeError, ValueError) as e:
-        raise UserError(f"cannot resume: {out / CONFIG_FILE}: {e}") from e
-    for key in ("model", "tokenizer"):
+        raise UserError(f"cannot resume: {directory / CONFIG_FILE}: {e}") from e
+    for key in ("tokenizer", "model"):  # the tokenizer first: a new corpus changes both
         if saved[key] != config[key]:
+            fields = sorted(set(saved[key]) | set(config[key]))
+            diffs = [
+                f"{f} {saved[key].get(f)!r} there, {config[key].get(f)!r} here"
+                for f in fields
+                if saved[key].get(f) != config[key].get(f)
+            ]
             raise UserError(
-                f"cannot resume: the {key} in {out / CONFIG_FILE} ({saved[key]}) differs "
-                f"from this run's ({config[key]})"
+                f"cannot resume: the {key} in {directory / CONFIG_FILE} differs from this "
+                f"run's: " + "; ".join(d if len(d) < 200 else d[:200] + "..." for d in diffs)
             )
-    backend.load_state_dict(model_state)
-    if optimizer_state is not None:
-        backend.load_optimizer_state(optimizer_state)
+    try:
+        backend.load_state_dict(resumed.model_state)
+    except CheckpointError as e:
+        raise UserError(f"cannot resume from {directory}: {e}") from e
+    if resumed.optimizer_state is not None:
+        backend.load_optimizer_state(resumed.optimizer_state)
     if "sampler_state" in saved:
         sampler.set_state(saved["sampler_state"])
-    print(f"resuming from {out} at step {backend.step}")
+    rng_state = saved.get("rng_state")
+    if rng_state is not None and rng_state.get("backend") == backend.name:
+        backend.set_rng_state(rng_state)
+    elif backend.config.dropout > 0:
+        say(
+            f"note: the dropout generator's state in {directory} is not the {backend.name} "
+            "backend's; the dropout masks from here on differ from the original run's"
+        )
+    say(f"resuming from {directory} at step {backend.step}")
     return float(saved.get("metrics", {}).get("elapsed_s", 0.0))
 
 
+def _copy_log(src: Path, dst: Path, step: int) -> None:
+    """Keep the rows of ``src`` up to ``step`` in ``dst`` (later rows belong to a
+    stretch of the run that the checkpoint does not hold)."""
+    rows = []
+    if src.is_file():
+        for line in src.read_text().splitlines():
+            if line.strip() and json.loads(line)["step"] <= step:
+                rows.append(line + "\n")
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.write_text("".join(rows))
+    os.replace(tmp, dst)
+
+
+# -- several processes: torchrun ---------------------------------------------------
+def _init_distributed(args: argparse.Namespace) -> tuple[int, int]:
+    """``(rank, world_size)``: ``(0, 1)`` in a plain process; under ``torchrun``
+    with more than one process, joins the process group: gloo on the CPU, nccl
+    with ``--device cuda``.
+
+    Raises:
+        UserError: several processes but ``--backend numpy``.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1
+    if args.backend != "torch":
+        raise UserError(
+            f"{world} processes (torchrun): multi-process training needs --backend torch"
+        )
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        if args.device.startswith("cuda"):  # NVIDIA's collectives for CUDA tensors
+            import torch
+
+            torch.cuda.set_device(_device(args, world))
+            dist.init_process_group("nccl")
+        else:
+            dist.init_process_group("gloo")
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _device(args: argparse.Namespace, world: int) -> str:
+    """``--device``, except under torchrun with cuda: one GPU per process, cuda:LOCAL_RANK."""
+    if world > 1 and args.device.startswith("cuda"):
+        return f"cuda:{os.environ.get('LOCAL_RANK', '0')}"
+    return args.device
+
+
+def _shutdown_distributed() -> None:
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def main(args: argparse.Namespace) -> int:
-    run(args)
+    try:
+        run(args)
+    finally:
+        _shutdown_distributed()
     return 0

@@ -27,6 +27,22 @@ def _causal_mask(T_q: int, T_k: int) -> np.ndarray:
     return np.triu(np.ones((T_q, T_k), dtype=bool), k=1)
 
 
+def _check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
+    """q, k, v are 4-D with matching batch, heads, T_k and d_k (the torch twin's checks:
+    a 3-D q, or k with another batch size, is a mistake, not something to broadcast)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.ndim != 4:
+            raise ValueError(
+                f"{name}: expected shape (B, n_heads, T, d_k) (4 dimensions), got {t.shape}"
+            )
+    B, H, _, d_k = q.shape
+    T_k = k.shape[2]
+    if k.shape != (B, H, T_k, d_k):
+        raise ValueError(f"k: expected shape (B={B}, n_heads={H}, Tk, d_k={d_k}), got {k.shape}")
+    if v.shape[:3] != (B, H, T_k):
+        raise ValueError(f"v: expected shape (B={B}, n_heads={H}, Tk={T_k}, d_v), got {v.shape}")
+
+
 def scaled_dot_product_attention(
     q: np.ndarray,
     k: np.ndarray,
@@ -40,10 +56,10 @@ def scaled_dot_product_attention(
     """softmax(q k^T * scale + mask) v, returning the output and a cache for backward.
 
     Args:
-        q: ``(..., T_q, d_k)`` queries, usually ``(B, n_heads, T_q, d_k)``.
-        k: ``(..., T_k, d_k)`` keys.
-        v: ``(..., T_k, d_v)`` values.
-        attn_mask: broadcastable to ``(..., T_q, T_k)``. Boolean: True = may
+        q: ``(B, n_heads, T_q, d_k)`` queries.
+        k: ``(B, n_heads, T_k, d_k)`` keys.
+        v: ``(B, n_heads, T_k, d_v)`` values.
+        attn_mask: broadcastable to ``(B, n_heads, T_q, T_k)``. Boolean: True = may
             attend (the ``F.scaled_dot_product_attention`` convention). Float:
             added to the scores (``-inf`` forbids).
         is_causal: forbid keys j > i. Cannot be combined with ``attn_mask``.
@@ -60,14 +76,11 @@ def scaled_dot_product_attention(
     (a plain softmax would give 0/0 = NaN).
 
     Raises:
-        ValueError: mismatched shapes, or ``attn_mask`` together with ``is_causal``.
+        ValueError: q, k, v not 4-D or with mismatched shapes, or ``attn_mask``
+            together with ``is_causal``.
         TypeError: ``attn_mask`` is neither bool nor float.
     """
-    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"q, k, v: expected q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v); "
-            f"got {q.shape}, {k.shape}, {v.shape}"
-        )
+    _check_qkv(q, k, v)
     if attn_mask is not None and is_causal:
         raise ValueError("attn_mask: cannot be combined with is_causal=True")
     if not 0.0 <= dropout_p < 1.0:
@@ -218,7 +231,11 @@ class CausalSelfAttention(Module):
         rope=None,
         rope_base=10000.0,
     ):
-        if n_heads < 1 or d_model % n_heads != 0:
+        if d_model < 1 or n_heads < 1:
+            raise ValueError(
+                f"d_model and n_heads must be positive, got d_model={d_model}, n_heads={n_heads}"
+            )
+        if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
         self.dropout = dropout
@@ -350,7 +367,11 @@ class MultiHeadAttention(Module):
     """
 
     def __init__(self, d_model, n_heads, bias=True, dropout=0.0, dtype=np.float32, rng=None):
-        if n_heads < 1 or d_model % n_heads != 0:
+        if d_model < 1 or n_heads < 1:
+            raise ValueError(
+                f"d_model and n_heads must be positive, got d_model={d_model}, n_heads={n_heads}"
+            )
+        if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout: must lie in [0, 1), got {dropout}")

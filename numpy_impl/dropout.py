@@ -19,7 +19,8 @@ class Dropout(Module):
     the parity tests inject the same mask into both backends that way.
 
     Raises:
-        ValueError: ``p`` outside ``[0, 1)``.
+        ValueError: ``p`` outside ``[0, 1)``; ``mask`` not broadcastable to ``x``.
+        TypeError: ``mask`` that is not a bool array.
     """
 
     def __init__(self, p: float = 0.0, seed=None):
@@ -35,6 +36,20 @@ class Dropout(Module):
             return x
         if mask is None:
             mask = self._rng.random(x.shape) >= self.p
+        else:  # the torch twin's checks: a mask must neither be cast nor grow x
+            mask = np.asarray(mask)
+            if mask.dtype != np.bool_:
+                raise TypeError(
+                    f"mask: expected a bool array (True = keep), got dtype {mask.dtype}"
+                )
+            try:
+                ok = np.broadcast_shapes(mask.shape, x.shape) == x.shape
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"mask: expected a shape broadcastable to x's {x.shape}, got {mask.shape}"
+                )
         # one array holding keep / (1 - p) serves forward and backward alike
         self._scale = mask.astype(x.dtype) / (1.0 - self.p)
         return x * self._scale

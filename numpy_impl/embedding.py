@@ -28,11 +28,17 @@ class Embedding(Module):
 
     Raises:
         TypeError: ``idx`` is not an integer array.
-        ValueError: an id lies outside ``[0, num_embeddings)`` (negative ids are
-            rejected, not wrapped round as NumPy indexing would).
+        ValueError: a size below 1 (constructor); an id lies outside
+            ``[0, num_embeddings)`` (negative ids are rejected, not wrapped round
+            as NumPy indexing would).
     """
 
     def __init__(self, num_embeddings, embedding_dim, dtype=np.float32, rng=None):
+        if num_embeddings < 1 or embedding_dim < 1:
+            raise ValueError(
+                f"num_embeddings and embedding_dim must be positive, "
+                f"got num_embeddings={num_embeddings}, embedding_dim={embedding_dim}"
+            )
         rng = np.random.default_rng() if rng is None else rng
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
         self.weight = Parameter(rng.standard_normal((num_embeddings, embedding_dim)).astype(dtype))

@@ -39,6 +39,9 @@ class FeedForward(Module):
     Shapes:
         forward: x ``(B, T, C)`` -> ``(B, T, C)``; hidden ``(B, T, d_ff)``.
         backward: dout ``(B, T, C)`` -> dx ``(B, T, C)``.
+
+    Raises:
+        ValueError: ``d_model`` or ``d_ff`` below 1.
     """
 
     def __init__(
@@ -55,6 +58,10 @@ class FeedForward(Module):
         if activation not in FFN_ACTIVATIONS:
             raise ValueError(f"activation: expected one of {FFN_ACTIVATIONS}, got {activation!r}")
         d_ff = 4 * d_model if d_ff is None else d_ff
+        if d_model < 1 or d_ff < 1:
+            raise ValueError(
+                f"d_model and d_ff must be positive, got d_model={d_model}, d_ff={d_ff}"
+            )
         self.fc1 = Linear(d_model, d_ff, bias=bias, dtype=dtype, rng=rng)
         self.act = GELU(gelu_approximate) if activation == "gelu" else ReLU()
         self.fc2 = Linear(d_ff, d_model, bias=bias, dtype=dtype, rng=rng)

@@ -190,6 +190,15 @@ class GPT(Module):
             self.head.weight = self.tok_emb.weight  # one Parameter, two uses
             ### END SOLUTION
         self._init_weights(rng, dtype)
+        # Every dropout mask (the Dropout layers and attention's dropout_p: the modules with
+        # an `_rng`) comes from one generator of the model's own, spawned from `seed` (so the
+        # weights' stream is untouched): a seeded model drops the same units on every run,
+        # and its state, `dropout_rng.bit_generator.state` (a JSON-ready dict), is what a
+        # checkpoint saves to resume a run exactly. The torch twin uses torch's generator.
+        self.dropout_rng = rng.spawn(1)[0]
+        for _, mod in self.named_modules():
+            if hasattr(mod, "_rng"):
+                mod._rng = self.dropout_rng
 
     def _init_weights(self, rng: np.random.Generator, dtype) -> None:
         for _, mod in self.named_modules():

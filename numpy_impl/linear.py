@@ -29,10 +29,16 @@ class Linear(Module):
         adds dW ``(out_features, in_features)`` and db ``(out_features,)``.
 
     Raises:
-        ValueError: the last axis of ``x`` is not ``in_features``.
+        ValueError: ``in_features`` or ``out_features`` below 1; the last axis
+            of ``x`` is not ``in_features``.
     """
 
     def __init__(self, in_features, out_features, bias=True, dtype=np.float32, rng=None):
+        if in_features < 1 or out_features < 1:
+            raise ValueError(
+                "in_features and out_features must be positive, "
+                f"got in_features={in_features}, out_features={out_features}"
+            )
         rng = np.random.default_rng() if rng is None else rng
         bound = 1.0 / np.sqrt(in_features)
         self.in_features, self.out_features = in_features, out_features

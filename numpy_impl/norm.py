@@ -30,10 +30,15 @@ class LayerNorm(Module):
         dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
 
     Raises:
-        ValueError: the last axis of ``x`` is not ``d_model``.
+        ValueError: ``d_model < 1`` or ``eps <= 0`` (constructor); the last axis
+            of ``x`` is not ``d_model``.
     """
 
     def __init__(self, d_model, eps=1e-5, bias=True, dtype=np.float32):
+        if d_model < 1:
+            raise ValueError(f"d_model must be positive, got d_model={d_model}")
+        if not eps > 0:  # also catches NaN
+            raise ValueError(f"eps must be positive, got eps={eps}")
         self.d_model, self.eps = d_model, eps
         self.weight = Parameter(np.ones(d_model, dtype))
         self.bias = Parameter(np.zeros(d_model, dtype)) if bias else None
@@ -107,6 +112,8 @@ class RMSNorm(Module):
     """
 
     def __init__(self, d_model, eps=1e-5, dtype=np.float32):
+        if d_model < 1:  # as the torch twin
+            raise ValueError(f"d_model must be positive, got d_model={d_model}")
         if not eps > 0:
             raise ValueError(f"eps: must be positive, got {eps}")
         self.d_model, self.eps = d_model, eps

@@ -21,10 +21,15 @@ class LearnedPositionalEmbedding(Module):
 
     Raises:
         TypeError: ``T`` is not an integer.
-        ValueError: ``T`` is not in ``[1, block_size]``.
+        ValueError: a size below 1 (constructor); ``T`` is not in ``[1, block_size]``.
     """
 
     def __init__(self, block_size, d_model, dtype=np.float32, rng=None):
+        if block_size < 1 or d_model < 1:
+            raise ValueError(
+                f"block_size and d_model must be positive, got block_size={block_size}, "
+                f"d_model={d_model}"
+            )
         rng = np.random.default_rng() if rng is None else rng
         self.block_size, self.d_model = block_size, d_model
         self.weight = Parameter(rng.standard_normal((block_size, d_model)).astype(dtype))

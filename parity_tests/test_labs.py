@@ -201,8 +201,10 @@ def test_prompt_outside_vocabulary_is_a_clear_error(tmp_path, corpus):
     assert r.returncode == 2 and "error:" in r.stderr and "Z" in r.stderr
 
 
-def test_interrupted_checkpoint_write_is_refused_not_mixed(tmp_path, monkeypatch):
-    """New weights next to an old config.json (a crash between two renames) must not load."""
+def test_interrupted_checkpoint_write_is_never_mixed(tmp_path, monkeypatch):
+    """New weights next to an old config.json (a crash between two renames) must not
+    load as one checkpoint: the previous checkpoint, kept whole, loads instead.
+    (parity_tests/test_resume.py kills real writers at every stage.)"""
     from labs import checkpoint as ck
 
     cfg = {"vocab_size": 5, "block_size": 4, "n_layers": 1, "n_heads": 1, "d_model": 2}
@@ -210,19 +212,20 @@ def test_interrupted_checkpoint_write_is_refused_not_mixed(tmp_path, monkeypatch
     config = {"model": cfg, "tokenizer": {"type": "char", "chars": "abcde"}}
     state = {k: np.zeros(s, np.float32) for k, s in shapes.items()}
     ck.save_checkpoint(tmp_path, state, config, meta={"step": 1})
-    real_write = ck._atomic_write
+    real_replace = os.replace
 
-    def crash_before_config(path, data):
-        if path.name == ck.CONFIG_FILE:
+    def crash_before_config(src, dst):
+        if Path(dst).name == ck.CONFIG_FILE:
             raise OSError("simulated crash")
-        real_write(path, data)
+        real_replace(src, dst)
 
-    monkeypatch.setattr(ck, "_atomic_write", crash_before_config)
+    monkeypatch.setattr(ck.os, "replace", crash_before_config)
     state2 = {k: np.ones(s, np.float32) for k, s in shapes.items()}
     with pytest.raises(OSError):
         ck.save_checkpoint(tmp_path, state2, config, meta={"step": 2})
-    with pytest.raises(ValueError, match="interrupted"):
-        load_checkpoint(tmp_path)
+    with pytest.warns(ck.CheckpointWarning, match="interrupted"):
+        loaded, loaded_config, _ = load_checkpoint(tmp_path)
+    assert loaded_config["step"] == 1 and not loaded["tok_emb.weight"].any()
 
 
 def test_bpe_runs_train_and_sample_across_backends(tmp_path, corpus):

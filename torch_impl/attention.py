@@ -459,7 +459,11 @@ class MultiHeadAttention(nn.Module):
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
-        if d_model < 1 or n_heads < 1 or d_model % n_heads != 0:
+        if d_model < 1 or n_heads < 1:
+            raise ValueError(
+                f"d_model and n_heads must be positive, got d_model={d_model}, n_heads={n_heads}"
+            )
+        if d_model % n_heads != 0:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
         if attn_impl not in ATTN_IMPLS:
             raise ValueError(f"attn_impl: expected one of {ATTN_IMPLS}, got {attn_impl!r}")

@@ -31,8 +31,8 @@ def check_token_ids(
     Raises:
         TypeError: if ``idx`` is not a tensor, or is a floating, complex or
             bool tensor.
-        ValueError: if any id is outside ``[0, num_embeddings)``. (An unsigned
-            64-bit id of 2**63 or more is reported as negative.)
+        ValueError: if any id is outside ``[0, num_embeddings)`` (an unsigned
+            64-bit id of 2**63 or more is rejected, not wrapped round to a negative id).
     """
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"{name}: expected an integer torch.Tensor, got {type(idx).__name__}")
@@ -41,6 +41,11 @@ def check_token_ids(
     ids = idx.long()  # int64 supports min/max for every source dtype (uint32 does not)
     if ids.numel() > 0:
         lo, hi = (int(v) for v in torch.aminmax(ids))
+        if idx.dtype == torch.uint64 and lo < 0:  # .long() wrapped an id >= 2**63 round
+            raise ValueError(
+                f"{name}: token ids must lie in [0, {bound}={num_embeddings}), "
+                "got a uint64 id >= 2**63"
+            )
         if lo < 0 or hi >= num_embeddings:
             raise ValueError(
                 f"{name}: token ids must lie in [0, {bound}={num_embeddings}), "

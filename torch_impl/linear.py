@@ -30,8 +30,8 @@ class Linear(nn.Linear):
         x: ``(..., in_features)`` -> y: ``(..., out_features)``, x's dtype.
 
     Raises:
-        ValueError: if ``x`` has no dimensions or its last dimension is not
-            ``in_features``.
+        ValueError: ``in_features`` or ``out_features`` below 1; ``x`` with no
+            dimensions or a last dimension that is not ``in_features``.
 
     Initialisation is torch's default (Kaiming-uniform); :class:`~torch_impl.gpt.GPT`
     re-draws it with the GPT-2 scheme.
@@ -44,6 +44,11 @@ class Linear(nn.Linear):
         bias: bool = True,
         dtype: torch.dtype | None = None,
     ):
+        if in_features < 1 or out_features < 1:  # nn.Linear itself accepts 0
+            raise ValueError(
+                "in_features and out_features must be positive, "
+                f"got in_features={in_features}, out_features={out_features}"
+            )
         super().__init__(in_features, out_features, bias=bias, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

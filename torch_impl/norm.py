@@ -43,7 +43,7 @@ class LayerNorm(nn.Module):
         super().__init__()
         if d_model < 1:
             raise ValueError(f"d_model must be positive, got d_model={d_model}")
-        if eps <= 0:
+        if not eps > 0:  # also catches NaN
             raise ValueError(f"eps must be positive, got eps={eps}")
         self.d_model = d_model
         self.eps = eps
