@@ -707,7 +707,8 @@ def bpe_json_with(**fields) -> str:
     import json
 
     return json.dumps({**json.loads(np_bpe().to_json()), **fields})
-    ),
+
+
 # -- labs/ plumbing: the command line, checkpoints, backends ---------------------------------
 # Each backend is driven the way a learner drives it: `python -m labs train|sample` (in this
 # process, so the exception itself is seen) and the adapters of labs/backends.py.
