@@ -302,55 +302,23 @@ def test_train_arch_llama_with_either_backend(tmp_path, corpus):
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_same_logits_as_hugging_face_llama(layout):
-    """LlamaForCausalLM with our weights. HF's layout is "half"; "interleaved" (Meta's)
-    weights go through permute_qkv_for_rope first, as HF's conversion script does.
-    HF computes its RoPE angles in float32 whatever the model's dtype, so the
-    comparison uses the float32 tolerance although both models are float64."""
-    transformers = pytest.importorskip("transformers")
+    """LlamaForCausalLM with our weights, exported by ``labs.interop.to_llama``. HF's
+    layout is "half"; "interleaved" (Meta's) weights go through permute_qkv_for_rope
+    first, as HF's conversion script does. HF computes its RoPE angles and RMSNorm in
+    float32 whatever the model's dtype, so the comparison uses the float32 tolerance
+    although both models are float64 (parity_tests/test_interop.py patches those two
+    and reaches FLOAT64)."""
+    pytest.importorskip("transformers")
+    from labs.interop import to_llama, to_llama_state
+
     rng = SeededRng(3)
     V, L, H, C, F, Tb = 29, 2, 2, 16, 40, 12
     config = {"vocab_size": V, "block_size": Tb, "n_layers": L, "n_heads": H, "d_model": C}
     config |= {**LLAMA, "rope_layout": layout, "d_ff": F, "tie_weights": False}
     ours = randomize_(T.GPT(T.GPTConfig(**config), dtype=torch.float64), rng)
-    hf_config = transformers.LlamaConfig(
-        vocab_size=V,
-        hidden_size=C,
-        intermediate_size=F,
-        num_hidden_layers=L,
-        num_attention_heads=H,
-        num_key_value_heads=H,
-        max_position_embeddings=Tb,
-        rms_norm_eps=1e-5,
-        rope_theta=10000.0,
-        tie_word_embeddings=False,
-        attention_bias=False,
-        mlp_bias=False,
-        hidden_act="silu",
-    )
-    hf = transformers.LlamaForCausalLM(hf_config).to(torch.float64).eval()
-    sd = ours.state_dict()
-    hf_sd = {
-        "model.embed_tokens.weight": sd["tok_emb.weight"],
-        "lm_head.weight": sd["head.weight"],
-        "model.norm.weight": sd["ln_f.weight"],
-    }
-    for i in range(L):
-        b, h = f"blocks.{i}", f"model.layers.{i}"
-        qkv = T.permute_qkv_for_rope(sd[f"{b}.attn.qkv_proj.weight"], H, layout, "half")
-        q, k, v = qkv.chunk(3)
-        hf_sd |= {
-            f"{h}.self_attn.q_proj.weight": q,
-            f"{h}.self_attn.k_proj.weight": k,
-            f"{h}.self_attn.v_proj.weight": v,
-            f"{h}.self_attn.o_proj.weight": sd[f"{b}.attn.out_proj.weight"],
-            f"{h}.mlp.gate_proj.weight": sd[f"{b}.ffn.w1.weight"],
-            f"{h}.mlp.down_proj.weight": sd[f"{b}.ffn.w2.weight"],
-            f"{h}.mlp.up_proj.weight": sd[f"{b}.ffn.w3.weight"],
-            f"{h}.input_layernorm.weight": sd[f"{b}.ln1.weight"],
-            f"{h}.post_attention_layernorm.weight": sd[f"{b}.ln2.weight"],
-        }
-    missing, unexpected = hf.load_state_dict(hf_sd, strict=False)
-    assert not unexpected and all("rotary" in m for m in missing), (missing, unexpected)
+    sd = {k: v.detach().numpy() for k, v in ours.state_dict().items()}
+    hf = to_llama(config, sd)
+    assert hf.config.rms_norm_eps == 1e-5 and hf.config.intermediate_size == F
     idx = torch.from_numpy(rng.ids(V, (2, Tb)))
     with torch.no_grad():
         expected = hf(idx).logits
@@ -358,10 +326,7 @@ def test_same_logits_as_hugging_face_llama(layout):
     assert_close(f"logits vs Hugging Face LlamaForCausalLM ({layout})", got, expected, tol=FLOAT32)
     # and the check can fail: the unpermuted interleaved weights are another model
     if layout == "interleaved":
-        hf_sd_wrong = dict(hf_sd)
-        qkv = sd["blocks.0.attn.qkv_proj.weight"]
-        hf_sd_wrong["model.layers.0.self_attn.q_proj.weight"] = qkv[:C]
-        hf_sd_wrong["model.layers.0.self_attn.k_proj.weight"] = qkv[C : 2 * C]
-        hf.load_state_dict(hf_sd_wrong, strict=False)
+        hf_sd_wrong = to_llama_state(sd, {**config, "rope_layout": "half"})
+        hf.load_state_dict({k: torch.from_numpy(v) for k, v in hf_sd_wrong.items()})
         with torch.no_grad():
             assert (hf(idx).logits - got).abs().max() > 1e-3
