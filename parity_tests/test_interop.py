@@ -230,7 +230,8 @@ def hf_in_float64(model):
     """
     rotary = model.model.rotary_emb
     d_k = model.config.hidden_size // model.config.num_attention_heads
-    base = model.config.rope_parameters["rope_theta"]
+    params = getattr(model.config, "rope_parameters", None)  # transformers 5; 4.x: rope_theta
+    base = params["rope_theta"] if params else model.config.rope_theta
     inv_freq = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64) / d_k)
 
     def rope_forward(x, position_ids):

@@ -26,7 +26,7 @@ the tolerance; conftest.py prints it after every run.
     float64, central differences, h = 1e-6      1e-6    1e-8    ~3e-8 rel (0.24)
     float32, NumPy vs torch                     1e-4    1e-5    ~3e-5 rel (0.70)
     float64 training run (per step, weights)    1e-9    1e-12   ~2e-16 rel (0.23)
-    float32 logits, Hugging Face GPT-2 vs ours  1e-5    1e-5 x max|logits|   see test_interop
+    float32 logits, Hugging Face GPT-2/Llama    1e-5    1e-5 x max|logits|   see test_interop
     float16 / bfloat16 fused kernels on GPU     2 eps sqrt(n), scale-relative
                                                 (CPU flash kernel, bfloat16: 0.03)
 
@@ -78,6 +78,8 @@ TRAINING = Tol(rtol=1e-9, atol=1e-12)
 #: Use with ``scale_atol=True`` (atol is multiplied by max |logits|), so that a logit near
 #: zero is not held to a relative error that float32 sums cannot give it. Tighter than
 #: FLOAT32 because logits are one forward pass, not a gradient. (float64 uses FLOAT64.)
+#: Also the bar of a float64 Hugging Face Llama as shipped (kind "hf-unpatched"): its RoPE
+#: angles and RMSNorm are computed in float32 whatever the dtype (test_interop.py).
 INTEROP_FLOAT32 = Tol(rtol=1e-5, atol=1e-5)
 
 #: Machine epsilon of the low-precision GPU dtypes (the spacing of numbers near 1).
