@@ -396,7 +396,9 @@ PAIRS = [
             st.fixed_dictionaries(
                 {
                     "bt": bt,
-                    "hc": even_heads_and_width(),  # >= 2 features; see Block[...] above
+                    # d_model >= 4, as for Block[...] above: a 2-feature norm row is often
+                    # nearly constant and float32 rounding is amplified in both backends
+                    "hc": even_heads_and_width().filter(lambda hc: hc[1] >= 4),
                     "d_ff": st.one_of(st.none(), st.integers(1, 12)),
                     "bias": st.booleans(),
                     "options": block_options(),
