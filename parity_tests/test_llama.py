@@ -48,7 +48,7 @@ from parity_tests.strategies import (
     vocab_sizes,
 )
 from parity_tests.test_labs import SMALL, TEXT, run_cli
-from parity_tests.tolerances import assert_close
+from parity_tests.tolerances import FLOAT32, assert_close
 
 LLAMA = ARCHS["llama"]
 
