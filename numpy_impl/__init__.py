@@ -12,6 +12,12 @@ from .attention import (
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding
+from .encoder import (
+    EncoderBlock,
+    MeanPool,
+    SelfAttention,
+    TransformerClassifier,
+)
 from .ffn import FeedForward
 from .gpt import GPT, GPTConfig
 from .linear import Linear
@@ -19,8 +25,9 @@ from .loss import CrossEntropyLoss
 from .module import Module, ModuleList, Parameter
 from .norm import LayerNorm
 from .optim import AdamW, clip_grad_norm_, configure_param_groups, cosine_lr
-from .positional import LearnedPositionalEmbedding
+from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .sampling import filter_logits, generate
+from .seq2seq import CrossAttention, DecoderBlock, Seq2SeqTransformer
 from .tokenizer import CharTokenizer
 
 __all__ = [
@@ -32,7 +39,15 @@ __all__ = [
     "CharTokenizer",
     "CrossEntropyLoss",
     "Dropout",
+    "CrossAttention",
+    "DecoderBlock",
     "Embedding",
+    "EncoderBlock",
+    "MeanPool",
+    "SelfAttention",
+    "Seq2SeqTransformer",
+    "SinusoidalPositionalEncoding",
+    "TransformerClassifier",
     "FeedForward",
     "GPTConfig",
     "LayerNorm",

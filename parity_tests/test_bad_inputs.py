@@ -87,14 +87,14 @@ ROWS: dict[str, Row] = {
         r"^idx\b",
     ),
     # -- ch03: scaled dot-product attention ------------------------------------------------
-    "SDPA: attn_mask together with is_causal": Row(
+    "SDPA: attn_mask of an integer dtype (0/1 keep-mask passed as is)": Row(
         "ch03",
-        lambda: N.scaled_dot_product_attention(Q, Q, Q, np.ones((3, 3), bool), is_causal=True),
+        lambda: N.scaled_dot_product_attention(Q, Q, Q, np.ones((3, 3), np.int64), is_causal=True),
         lambda: T.scaled_dot_product_attention(
-            t(Q), t(Q), t(Q), torch.ones(3, 3, dtype=torch.bool), is_causal=True
+            t(Q), t(Q), t(Q), torch.ones(3, 3, dtype=torch.long), is_causal=True
         ),
-        ValueError,
-        r"attn_mask",
+        TypeError,
+        r"^attn_mask\b.*bool",
     ),
     "SDPA: attn_mask of the wrong shape": Row(
         "ch03",

@@ -15,6 +15,12 @@ from .attention import (
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
+from .encoder import (
+    EncoderBlock,
+    MeanPool,
+    SelfAttention,
+    TransformerClassifier,
+)
 from .ffn import FeedForward
 from .gpt import GPT, GPTConfig
 from .linear import Linear
@@ -27,8 +33,9 @@ from .optim import (
     make_lr_scheduler,
     make_optimizer,
 )
-from .positional import LearnedPositionalEmbedding
+from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .sampling import filter_logits, generate
+from .seq2seq import CrossAttention, DecoderBlock, Seq2SeqTransformer
 
 __all__ = [
     "GELU",
@@ -38,7 +45,15 @@ __all__ = [
     "CausalSelfAttention",
     "CrossEntropyLoss",
     "Dropout",
+    "CrossAttention",
+    "DecoderBlock",
     "Embedding",
+    "EncoderBlock",
+    "MeanPool",
+    "SelfAttention",
+    "Seq2SeqTransformer",
+    "SinusoidalPositionalEncoding",
+    "TransformerClassifier",
     "FeedForward",
     "GPTConfig",
     "LayerNorm",
