@@ -3,6 +3,8 @@
     python -m labs train --backend numpy --max-iters 200
     python -m labs sample --checkpoint runs/numpy --prompt "ROMEO:"
     python -m labs bench
+    python -m labs classify --backend torch        # speaker classification
+    python -m labs seq2seq --backend numpy         # encoder-decoder, digit reversal
 
 Expected bad inputs (a missing corpus, a corrupt checkpoint, a prompt with
 characters the model never saw) end with one line, ``error: ...``, and exit
@@ -14,7 +16,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import UserError, bench, diff, docs, exercises, sample, train
+from . import UserError, bench, classify, diff, docs, exercises, sample, seq2seq, train
 from .runtime import tune_malloc
 
 
@@ -40,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("train", train, "train a character-level GPT on Tiny Shakespeare"),
         ("sample", sample, "continue a prompt with a trained checkpoint"),
         ("bench", bench, "time a training step on both backends"),
+        ("classify", classify, "train a transformer classifier: who says this speech?"),
+        ("seq2seq", seq2seq, "train an encoder-decoder to reverse or sort digit strings"),
         ("start", exercises.start, "make a workspace where one chapter's NumPy code is yours"),
         ("check", exercises.check, "run one chapter's parity tests against your workspace"),
         ("status", exercises.status, "show which chapters are done"),

@@ -61,6 +61,9 @@ CHAPTERS: dict[str, tuple[str, str]] = {
     "08": ("the GPT", "08_gpt"),
     "09": ("training", "09_training"),
     "10": ("sampling", "10_sampling"),
+    "13": ("positional encodings II", "13_positional_ii"),
+    "15": ("encoder models and classification", "15_encoder_classifier"),
+    "16": ("encoder-decoder and cross-attention", "16_encoder_decoder"),
 }
 
 
@@ -694,7 +697,7 @@ def _workspace_option(p: argparse.ArgumentParser) -> None:
 
 
 def _chapter_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("chapter", help="chapter number, 01 to 10 (3, 03 and ch03 all work)")
+    p.add_argument("chapter", help=f"chapter number, 01 to {max(CHAPTERS)} (3, 03, ch03 all work)")
 
 
 def _start_arguments(p: argparse.ArgumentParser) -> None:

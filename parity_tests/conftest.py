@@ -141,6 +141,9 @@ CHAPTERS = {
     "ch08": "the GPT model",
     "ch09": "training: cross-entropy, AdamW, gradient clipping, the LR schedule",
     "ch10": "sampling: filter_logits, generate",
+    "ch13": "positional encodings II: the sinusoidal encoding",
+    "ch15": "encoder models and classification: padding masks, MeanPool, TransformerClassifier",
+    "ch16": "encoder-decoder: CrossAttention, greedy decoding",
 }
 
 

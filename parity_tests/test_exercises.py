@@ -80,6 +80,22 @@ FENCES = {
         "optim.py": ["AdamW.step", "clip_grad_norm_", "cosine_lr"],
     },
     "10": {"sampling.py": ["filter_logits", "generate"]},
+    "13": {"positional.py": ["sinusoidal_table"]},
+    "15": {
+        "encoder.py": [
+            "MeanPool.forward",
+            "MeanPool.backward",
+            "TransformerClassifier.forward",
+            "TransformerClassifier.backward",
+        ]
+    },
+    "16": {
+        "seq2seq.py": [
+            "CrossAttention.forward",
+            "CrossAttention.backward",
+            "Seq2SeqTransformer.generate",
+        ]
+    },
 }
 
 #: chapter -> the test files its marker selects from: the files that test its functions.
@@ -94,8 +110,11 @@ TEST_FILES = {
     "08": {"test_bad_inputs.py", "test_gpt.py"},
     "09": {"test_bad_inputs.py", "test_loss.py", "test_training.py"},
     "10": {"test_bad_inputs.py", "test_sampling.py"},
+    "13": {"test_encoder.py"},
+    "15": {"test_bad_inputs.py", "test_encoder.py", "test_masks.py"},
+    "16": {"test_bad_inputs.py", "test_seq2seq.py"},
 }
-WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09"]
+WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09", "15", "16"]
 ALL = list(CHAPTERS)
 
 
