@@ -1,9 +1,9 @@
 """``python -m labs seq2seq``: an encoder-decoder Transformer learns to reverse (or sort) digits.
 
 A task with a known answer (:class:`labs.tasks.SequenceTask`): the source is a
-string of 1 to 12 digits, the target the same digits reversed (``--task sort``:
+string of 3 to 12 digits, the target the same digits reversed (``--task sort``:
 sorted). Training is teacher-forced on freshly drawn sequences; the held-out set
-(1000 sequences, never drawn for training) is decoded greedily and scored by
+(1000 distinct sequences, never drawn for training) is decoded greedily and scored by
 exact match: the whole output, EOS included, must be right.
 
 Outputs, in ``--out`` (default ``runs/seq2seq-<backend>``): ``log.jsonl`` (``step``,
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=SequenceTask.TASKS, default="reverse")
     p.add_argument("--out", metavar="DIR", help="default: runs/seq2seq-<backend>")
     p.add_argument("--seed", type=int, default=1337, help="weights, held-out set and batches")
-    p.add_argument("--min-len", type=int, default=1, help="shortest sequence")
+    p.add_argument("--min-len", type=int, default=3, help="shortest sequence")
     p.add_argument("--max-len", type=int, default=12, help="longest sequence")
     p.add_argument("--n-val", type=int, default=1000, help="held-out sequences")
     p.add_argument("--max-iters", type=int, default=1500, help="optimizer steps")

@@ -160,8 +160,11 @@ class SequenceTask:
     teacher-forcing targets ``target + [EOS]``, both ``(B, max_len + 1)``, with
     ``IGNORE_INDEX`` at padded target positions.
 
-    The held-out set (``n_val`` sequences drawn first, from its own seed) is
-    excluded from training: a training draw that lands in it is redrawn.
+    The held-out set (``n_val`` distinct sequences drawn first, from its own seed) is
+    excluded from training: a training draw that lands in it is redrawn. Lengths are
+    drawn uniformly, so the shortest lengths have few distinct sequences (10 of
+    length 1, 100 of length 2): a held-out set of 1000 would hold most of them and
+    leave training without them, hence ``min_len=3`` by default.
 
     Args:
         task: ``"reverse"`` or ``"sort"``.
@@ -170,14 +173,15 @@ class SequenceTask:
         seed: seeds the held-out set (``seed``) and the training stream (``seed + 1``).
 
     Raises:
-        ValueError: unknown task, lengths outside ``1 <= min_len <= max_len``.
+        ValueError: unknown task, lengths outside ``1 <= min_len <= max_len``, ``n_val``
+            not in ``[1, half the number of possible sequences]``.
     """
 
     TASKS = ("reverse", "sort")
     n_digits = 10
     vocab_size = 3 + n_digits
 
-    def __init__(self, task="reverse", min_len=1, max_len=12, n_val=1000, seed=0):
+    def __init__(self, task="reverse", min_len=3, max_len=12, n_val=1000, seed=0):
         if task not in self.TASKS:
             raise ValueError(f"task: expected one of {self.TASKS}, got {task!r}")
         if not 1 <= min_len <= max_len:
@@ -185,9 +189,19 @@ class SequenceTask:
                 f"min_len, max_len: need 1 <= min_len <= max_len, got {min_len}, {max_len}"
             )
         self.task, self.min_len, self.max_len = task, min_len, max_len
+        n_possible = sum(self.n_digits**n for n in range(min_len, max_len + 1))
+        if not 1 <= n_val <= n_possible // 2:
+            raise ValueError(
+                f"n_val: must lie in [1, {n_possible // 2}] (half of the {n_possible} "
+                f"sequences of these lengths), got {n_val}"
+            )
         val_rng = np.random.default_rng(seed)
-        self.val = [self._draw(val_rng) for _ in range(n_val)]
-        self._held_out = {tuple(s) for s in self.val}
+        self.val, self._held_out = [], set()
+        while len(self.val) < n_val:  # distinct sequences
+            s = self._draw(val_rng)
+            if tuple(s) not in self._held_out:
+                self.val.append(s)
+                self._held_out.add(tuple(s))
         self._rng = np.random.default_rng(seed + 1)
 
     def _draw(self, rng: np.random.Generator) -> np.ndarray:

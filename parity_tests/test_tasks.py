@@ -97,6 +97,7 @@ def test_encode_padded_masks_the_padding():
 @pytest.mark.parametrize("name", ["reverse", "sort"])
 def test_sequence_task_batches(name):
     task = SequenceTask(name, min_len=1, max_len=4, n_val=50, seed=0)
+    assert len({tuple(s) for s in task.val}) == 50  # distinct
     b = task.batch([np.array([3, 1, 4]), np.array([5])])
     y = [4, 1, 3] if name == "reverse" else [1, 3, 4]
     d = [3 + v for v in y]
