@@ -52,15 +52,12 @@ def parse_speeches(text: str) -> list[tuple[str, str]]:
 
 @dataclass
 class SpeakerData:
-    """Encoded speeches, padded to ``block_size``.
+    """The speeches of each split and their speakers.
 
     Attributes:
         speakers: the class names, most frequent first (class i = ``speakers[i]``).
         train_texts, val_texts: the speeches of each split (strings, whole).
         train_labels, val_labels: int64 class ids.
-        val_idx ``(N_val, block_size)`` int64 and val_mask ``(N_val, block_size)`` bool:
-            the first ``block_size`` characters of each held-out speech, padded (id 0,
-            mask False).
     """
 
     speakers: list[str]
@@ -68,8 +65,6 @@ class SpeakerData:
     train_labels: np.ndarray
     val_texts: list[str]
     val_labels: np.ndarray
-    val_idx: np.ndarray
-    val_mask: np.ndarray
 
     def majority_baseline(self) -> tuple[int, float]:
         """The most frequent class of the training split and its accuracy on the held-out one."""
@@ -78,21 +73,48 @@ class SpeakerData:
         return best, float(np.mean(self.val_labels == best))
 
 
+class WordTokenizer:
+    """Lower-cased words and punctuation marks, a small closed vocabulary.
+
+    A token is ``\\w+('\\w+)?`` (a word, "o'er" and "'tis" kept whole) or one
+    punctuation mark. The vocabulary is the ``max_vocab`` most frequent tokens of
+    the texts it is built from (ties by first appearance); id 0 is ``<pad>``,
+    id 1 ``<unk>`` for every other token.
+
+    Args:
+        words: the vocabulary, ids 2, 3, ... in this order.
+    """
+
+    PATTERN = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
+
+    def __init__(self, words: list[str]):
+        self.words = ["<pad>", "<unk>", *words]
+        self.vocab_size = len(self.words)
+        self._ids = {w: i for i, w in enumerate(self.words)}
+
+    @classmethod
+    def from_texts(cls, texts: list[str], max_vocab: int = 2000) -> WordTokenizer:
+        counts = Counter(t for text in texts for t in cls.PATTERN.findall(text.lower()))
+        return cls([w for w, _ in counts.most_common(max_vocab)])
+
+    def encode_array(self, text: str) -> np.ndarray:
+        tokens = self.PATTERN.findall(text.lower())
+        return np.array([self._ids.get(t, 1) for t in tokens], dtype=np.int64)
+
+
 def encode_padded(tokenizer, texts: list[str], block_size: int) -> tuple[np.ndarray, np.ndarray]:
     """``(ids, mask)``, both ``(len(texts), block_size)``: each text's first ``block_size``
-    characters, then padding (id 0, mask False)."""
+    tokens, then padding (id 0, mask False)."""
     ids = np.zeros((len(texts), block_size), dtype=np.int64)
     mask = np.zeros((len(texts), block_size), dtype=bool)
     for i, text in enumerate(texts):
-        row = tokenizer.encode_array(text[:block_size])
+        row = tokenizer.encode_array(text)[:block_size]
         ids[i, : len(row)] = row
         mask[i, : len(row)] = True
     return ids, mask
 
 
-def speaker_dataset(
-    text: str, n_speakers: int, tokenizer, block_size: int, val_fraction: float, seed: int
-) -> SpeakerData:
+def speaker_dataset(text: str, n_speakers: int, val_fraction: float, seed: int) -> SpeakerData:
     """The speeches of the ``n_speakers`` most frequent speakers, split at random (seeded)
     by speech into training and held-out sets, stratified per speaker.
 
@@ -121,29 +143,30 @@ def speaker_dataset(
         val += [(own[i], label[name]) for i in order[:n_val]]
         train += [(own[i], label[name]) for i in order[n_val:]]
     train = [train[i] for i in rng.permutation(len(train))]
-    val_idx, val_mask = encode_padded(tokenizer, [s for s, _ in val], block_size)
     return SpeakerData(
         speakers=speakers,
         train_texts=[s for s, _ in train],
         train_labels=np.array([y for _, y in train], dtype=np.int64),
         val_texts=[s for s, _ in val],
         val_labels=np.array([y for _, y in val], dtype=np.int64),
-        val_idx=val_idx,
-        val_mask=val_mask,
     )
 
 
 def random_crops(
     tokenizer, texts: list[str], block_size: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Like :func:`encode_padded`, but a speech longer than ``block_size`` contributes a
-    window starting at a random character: more distinct training examples from the
-    same speeches (held-out speeches are always read from their start)."""
-    crops = []
-    for text in texts:
-        start = int(rng.integers(0, len(text) - block_size + 1)) if len(text) > block_size else 0
-        crops.append(text[start : start + block_size])
-    return encode_padded(tokenizer, crops, block_size)
+    """Like :func:`encode_padded`, but a speech longer than ``block_size`` tokens
+    contributes a window starting at a random token: more distinct training examples
+    from the same speeches (held-out speeches are always read from their start)."""
+    ids = np.zeros((len(texts), block_size), dtype=np.int64)
+    mask = np.zeros((len(texts), block_size), dtype=bool)
+    for i, text in enumerate(texts):
+        row = tokenizer.encode_array(text)
+        start = int(rng.integers(0, len(row) - block_size + 1)) if len(row) > block_size else 0
+        row = row[start : start + block_size]
+        ids[i, : len(row)] = row
+        mask[i, : len(row)] = True
+    return ids, mask
 
 
 # -- the sequence-to-sequence task -------------------------------------------------------------

@@ -145,22 +145,28 @@ def test_decoder_block_finite_differences(rng, c):
 
 
 # -- the whole model ---------------------------------------------------------------------------
-model_configs = st.fixed_dictionaries(
-    {
-        "B": batch_sizes,
-        "S": lengths,
-        "T": lengths,
-        "src_vocab": st.integers(2, 12),
-        "tgt_vocab": st.integers(2, 12),
-        "n_enc": st.integers(1, 2),
-        "n_dec": st.integers(1, 2),
-        "hc": heads_and_width(min_width=2),
-        "d_ff": st.one_of(st.none(), st.integers(1, 9)),
-        "bias": st.booleans(),
-        "src_padding": st.sampled_from(["none", "suffix", "random"]),
-        "tgt_padding": st.sampled_from(["none", "suffix"]),
-    }
-)
+def model_configs(min_width: int = 2) -> st.SearchStrategy:
+    """Whole-model configs. The finite-difference test uses d_model >= 4: with 2 features
+    a LayerNorm row deep in the model can have a tiny spread, and 1/std makes the loss
+    so curved (and its gradients so large) that central differences at h = 1e-6 are off
+    by more than the tolerance (Hypothesis found 1.04e-8 against 1e-8, next to a
+    gradient of 3.1 in the same tensor), as in test_gpt.py."""
+    return st.fixed_dictionaries(
+        {
+            "B": batch_sizes,
+            "S": lengths,
+            "T": lengths,
+            "src_vocab": st.integers(2, 12),
+            "tgt_vocab": st.integers(2, 12),
+            "n_enc": st.integers(1, 2),
+            "n_dec": st.integers(1, 2),
+            "hc": heads_and_width(min_width=min_width),
+            "d_ff": st.one_of(st.none(), st.integers(1, 9)),
+            "bias": st.booleans(),
+            "src_padding": st.sampled_from(["none", "suffix", "random"]),
+            "tgt_padding": st.sampled_from(["none", "suffix"]),
+        }
+    )
 
 
 def model_args(c: dict) -> tuple[tuple, dict]:
@@ -192,7 +198,7 @@ def model_inputs(c: dict, rng: SeededRng) -> dict:
 
 
 @pytest.mark.parametrize("impl", IMPLS)
-@given(rng=rngs, c=model_configs)
+@given(rng=rngs, c=model_configs())
 def test_seq2seq_parity(impl, rng, c):
     """Teacher-forced logits (B, T, tgt_vocab) and every parameter gradient, float64."""
     args, kwargs = model_args(c)
@@ -206,7 +212,7 @@ def test_seq2seq_parity(impl, rng, c):
     assert logits.shape == (c["B"], c["T"], c["tgt_vocab"])
 
 
-@given(rng=rngs, c=model_configs)
+@given(rng=rngs, c=model_configs(min_width=4))
 def test_seq2seq_finite_differences(rng, c):
     args, kwargs = model_args(c)
     numpy_mod = randomize_(N.Seq2SeqTransformer(*args, **kwargs, dtype=np.float64), rng)

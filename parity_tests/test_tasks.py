@@ -22,8 +22,10 @@ from labs.tasks import (
     IGNORE_INDEX,
     PAD,
     SequenceTask,
+    WordTokenizer,
     encode_padded,
     parse_speeches,
+    random_crops,
     speaker_dataset,
 )
 from numpy_impl.tokenizer import CharTokenizer
@@ -72,18 +74,16 @@ def test_speaker_dataset_is_a_stratified_split_by_speech():
     names = ["ANNA", "BORIS", "CARL"]
     text = "".join(f"{names[i % 3]}:\nline {i} of speaker {i % 3}\n\n" for i in range(60))
     text += "DORA:\nrare\n\n"
-    tok = CharTokenizer.from_text(text)
-    data = speaker_dataset(text, 3, tok, block_size=8, val_fraction=0.25, seed=0)
+    data = speaker_dataset(text, 3, val_fraction=0.25, seed=0)
     assert data.speakers == names  # DORA (one speech) is not among the 3 most frequent
     assert len(data.val_labels) == 15 and len(data.train_labels) == 45
     assert np.bincount(data.val_labels).tolist() == [5, 5, 5]
     assert not set(data.val_texts) & set(data.train_texts)  # no speech in both splits
     for text_, y in zip(data.val_texts, data.val_labels, strict=True):
         assert text_.endswith(f"speaker {y}")
-    assert data.val_idx.shape == data.val_mask.shape == (15, 8) and data.val_mask.all()
     _, baseline = data.majority_baseline()
     assert baseline == pytest.approx(1 / 3)
-    again = speaker_dataset(text, 3, tok, block_size=8, val_fraction=0.25, seed=0)
+    again = speaker_dataset(text, 3, val_fraction=0.25, seed=0)
     assert again.val_texts == data.val_texts  # seeded
 
 
@@ -92,6 +92,23 @@ def test_encode_padded_masks_the_padding():
     ids, mask = encode_padded(tok, ["ab", "abcabc", ""], 4)
     assert ids.tolist() == [[0, 1, 0, 0], [0, 1, 2, 0], [0, 0, 0, 0]]
     assert mask.tolist() == [[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
+    crops, crop_mask = random_crops(tok, ["abcabc", "a"], 4, np.random.default_rng(0))
+    assert crop_mask.tolist() == [[1, 1, 1, 1], [1, 0, 0, 0]]
+    assert "".join("abc"[i] for i in crops[0]) in "abcabc"  # a window of the speech
+
+
+def test_word_tokenizer():
+    tok = WordTokenizer.from_texts(["The king, the KING!", "O'er the hill"], max_vocab=3)
+    assert tok.words == ["<pad>", "<unk>", "the", "king", ","]  # most frequent first
+    assert tok.encode_array("the King o'er").tolist() == [2, 3, 1]  # o'er: one unknown token
+    assert WordTokenizer.PATTERN.findall("o'er the hill, 'tis") == [
+        "o'er",
+        "the",
+        "hill",
+        ",",
+        "'",
+        "tis",
+    ]
 
 
 @pytest.mark.parametrize("name", ["reverse", "sort"])
@@ -127,14 +144,15 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
-def test_classify_cli_smoke(tmp_path, backend):
+@pytest.mark.parametrize(("backend", "tokenizer"), [("numpy", "word"), ("torch", "char")])
+def test_classify_cli_smoke(tmp_path, backend, tokenizer):
     corpus = tmp_path / "play.txt"
     corpus.write_text((PLAY + "\n") * 6, encoding="utf-8")
     out = tmp_path / "run"
     r = run_cli(
         "classify", "--backend", backend, "--data", str(corpus), "--out", str(out),
         "--speakers", "3", "--max-iters", "4", "--eval-interval", "2", "--block-size", "24",
+        "--tokenizer", tokenizer,
         "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--batch-size", "4",
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]

@@ -57,8 +57,14 @@ import numpy_impl.attention as NA
 import torch_impl as T
 import torch_impl.attention as TA
 from labs.data import DATA_ENV_VAR, CorpusUnavailableError, cache_path, load_corpus, resolve_corpus
-from labs.tasks import TaskModel, parse_speeches, random_crops, speaker_dataset
-from numpy_impl.tokenizer import CharTokenizer
+from labs.tasks import (
+    TaskModel,
+    WordTokenizer,
+    encode_padded,
+    parse_speeches,
+    random_crops,
+    speaker_dataset,
+)
 
 torch.set_num_threads(1)
 np.set_printoptions(precision=3, suppress=True)
@@ -215,26 +221,28 @@ ax.set_xlabel("speeches")
 ax.set_title("the ten most frequent speakers")
 save(fig, "speakers.png")
 
-tok = CharTokenizer.from_text(text)
 n_speakers = min(4, len({n for n, _ in speeches}))
-data = speaker_dataset(text, n_speakers, tok, block_size=64, val_fraction=0.15, seed=0)
+data = speaker_dataset(text, n_speakers, val_fraction=0.2, seed=0)
 majority, baseline = data.majority_baseline()
+tok = WordTokenizer.from_texts(data.train_texts, max_vocab=2000)  # training speeches only
+print("a speech as word ids:", tok.encode_array(data.train_texts[0])[:12], "...")
+val_idx, val_mask = encode_padded(tok, data.val_texts, 64)
 model = TaskModel(
     "numpy",
     "classifier",
     {"vocab_size": tok.vocab_size, "num_classes": n_speakers, "block_size": 64,
-     "n_layers": 1, "n_heads": 2, "d_model": 32, "d_ff": 64, "dropout": 0.1},
-    lr=2e-3, warmup_iters=20, lr_decay_iters=150,
+     "n_layers": 1, "n_heads": 4, "d_model": 64, "dropout": 0.2},
+    lr=3e-3, warmup_iters=50, lr_decay_iters=300,
 )  # fmt: skip
 batch_rng = np.random.default_rng(1)
 t0 = time.perf_counter()
-for _ in range(150):
+for _ in range(300):
     pick = batch_rng.integers(0, len(data.train_labels), 32)
     idx, m = random_crops(tok, [data.train_texts[i] for i in pick], 64, batch_rng)
     loss = model.train_step({"idx": idx, "token_mask": m}, data.train_labels[pick])
-logits = model.predict({"idx": data.val_idx, "token_mask": data.val_mask})
+logits = model.predict({"idx": val_idx, "token_mask": val_mask})
 acc = float((logits.argmax(1) == data.val_labels).mean())
 print(
-    f"150 NumPy steps ({time.perf_counter() - t0:.0f} s), {n_speakers} speakers: held-out "
-    f"accuracy {acc:.1%}, majority baseline ({data.speakers[majority]}) {baseline:.1%}"
+    f"300 NumPy steps ({time.perf_counter() - t0:.0f} s), {n_speakers} speakers, word tokens: "
+    f"held-out accuracy {acc:.1%}, majority baseline ({data.speakers[majority]}) {baseline:.1%}"
 )
