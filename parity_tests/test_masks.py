@@ -75,11 +75,14 @@ def make(p: dict, kind: str, rng: SeededRng, dtype):
         if B > 1:
             keep[-1] = False  # a sequence of nothing but padding: every query dead
         mask = NA.key_padding_attn_mask(keep)
-    elif kind.startswith("bool"):
-        mask = rng.mask((B, 1, Tq, Tk), p_true=0.6)
-    else:
-        mask = rng.uniform((1, H, Tq, Tk), dtype)
-        mask[rng.mask(mask.shape, p_true=0.3)] = -np.inf
+    else:  # any shape that broadcasts, the small ones too: they must grow, not break
+        shapes = [(B, 1, Tq, Tk), (1, H, Tq, Tk), (1, 1, 1, Tk), (Tq, Tk)]
+        shape = shapes[int(rng.gen.integers(len(shapes)))]
+        if kind.startswith("bool"):
+            mask = rng.mask(shape, p_true=0.6)
+        else:
+            mask = rng.uniform(shape, dtype)
+            mask[rng.mask(mask.shape, p_true=0.3)] = -np.inf
     return q, k, v, mask, kind.endswith("causal")
 
 
