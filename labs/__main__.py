@@ -6,6 +6,8 @@
     python -m labs bench-attention [--device cuda]
     python -m labs bench-generate
     python -m labs bench-tokenizer
+    python -m labs classify --backend torch        # speaker classification
+    python -m labs seq2seq --backend numpy         # encoder-decoder, digit reversal
 
 Expected bad inputs (a missing corpus, a corrupt checkpoint, a prompt with
 characters the model never saw) end with one line, ``error: ...``, and exit
@@ -23,10 +25,12 @@ from . import (
     bench_attention,
     bench_generate,
     bench_tokenizer,
+    classify,
     diff,
     docs,
     exercises,
     sample,
+    seq2seq,
     train,
 )
 from .runtime import tune_malloc
@@ -61,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         ("bench-generate", bench_generate, "generation tokens/s with and without the KV cache"),
         ("bench-tokenizer", bench_tokenizer, "byte-level BPE from scratch against HF tokenizers"),
+        ("classify", classify, "train a transformer classifier: who says this speech?"),
+        ("seq2seq", seq2seq, "train an encoder-decoder to reverse or sort digit strings"),
         ("start", exercises.start, "make a workspace where one chapter's NumPy code is yours"),
         ("check", exercises.check, "run one chapter's parity tests against your workspace"),
         ("status", exercises.status, "show which chapters are done"),

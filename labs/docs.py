@@ -118,6 +118,18 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
             Part("block"),
         ),
     ),
+    "15": (
+        "encoder_classifier",
+        (
+            Part(
+                "attention",
+                ("causal_attn_mask", "key_padding_attn_mask", "combine_attn_mask", "to_attn_mask"),
+                "The mask helpers (docs/masks.md).",
+            ),
+            Part("encoder"),
+        ),
+    ),
+    "16": ("encoder_decoder", (Part("seq2seq"),)),
 }
 
 

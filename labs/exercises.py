@@ -63,8 +63,10 @@ CHAPTERS: dict[str, tuple[str, str]] = {
     "10": ("sampling", "10_sampling"),
     "11": ("tokenization: byte-level BPE", "11_tokenization"),
     "12": ("efficient attention and the KV cache", "12_efficient_attention"),
-    "13": ("positional encodings II: RoPE", "13_positional_rope"),
+    "13": ("positional encodings II: sinusoidal and RoPE", "13_positional_rope"),
     "14": ("RMSNorm, post-norm, SwiGLU", "14_norms_ffn"),
+    "15": ("encoder models and classification", "15_encoder_classifier"),
+    "16": ("encoder-decoder and cross-attention", "16_encoder_decoder"),
 }
 
 

@@ -15,6 +15,12 @@ from .attention import (
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding
+from .encoder import (
+    EncoderBlock,
+    MeanPool,
+    SelfAttention,
+    TransformerClassifier,
+)
 from .ffn import FeedForward, SwiGLUFeedForward, swiglu_hidden_dim
 from .flash_attention import flash_attention, flash_attention_backward
 from .gpt import GPT, GPTConfig
@@ -24,7 +30,7 @@ from .loss import CrossEntropyLoss
 from .module import Module, ModuleList, Parameter
 from .norm import LayerNorm, RMSNorm
 from .optim import AdamW, clip_grad_norm_, configure_param_groups, cosine_lr
-from .positional import LearnedPositionalEmbedding
+from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .rope import (
     RotaryEmbedding,
     apply_rope,
@@ -33,6 +39,7 @@ from .rope import (
     rope_permutation,
 )
 from .sampling import filter_logits, generate
+from .seq2seq import CrossAttention, DecoderBlock, Seq2SeqTransformer
 from .tokenizer import BPETokenizer, CharTokenizer, DecodeStream
 
 __all__ = [
@@ -46,7 +53,15 @@ __all__ = [
     "CrossEntropyLoss",
     "DecodeStream",
     "Dropout",
+    "CrossAttention",
+    "DecoderBlock",
     "Embedding",
+    "EncoderBlock",
+    "MeanPool",
+    "SelfAttention",
+    "Seq2SeqTransformer",
+    "SinusoidalPositionalEncoding",
+    "TransformerClassifier",
     "FeedForward",
     "GPTConfig",
     "KVCache",

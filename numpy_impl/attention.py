@@ -43,6 +43,137 @@ def _check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         raise ValueError(f"v: expected shape (B={B}, n_heads={H}, Tk={T_k}, d_v), got {v.shape}")
 
 
+# -- masks ----------------------------------------------------------------------------------
+# One convention throughout twinformer, F.scaled_dot_product_attention's: a boolean
+# attn_mask is True where a query MAY attend to a key. docs/masks.md compares it
+# with nn.MultiheadAttention's (True = masked) and the 0/1 keep-mask of many
+# tutorials, and to_attn_mask converts both.
+
+MASK_CONVENTIONS = ("attend", "masked", "keep")
+
+
+def causal_attn_mask(T_q: int, T_k: int) -> np.ndarray:
+    """Boolean ``(T_q, T_k)``, True where query i may attend to key j, i.e. j <= i.
+
+    Top-left aligned, like ``F.scaled_dot_product_attention(is_causal=True)``:
+    query 0 sees key 0 whatever T_k is, so no row is ever fully masked.
+    """
+    return np.tri(T_q, T_k, dtype=bool)
+
+
+def key_padding_attn_mask(token_mask: np.ndarray) -> np.ndarray:
+    """A batch's padding as an attention mask: ``(B, T_k)`` -> ``(B, 1, 1, T_k)``.
+
+    Args:
+        token_mask: bool ``(B, T_k)``, True for a real token, False for padding.
+
+    Returns:
+        bool ``(B, 1, 1, T_k)``, True = may attend; it broadcasts over heads and
+        queries, so every query of sequence b ignores b's padding keys.
+
+    Raises:
+        TypeError: ``token_mask`` is not boolean.
+        ValueError: ``token_mask`` is not 2-D.
+    """
+    token_mask = np.asarray(token_mask)
+    check_token_mask(token_mask)
+    return token_mask[:, None, None, :]
+
+
+def check_token_mask(
+    token_mask: np.ndarray, shape: tuple[int, int] | None = None, name: str = "token_mask"
+) -> None:
+    """Validate a ``(B, T)`` padding mask (True = real token); errors name it ``name``.
+
+    Raises:
+        TypeError: not boolean. ValueError: not 2-D, or not ``shape`` when given.
+    """
+    if token_mask.dtype != np.bool_:
+        raise TypeError(
+            f"{name}: expected dtype bool (True = real token, False = padding), "
+            f"got {token_mask.dtype}"
+        )
+    if token_mask.ndim != 2 or (shape is not None and tuple(token_mask.shape) != tuple(shape)):
+        want = "(B, T)" if shape is None else f"(B, T)={tuple(shape)}"
+        raise ValueError(f"{name}: expected shape {want}, got {tuple(token_mask.shape)}")
+
+
+def to_attn_mask(mask: np.ndarray, convention: str) -> np.ndarray:
+    """Convert a mask written in another convention to twinformer's (bool, True = attend).
+
+    Args:
+        mask: the mask, any shape.
+        convention: what ``mask`` means.
+
+            * ``"attend"``: bool, True = may attend (``F.scaled_dot_product_attention``);
+              returned as is.
+            * ``"masked"``: bool, True = may NOT attend (``nn.MultiheadAttention``'s
+              ``attn_mask`` and ``key_padding_mask``); returns ``~mask``.
+            * ``"keep"``: numbers, 1 = keep and 0 = masked, applied as
+              ``scores.masked_fill(mask == 0, -1e9)`` (the Annotated Transformer,
+              many tutorials); returns ``mask != 0``.
+
+    Raises:
+        ValueError: unknown ``convention``.
+        TypeError: a non-bool mask for ``"attend"`` or ``"masked"`` (a 0/1 float
+            mask there would be read as an additive mask, or inverted).
+    """
+    mask = np.asarray(mask)
+    if convention not in MASK_CONVENTIONS:
+        raise ValueError(f"convention: expected one of {MASK_CONVENTIONS}, got {convention!r}")
+    if convention == "keep":
+        return mask != 0
+    if mask.dtype != np.bool_:
+        raise TypeError(f"mask: the {convention!r} convention needs dtype bool, got {mask.dtype}")
+    return mask if convention == "attend" else ~mask
+
+
+def check_attn_mask(attn_mask: np.ndarray, target: tuple[int, ...]) -> None:
+    """Validate ``attn_mask`` against the scores' shape ``target`` = ``(..., T_q, T_k)``.
+
+    Raises:
+        TypeError: neither bool nor floating.
+        ValueError: not broadcastable to ``target``.
+    """
+    if attn_mask.dtype != np.bool_ and not np.issubdtype(attn_mask.dtype, np.floating):
+        raise TypeError(
+            f"attn_mask: expected dtype bool (True = attend) or a floating dtype "
+            f"(added to the scores), got {attn_mask.dtype}"
+        )
+    try:
+        ok = np.broadcast_shapes(attn_mask.shape, target) == tuple(target)
+    except ValueError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"attn_mask: expected a shape broadcastable to (B, n_heads, T_q, T_k)="
+            f"{tuple(target)}, got {tuple(attn_mask.shape)}"
+        )
+
+
+def combine_attn_mask(
+    attn_mask: np.ndarray | None, is_causal: bool, T_q: int, T_k: int
+) -> np.ndarray | None:
+    """``attn_mask`` and ``is_causal`` folded into ONE explicit mask (or None for neither).
+
+    * bool ``attn_mask`` (True = attend) and causal: ``attn_mask & causal``;
+    * float ``attn_mask`` (added to the scores) and causal: ``-inf`` where the
+      causal mask forbids;
+    * causal alone: :func:`causal_attn_mask` ``(T_q, T_k)``.
+
+    The result broadcasts to ``(..., T_q, T_k)``. No validation: the callers
+    validate ``attn_mask`` first (:func:`check_attn_mask`).
+    """
+    if not is_causal:
+        return attn_mask
+    causal = causal_attn_mask(T_q, T_k)
+    if attn_mask is None:
+        return causal
+    if attn_mask.dtype == np.bool_:
+        return attn_mask & causal
+    return np.where(causal, attn_mask, -np.inf).astype(attn_mask.dtype, copy=False)
+
+
 def scaled_dot_product_attention(
     q: np.ndarray,
     k: np.ndarray,
@@ -60,9 +191,12 @@ def scaled_dot_product_attention(
         k: ``(B, n_heads, T_k, d_k)`` keys.
         v: ``(B, n_heads, T_k, d_v)`` values.
         attn_mask: broadcastable to ``(B, n_heads, T_q, T_k)``. Boolean: True = may
-            attend (the ``F.scaled_dot_product_attention`` convention). Float:
-            added to the scores (``-inf`` forbids).
-        is_causal: forbid keys j > i. Cannot be combined with ``attn_mask``.
+            attend (the ``F.scaled_dot_product_attention`` convention; see
+            :func:`to_attn_mask` for the others). Float: added to the scores
+            (``-inf`` forbids).
+        is_causal: forbid keys j > i (top-left aligned). Together with
+            ``attn_mask`` the two are folded into one explicit mask
+            (:func:`combine_attn_mask`): a key is seen only if both allow it.
         scale: defaults to ``1 / sqrt(d_k)`` (Vaswani et al. 2017, sec. 3.2.1).
         dropout_p: dropout on the attention probabilities (training only).
         rng: generator for the dropout mask.
@@ -76,16 +210,20 @@ def scaled_dot_product_attention(
     (a plain softmax would give 0/0 = NaN).
 
     Raises:
-        ValueError: q, k, v not 4-D or with mismatched shapes, or ``attn_mask``
-            together with ``is_causal``.
+        ValueError: q, k, v not 4-D or with mismatched shapes, ``attn_mask`` not
+            broadcastable to ``(B, n_heads, T_q, T_k)``, ``dropout_p`` outside ``[0, 1)``.
         TypeError: ``attn_mask`` is neither bool nor float.
     """
     _check_qkv(q, k, v)
-    if attn_mask is not None and is_causal:
-        raise ValueError("attn_mask: cannot be combined with is_causal=True")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p: must lie in [0, 1), got {dropout_p}")
     T_q, T_k = q.shape[-2], k.shape[-2]
+    if attn_mask is not None:
+        attn_mask = np.asarray(attn_mask)
+        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        check_attn_mask(attn_mask, (*lead, T_q, T_k))
+    # one explicit mask: bool (True = attend), float (added), or None
+    attn_mask = combine_attn_mask(attn_mask, is_causal, T_q, T_k)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     ### BEGIN SOLUTION ch03
@@ -97,28 +235,11 @@ def scaled_dot_product_attention(
         k, -1, -2
     )  # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
     ### END SOLUTION
-    forbidden = None
-    if is_causal:
-        forbidden = _causal_mask(T_q, T_k)
+    forbidden = None  # bool, True where a key is masked
+    if attn_mask is not None and attn_mask.dtype == np.bool_:
+        forbidden = ~attn_mask
     elif attn_mask is not None:
-        attn_mask = np.asarray(attn_mask)
-        if attn_mask.dtype != np.bool_ and not np.issubdtype(attn_mask.dtype, np.floating):
-            raise TypeError(
-                f"attn_mask: expected a bool or float array, got dtype {attn_mask.dtype}"
-            )
-        try:
-            ok = np.broadcast_shapes(attn_mask.shape, scores.shape) == scores.shape
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(
-                f"attn_mask: expected a shape broadcastable to {scores.shape}, "
-                f"got {attn_mask.shape}"
-            )
-        if attn_mask.dtype == np.bool_:
-            forbidden = ~attn_mask
-        else:
-            scores += attn_mask
+        scores += attn_mask
     ### BEGIN SOLUTION ch03
     ### TODO: scores -> probs: -inf where `forbidden` (if not None) is True, then a stable
     ###   softmax over the key axis (the last): subtract the row max, exp, divide by the row

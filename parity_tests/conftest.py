@@ -143,8 +143,10 @@ CHAPTERS = {
     "ch10": "sampling: filter_logits, generate",
     "ch11": "tokenization: byte-level BPE, merge and encoding by rank",
     "ch12": "efficient attention: the online softmax (FlashAttention), the KV cache",
-    "ch13": "positional encodings II: rotary embeddings (RoPE)",
+    "ch13": "positional encodings II: the sinusoidal encoding, rotary embeddings (RoPE)",
     "ch14": "normalisation II and SwiGLU: RMSNorm, SiLU, SwiGLU, the post-norm block",
+    "ch15": "encoder models and classification: padding masks, MeanPool, TransformerClassifier",
+    "ch16": "encoder-decoder: CrossAttention, greedy decoding",
 }
 
 

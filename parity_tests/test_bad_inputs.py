@@ -106,14 +106,14 @@ ROWS: dict[str, Row] = {
         r"^idx\b",
     ),
     # -- ch03: scaled dot-product attention ------------------------------------------------
-    "SDPA: attn_mask together with is_causal": Row(
+    "SDPA: attn_mask of an integer dtype (0/1 keep-mask passed as is)": Row(
         "ch03",
-        lambda: N.scaled_dot_product_attention(Q, Q, Q, np.ones((3, 3), bool), is_causal=True),
+        lambda: N.scaled_dot_product_attention(Q, Q, Q, np.ones((3, 3), np.int64), is_causal=True),
         lambda: T.scaled_dot_product_attention(
-            t(Q), t(Q), t(Q), torch.ones(3, 3, dtype=torch.bool), is_causal=True
+            t(Q), t(Q), t(Q), torch.ones(3, 3, dtype=torch.long), is_causal=True
         ),
-        ValueError,
-        r"attn_mask",
+        TypeError,
+        r"^attn_mask\b.*bool",
     ),
     "SDPA: attn_mask of the wrong shape": Row(
         "ch03",
@@ -683,6 +683,151 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^tokenizer.json: normalizer\b",
     ),
+    # -- sinusoidal positional encoding: marked ch15, not ch13, because the table is built in
+    # __init__, which a learner's chapter-13 stub cannot run; chapter 15's models use it
+    "SinusoidalPositionalEncoding: T > block_size": Row(
+        "ch15",
+        lambda: N.SinusoidalPositionalEncoding(BLOCK, C)(BLOCK + 1),
+        lambda: T.SinusoidalPositionalEncoding(BLOCK, C)(BLOCK + 1),
+        ValueError,
+        r"^T\b.*block_size",
+    ),
+    "SinusoidalPositionalEncoding: float T": Row(
+        "ch15",
+        lambda: N.SinusoidalPositionalEncoding(BLOCK, C)(2.0),
+        lambda: T.SinusoidalPositionalEncoding(BLOCK, C)(2.0),
+        TypeError,
+        r"^T\b",
+    ),
+    # -- ch15: padding masks, the encoder, the classifier ------------------------------------
+    "SelfAttention: attn_mask of the wrong shape": Row(
+        "ch15",
+        lambda: N.SelfAttention(C, H, dtype=np.float64)(X, attn_mask=np.ones((2, 1, 1, 4), bool)),
+        lambda: T.SelfAttention(C, H, dtype=torch.float64)(
+            t(X), attn_mask=torch.ones(2, 1, 1, 4, dtype=torch.bool)
+        ),
+        ValueError,
+        r"^attn_mask\b.*\(B, n_heads, T_q, T_k\)",
+    ),
+    "SelfAttention: attn_mask of an integer dtype": Row(
+        "ch15",
+        lambda: N.SelfAttention(C, H, dtype=np.float64)(X, attn_mask=np.ones((2, 1, 1, 3), int)),
+        lambda: T.SelfAttention(C, H, dtype=torch.float64)(
+            t(X), attn_mask=torch.ones(2, 1, 1, 3, dtype=torch.long)
+        ),
+        TypeError,
+        r"^attn_mask\b.*bool",
+    ),
+    "key_padding_attn_mask: 0/1 integers instead of bool": Row(
+        "ch15",
+        lambda: N.attention.key_padding_attn_mask(np.ones((2, 3), np.int64)),
+        lambda: T.attention.key_padding_attn_mask(torch.ones(2, 3, dtype=torch.long)),
+        TypeError,
+        r"^token_mask\b.*bool",
+    ),
+    "key_padding_attn_mask: 3-D mask": Row(
+        "ch15",
+        lambda: N.attention.key_padding_attn_mask(np.ones((2, 1, 3), bool)),
+        lambda: T.attention.key_padding_attn_mask(torch.ones(2, 1, 3, dtype=torch.bool)),
+        ValueError,
+        r"^token_mask\b.*\(B, T\)",
+    ),
+    "to_attn_mask: unknown convention": Row(
+        "ch15",
+        lambda: N.attention.to_attn_mask(np.ones(3, bool), "inverted"),
+        lambda: T.attention.to_attn_mask(torch.ones(3, dtype=torch.bool), "inverted"),
+        ValueError,
+        r"^convention\b",
+    ),
+    "to_attn_mask: a 0/1 float mask read as True = masked": Row(
+        "ch15",
+        lambda: N.attention.to_attn_mask(np.ones(3), "masked"),
+        lambda: T.attention.to_attn_mask(torch.ones(3), "masked"),
+        TypeError,
+        r"^mask\b.*bool",
+    ),
+    "MeanPool: token_mask not matching the batch": Row(
+        "ch15",
+        lambda: N.MeanPool()(X, np.ones((3, 3), bool)),
+        lambda: T.MeanPool()(t(X), torch.ones(3, 3, dtype=torch.bool)),
+        ValueError,
+        r"^token_mask\b.*\(2, 3\)",
+    ),
+    "MeanPool: float token_mask": Row(
+        "ch15",
+        lambda: N.MeanPool()(X, np.ones((2, 3))),
+        lambda: T.MeanPool()(t(X), torch.ones(2, 3)),
+        TypeError,
+        r"^token_mask\b",
+    ),
+    "TransformerClassifier: token_mask of another length": Row(
+        "ch15",
+        lambda: np_classifier()(ids([1, 2, 3]), np.ones((1, 2), bool)),
+        lambda: torch_classifier()(t(ids([1, 2, 3])), torch.ones(1, 2, dtype=torch.bool)),
+        ValueError,
+        r"^token_mask\b",
+    ),
+    "TransformerClassifier: sequence longer than block_size": Row(
+        "ch15",
+        lambda: np_classifier()(np.zeros((1, BLOCK + 1), np.int64)),
+        lambda: torch_classifier()(torch.zeros(1, BLOCK + 1, dtype=torch.long)),
+        ValueError,
+        r"^idx\b.*block_size",
+    ),
+    "TransformerClassifier: d_model not divisible by n_heads": Row(
+        "ch15",
+        lambda: N.TransformerClassifier(V, 2, d_model=10, n_heads=3),
+        lambda: T.TransformerClassifier(V, 2, d_model=10, n_heads=3),
+        ValueError,
+        r"d_model.*n_heads",
+    ),
+    # -- ch16: cross-attention, the encoder-decoder ----------------------------------------------
+    "CrossAttention: memory of another batch size": Row(
+        "ch16",
+        lambda: N.CrossAttention(C, H, dtype=np.float64)(X, np.zeros((3, 4, C))),
+        lambda: T.CrossAttention(C, H, dtype=torch.float64)(t(X), torch.zeros(3, 4, C).double()),
+        ValueError,
+        r"^memory\b",
+    ),
+    "CrossAttention: memory of another width": Row(
+        "ch16",
+        lambda: N.CrossAttention(C, H, dtype=np.float64)(X, np.zeros((2, 4, C + 1))),
+        lambda: T.CrossAttention(C, H, dtype=torch.float64)(
+            t(X), torch.zeros(2, 4, C + 1).double()
+        ),
+        ValueError,
+        r"^memory\b.*d_model",
+    ),
+    "Seq2SeqTransformer: src_mask of the wrong shape": Row(
+        "ch16",
+        lambda: np_seq2seq()(ids([1, 2, 3]), ids([1, 2]), np.ones((1, 2), bool)),
+        lambda: torch_seq2seq()(
+            t(ids([1, 2, 3])), t(ids([1, 2])), torch.ones(1, 2, dtype=torch.bool)
+        ),
+        ValueError,
+        r"^src_mask\b",
+    ),
+    "Seq2SeqTransformer: float tgt_mask": Row(
+        "ch16",
+        lambda: np_seq2seq()(ids([1, 2, 3]), ids([1, 2]), None, np.ones((1, 2))),
+        lambda: torch_seq2seq()(t(ids([1, 2, 3])), t(ids([1, 2])), None, torch.ones(1, 2)),
+        TypeError,
+        r"^tgt_mask\b",
+    ),
+    "Seq2SeqTransformer: tgt of another batch size": Row(
+        "ch16",
+        lambda: np_seq2seq()(ids([1, 2, 3]), ids([1, 2], [2, 1])),
+        lambda: torch_seq2seq()(t(ids([1, 2, 3])), t(ids([1, 2], [2, 1]))),
+        ValueError,
+        r"^tgt\b",
+    ),
+    "Seq2SeqTransformer.generate: max_new_tokens > block_size": Row(
+        "ch16",
+        lambda: np_seq2seq().generate(ids([1, 2]), BLOCK + 1, bos_id=0),
+        lambda: torch_seq2seq().generate(t(ids([1, 2])), BLOCK + 1, bos_id=0),
+        ValueError,
+        r"^max_new_tokens\b.*block_size",
+    ),
 }
 
 
@@ -1021,6 +1166,27 @@ ROWS.update(
         ),
     }
 )
+
+
+def np_classifier():
+    return N.TransformerClassifier(V, 2, BLOCK, n_layers=1, n_heads=H, d_model=C, dtype=np.float64)
+
+
+def torch_classifier():
+    return T.TransformerClassifier(
+        V, 2, BLOCK, n_layers=1, n_heads=H, d_model=C, dtype=torch.float64
+    )
+
+
+SEQ2SEQ = {"block_size": BLOCK, "n_encoder_layers": 1, "n_decoder_layers": 1, "n_heads": H}
+
+
+def np_seq2seq():
+    return N.Seq2SeqTransformer(V, V, **SEQ2SEQ, d_model=C, dtype=np.float64)
+
+
+def torch_seq2seq():
+    return T.Seq2SeqTransformer(V, V, **SEQ2SEQ, d_model=C, dtype=torch.float64)
 
 
 def _cases():

@@ -92,13 +92,29 @@ FENCES = {
             "apply_rope",
             "rope_permutation",
             "RotaryEmbedding.backward",
-        ]
+        ],
+        "positional.py": ["sinusoidal_table"],
     },
     "14": {
         "activations.py": ["SiLU.forward", "SiLU.backward"],
         "block.py": ["Block.forward", "Block.backward"],  # the post-norm branches
         "ffn.py": ["SwiGLUFeedForward.forward", "SwiGLUFeedForward.backward"],
         "norm.py": ["RMSNorm.forward", "RMSNorm.backward"],
+    },
+    "15": {
+        "encoder.py": [
+            "MeanPool.forward",
+            "MeanPool.backward",
+            "TransformerClassifier.forward",
+            "TransformerClassifier.backward",
+        ]
+    },
+    "16": {
+        "seq2seq.py": [
+            "CrossAttention.forward",
+            "CrossAttention.backward",
+            "Seq2SeqTransformer.generate",
+        ]
     },
 }
 
@@ -116,10 +132,18 @@ TEST_FILES = {
     "10": {"test_bad_inputs.py", "test_sampling.py"},
     "11": {"test_bad_inputs.py", "test_bpe.py"},
     "12": {"test_bad_inputs.py", "test_flash_attention.py", "test_kv_cache.py"},
-    "13": {"test_bad_inputs.py", "test_components.py", "test_llama.py", "test_rope.py"},
+    "13": {
+        "test_bad_inputs.py",
+        "test_components.py",
+        "test_encoder.py",
+        "test_llama.py",
+        "test_rope.py",
+    },
     "14": {"test_bad_inputs.py", "test_components.py", "test_llama.py", "test_norms_ffn.py"},
+    "15": {"test_bad_inputs.py", "test_encoder.py", "test_masks.py"},
+    "16": {"test_bad_inputs.py", "test_seq2seq.py"},
 }
-WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09", "13", "14"]
+WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09", "13", "14", "15", "16"]
 ALL = list(CHAPTERS)
 
 

@@ -19,6 +19,12 @@ from .attention import (
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
+from .encoder import (
+    EncoderBlock,
+    MeanPool,
+    SelfAttention,
+    TransformerClassifier,
+)
 from .ffn import FeedForward, SwiGLUFeedForward, swiglu_hidden_dim
 from .flash_attention import flash_attention
 from .gpt import GPT, GPTConfig
@@ -33,7 +39,7 @@ from .optim import (
     make_lr_scheduler,
     make_optimizer,
 )
-from .positional import LearnedPositionalEmbedding
+from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .rope import (
     RotaryEmbedding,
     apply_rope,
@@ -42,6 +48,7 @@ from .rope import (
     rope_permutation,
 )
 from .sampling import filter_logits, generate, sample_inverse_cdf
+from .seq2seq import CrossAttention, DecoderBlock, Seq2SeqTransformer
 from .tokenizer import BPETokenizer, DecodeStream
 
 __all__ = [
@@ -54,7 +61,15 @@ __all__ = [
     "CrossEntropyLoss",
     "DecodeStream",
     "Dropout",
+    "CrossAttention",
+    "DecoderBlock",
     "Embedding",
+    "EncoderBlock",
+    "MeanPool",
+    "SelfAttention",
+    "Seq2SeqTransformer",
+    "SinusoidalPositionalEncoding",
+    "TransformerClassifier",
     "FeedForward",
     "GPTConfig",
     "KVCache",

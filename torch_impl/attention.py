@@ -67,6 +67,128 @@ def use_sdpa_backend(backend: str = "auto") -> Iterator[None]:
         yield
 
 
+# -- masks ----------------------------------------------------------------------------------
+# One convention throughout twinformer, F.scaled_dot_product_attention's: a boolean
+# attn_mask is True where a query MAY attend to a key. docs/masks.md compares it
+# with nn.MultiheadAttention's (True = masked) and the 0/1 keep-mask of many
+# tutorials, and to_attn_mask converts both.
+
+MASK_CONVENTIONS = ("attend", "masked", "keep")
+
+
+def causal_attn_mask(T_q: int, T_k: int, device: torch.device | None = None) -> torch.Tensor:
+    """Boolean ``(T_q, T_k)``, True where query i may attend to key j, i.e. j <= i.
+
+    Top-left aligned, like ``F.scaled_dot_product_attention(is_causal=True)``:
+    query 0 sees key 0 whatever T_k is, so no row is ever fully masked.
+    """
+    return torch.ones(T_q, T_k, dtype=torch.bool, device=device).tril()
+
+
+def key_padding_attn_mask(token_mask: torch.Tensor) -> torch.Tensor:
+    """A batch's padding as an attention mask: ``(B, T_k)`` -> ``(B, 1, 1, T_k)``.
+
+    Args:
+        token_mask: bool ``(B, T_k)``, True for a real token, False for padding
+            (the opposite of ``nn.MultiheadAttention``'s ``key_padding_mask``).
+
+    Returns:
+        bool ``(B, 1, 1, T_k)``, True = may attend; it broadcasts over heads and
+        queries, so every query of sequence b ignores b's padding keys.
+
+    Raises:
+        TypeError: ``token_mask`` is not boolean.
+        ValueError: ``token_mask`` is not 2-D.
+    """
+    check_token_mask(token_mask)
+    return token_mask[:, None, None, :]
+
+
+def check_token_mask(
+    token_mask: torch.Tensor, shape: tuple[int, int] | None = None, name: str = "token_mask"
+) -> None:
+    """Validate a ``(B, T)`` padding mask (True = real token); errors name it ``name``.
+
+    Raises:
+        TypeError: not boolean. ValueError: not 2-D, or not ``shape`` when given.
+    """
+    if not isinstance(token_mask, torch.Tensor) or token_mask.dtype != torch.bool:
+        got = token_mask.dtype if isinstance(token_mask, torch.Tensor) else type(token_mask)
+        raise TypeError(
+            f"{name}: expected dtype bool (True = real token, False = padding), got {got}"
+        )
+    if token_mask.dim() != 2 or (shape is not None and tuple(token_mask.shape) != tuple(shape)):
+        want = "(B, T)" if shape is None else f"(B, T)={tuple(shape)}"
+        raise ValueError(f"{name}: expected shape {want}, got {tuple(token_mask.shape)}")
+
+
+def to_attn_mask(mask: torch.Tensor, convention: str) -> torch.Tensor:
+    """Convert a mask written in another convention to twinformer's (bool, True = attend).
+
+    Args:
+        mask: the mask, any shape.
+        convention: ``"attend"`` (bool, True = may attend: ``F.scaled_dot_product_attention``;
+            returned as is), ``"masked"`` (bool, True = may NOT attend:
+            ``nn.MultiheadAttention``'s ``attn_mask`` and ``key_padding_mask``;
+            returns ``~mask``) or ``"keep"`` (numbers, 0 = masked, applied as
+            ``scores.masked_fill(mask == 0, -1e9)``; returns ``mask != 0``).
+
+    Raises:
+        ValueError: unknown ``convention``.
+        TypeError: a non-bool mask for ``"attend"`` or ``"masked"``.
+    """
+    if convention not in MASK_CONVENTIONS:
+        raise ValueError(f"convention: expected one of {MASK_CONVENTIONS}, got {convention!r}")
+    if convention == "keep":
+        return mask != 0
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask: the {convention!r} convention needs dtype bool, got {mask.dtype}")
+    return mask if convention == "attend" else ~mask
+
+
+def check_attn_mask(attn_mask: torch.Tensor, target: tuple[int, ...]) -> None:
+    """Validate ``attn_mask`` against the scores' shape ``target`` = ``(B, H, T_q, T_k)``.
+
+    Raises:
+        TypeError: neither bool nor floating.
+        ValueError: not broadcastable to ``target``.
+    """
+    if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
+        raise TypeError(
+            f"attn_mask: expected dtype bool (True = attend) or a floating dtype "
+            f"(added to the scores), got {attn_mask.dtype}"
+        )
+    try:
+        ok = torch.broadcast_shapes(attn_mask.shape, target) == tuple(target)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"attn_mask: expected a shape broadcastable to (B, n_heads, T_q, T_k)="
+            f"{tuple(target)}, got {tuple(attn_mask.shape)}"
+        )
+
+
+def combine_attn_mask(
+    attn_mask: torch.Tensor | None, is_causal: bool, T_q: int, T_k: int
+) -> torch.Tensor | None:
+    """``attn_mask`` and ``is_causal`` folded into ONE explicit mask (or None for neither).
+
+    Bool ``attn_mask`` and causal: ``attn_mask & causal``; float ``attn_mask``
+    and causal: ``-inf`` where the causal mask forbids; causal alone:
+    :func:`causal_attn_mask`. No validation (callers use :func:`check_attn_mask`).
+    """
+    if not is_causal:
+        return attn_mask
+    device = None if attn_mask is None else attn_mask.device
+    causal = causal_attn_mask(T_q, T_k, device=device)
+    if attn_mask is None:
+        return causal
+    if attn_mask.dtype == torch.bool:
+        return attn_mask & causal
+    return attn_mask.masked_fill(~causal, float("-inf"))
+
+
 def _check_attention_inputs(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -92,22 +214,7 @@ def _check_attention_inputs(
             f"v: expected shape (B={B}, n_heads={H}, Tk={Tk}, d_v), got {tuple(v.shape)}"
         )
     if attn_mask is not None:
-        if is_causal:
-            raise ValueError("attn_mask and is_causal cannot both be set; fold the causal mask in")
-        if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
-            raise TypeError(
-                f"attn_mask: expected a bool or floating tensor, got dtype {attn_mask.dtype}"
-            )
-        target = (B, H, Tq, Tk)
-        try:
-            ok = torch.broadcast_shapes(attn_mask.shape, target) == target
-        except RuntimeError:
-            ok = False
-        if not ok:
-            raise ValueError(
-                f"attn_mask: expected a shape broadcastable to (B, n_heads, Tq, Tk)={target}, "
-                f"got {tuple(attn_mask.shape)}"
-            )
+        check_attn_mask(attn_mask, (B, H, Tq, Tk))
     check_probability(dropout_p, "dropout_p")
 
 
@@ -132,7 +239,8 @@ def attention_weights(
             (the ``F.scaled_dot_product_attention`` convention); or a float
             tensor added to the scores. Broadcastable to ``(B, n_heads, Tq, Tk)``.
         is_causal: mask key ``j`` for query ``i`` whenever ``j > i``
-            (top-left aligned, as in ``F.scaled_dot_product_attention``).
+            (top-left aligned, as in ``F.scaled_dot_product_attention``);
+            with ``attn_mask``, both apply (:func:`combine_attn_mask`).
         scale: multiplier for the scores; ``None`` means ``1 / sqrt(d_k)``.
 
     Returns:
@@ -144,11 +252,12 @@ def attention_weights(
     scale = 1.0 / math.sqrt(d_k) if scale is None else scale
     # (B, H, Tq, d_k) @ (B, H, d_k, Tk) -> (B, H, Tq, Tk)
     scores = (q @ k.transpose(-2, -1)) * scale
-    if is_causal:
+    if is_causal and attn_mask is None:
         Tq, Tk = scores.shape[-2:]
-        allowed = torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).tril()
+        allowed = causal_attn_mask(Tq, Tk, device=q.device)
         scores = scores.masked_fill(~allowed, float("-inf"))
     elif attn_mask is not None:
+        attn_mask = combine_attn_mask(attn_mask, is_causal, *scores.shape[-2:])
         if attn_mask.dtype == torch.bool:
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         else:
@@ -184,8 +293,8 @@ def scaled_dot_product_attention_explicit(
         v: ``(B, n_heads, Tk, d_v)``, q's dtype (``d_v`` is usually ``d_k``).
         attn_mask: bool (``True`` = attend) or float (added to the scores),
             broadcastable to ``(B, n_heads, Tq, Tk)``; or ``None``.
-        is_causal: apply the causal mask (``j > i`` masked); exclusive with
-            ``attn_mask``.
+        is_causal: apply the causal mask (``j > i`` masked); with
+            ``attn_mask``, a key is seen only if both allow it.
         scale: score multiplier; ``None`` means ``1 / sqrt(d_k)``.
         dropout_p: dropout probability on the attention weights, in ``[0, 1)``.
         training: apply ``dropout_p`` only when True (``F.dropout`` semantics).
@@ -195,9 +304,8 @@ def scaled_dot_product_attention_explicit(
 
     Raises:
         ValueError: inputs that are not 4-D or whose shapes disagree, an
-            ``attn_mask`` not broadcastable to ``(B, n_heads, Tq, Tk)``,
-            ``attn_mask`` together with ``is_causal``, or ``dropout_p`` outside
-            ``[0, 1)``.
+            ``attn_mask`` not broadcastable to ``(B, n_heads, Tq, Tk)``, or
+            ``dropout_p`` outside ``[0, 1)``.
         TypeError: an ``attn_mask`` that is neither bool nor floating.
     """
     _check_attention_inputs(q, k, v, attn_mask, is_causal, dropout_p)
@@ -250,9 +358,26 @@ def scaled_dot_product_attention(
             q, k, v, attn_mask, is_causal, scale, dropout_p, training=True
         )
     with use_sdpa_backend(sdpa_backend):
-        return F.scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+        if attn_mask is None:
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale
+            )
+        # One explicit mask: the fused kernels reject (math backend) or handle
+        # inconsistently an attn_mask together with is_causal=True.
+        mask = combine_attn_mask(attn_mask, is_causal, q.shape[-2], k.shape[-2])
+        # A query with every key masked: torch 2.13's CPU kernels return zeros with zero
+        # gradients, but older versions and some CUDA kernels give NaN. Let such rows
+        # see every key (finite), then zero their output, which also stops their gradient.
+        if mask.dtype == torch.bool:
+            dead = ~mask.any(dim=-1, keepdim=True)  # (..., Tq, 1)
+            mask = mask | dead
+        else:
+            dead = torch.isneginf(mask).all(dim=-1, keepdim=True)
+            mask = mask.masked_fill(dead, 0.0)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, is_causal=False, scale=scale
         )
+    return out.masked_fill(dead, 0.0)
 
 
 class CausalSelfAttention(nn.Module):

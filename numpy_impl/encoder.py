@@ -1,0 +1,414 @@
+"""The bidirectional (BERT-style) encoder and a transformer classifier on top of it.
+
+An encoder block is the GPT block without the causal mask: every position
+attends to every other real position of its sequence, in both directions
+(Devlin et al. 2019). Sequences of different lengths share a batch by padding;
+a key-padding mask keeps the padding out of every attention row and out of the
+pooled vector. The classifier follows seed 004 ("Getting Started with
+Transformers in PyTorch"):
+
+    logits = head(mean_pool(ln_f(blocks(drop(tok_emb(idx) + PE)))))
+
+with the sinusoidal encoding PE of Vaswani et al. 2017 (sec. 3.5), pre-norm
+blocks, a final LayerNorm, mean pooling over the real tokens only, and a
+Linear-ReLU-Dropout-Linear head.
+
+Masks follow twinformer's convention (docs/masks.md): a padding mask
+``token_mask`` is bool ``(B, T)``, True for a real token; an ``attn_mask`` is
+bool, True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .attention import (
+    check_token_mask,
+    key_padding_attn_mask,
+    scaled_dot_product_attention,
+    scaled_dot_product_attention_backward,
+)
+from .dropout import Dropout
+from .embedding import Embedding
+from .ffn import FeedForward
+from .linear import Linear
+from .module import Module, ModuleList, check_ids, check_last_dim
+from .norm import LayerNorm
+from .positional import SinusoidalPositionalEncoding
+
+
+def check_model_sizes(**sizes) -> None:
+    """Raise ``ValueError`` naming the first size that is not a positive int, or a
+    ``d_model`` not divisible by ``n_heads``."""
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    if "d_model" in sizes and "n_heads" in sizes and sizes["d_model"] % sizes["n_heads"]:
+        raise ValueError(
+            f"d_model={sizes['d_model']} must be divisible by n_heads={sizes['n_heads']}"
+        )
+
+
+class SelfAttention(Module):
+    """Multi-head self-attention with an optional mask: bidirectional unless told otherwise.
+
+    The layout of :class:`~numpy_impl.attention.CausalSelfAttention` (one
+    ``qkv_proj`` ``(3 d_model, d_model)`` split q, k, v; ``out_proj``), so the
+    weights of one load into the other; what changes is the mask, chosen per call.
+
+    Args:
+        d_model, n_heads: width C and head count; ``d_k = d_model // n_heads``.
+        bias: biases in both projections.
+        dropout: on the attention probabilities (training only) and on the output.
+
+    Shapes:
+        forward: x ``(B, T, C)``, attn_mask broadcastable to ``(B, n_heads, T, T)``
+        (bool True = attend, or float added) or None, is_causal -> ``(B, T, C)``.
+        backward: dout ``(B, T, C)`` -> dx ``(B, T, C)``.
+
+    Raises:
+        ValueError: ``d_model`` not divisible by ``n_heads``; x not ``(B, T>=1, C)``;
+            a mask of the wrong shape. TypeError: a mask neither bool nor float.
+    """
+
+    def __init__(self, d_model, n_heads, bias=True, dropout=0.0, dtype=np.float32, rng=None):
+        check_model_sizes(d_model=d_model, n_heads=n_heads)
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias, dtype=dtype, rng=rng)
+        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.resid_dropout = Dropout(dropout)
+        self._rng = np.random.default_rng()
+        self._cache = None
+
+    def forward(self, x: np.ndarray, attn_mask=None, is_causal: bool = False) -> np.ndarray:
+        if x.ndim != 3 or x.shape[1] < 1:
+            raise ValueError(f"x: expected shape (B, T>=1, d_model={self.d_model}), got {x.shape}")
+        check_last_dim(x, self.d_model, "x", "d_model")
+        B, T, C = x.shape
+        H, d_k = self.n_heads, self.d_k
+        qkv = self.qkv_proj(x)  # (B, T, C) -> (B, T, 3C)
+        q, k, v = qkv.reshape(B, T, 3, H, d_k).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, d_k)
+        p = self.dropout if self.training else 0.0
+        y, self._cache = scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=p, rng=self._rng
+        )  # (B, H, T, d_k); the mask is validated there, before any score is computed
+        y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # heads side by side again
+        return self.resid_dropout(self.out_proj(y))
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        B, T, C = dout.shape
+        H, d_k = self.n_heads, self.d_k
+        dy = self.out_proj.backward(self.resid_dropout.backward(dout))  # (B, T, C)
+        dy = dy.reshape(B, T, H, d_k).transpose(0, 2, 1, 3)  # (B, H, T, d_k)
+        dq, dk, dv = scaled_dot_product_attention_backward(dy, self._cache)
+        self._cache = None
+        dqkv = np.empty((B, T, 3, H, d_k), dtype=dout.dtype)
+        dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
+        dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
+        dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
+        return self.qkv_proj.backward(dqkv.reshape(B, T, 3 * C))
+
+
+class EncoderBlock(Module):
+    """Pre-norm encoder block: x = x + attn(ln1(x), mask); x = x + ffn(ln2(x)).
+
+    The attention is bidirectional: position i sees every position j the mask
+    allows, before or after it (Devlin et al. 2019; the block of seed 004).
+
+    Args:
+        d_model, n_heads, d_ff (default ``4 * d_model``), bias, dropout: as in
+            :class:`~numpy_impl.block.Block`.
+        gelu_approximate: ``"none"`` (exact GELU, ``nn.GELU()``'s default, as
+            seed 004) or ``"tanh"``.
+
+    Shapes:
+        forward: x ``(B, T, C)``, attn_mask (see :class:`SelfAttention`) -> ``(B, T, C)``.
+        backward: dout -> dx, same shape.
+    """
+
+    def __init__(
+        self,
+        d_model,
+        n_heads,
+        d_ff=None,
+        bias=True,
+        dropout=0.0,
+        gelu_approximate="none",
+        dtype=np.float32,
+        rng=None,
+    ):
+        self.ln1 = LayerNorm(d_model, bias=bias, dtype=dtype)
+        self.attn = SelfAttention(d_model, n_heads, bias, dropout, dtype=dtype, rng=rng)
+        self.ln2 = LayerNorm(d_model, bias=bias, dtype=dtype)
+        self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype, rng)
+
+    def forward(self, x: np.ndarray, attn_mask=None) -> np.ndarray:
+        x = x + self.attn(self.ln1(x), attn_mask=attn_mask)
+        return x + self.ffn(self.ln2(x))
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx = dout + self.ln2.backward(self.ffn.backward(dout))  # both branches of the add
+        dx += self.ln1.backward(self.attn.backward(dx))
+        return dx
+
+
+class Encoder(Module):
+    """A stack of :class:`EncoderBlock` and the final LayerNorm a pre-norm stack needs.
+
+    Args:
+        n_layers: number of blocks; the rest as in :class:`EncoderBlock`.
+
+    Shapes:
+        forward: x ``(B, T, C)``, attn_mask -> ``(B, T, C)``; backward: dout -> dx.
+    """
+
+    def __init__(
+        self,
+        n_layers,
+        d_model,
+        n_heads,
+        d_ff=None,
+        bias=True,
+        dropout=0.0,
+        gelu_approximate="none",
+        dtype=np.float32,
+        rng=None,
+    ):
+        check_model_sizes(n_layers=n_layers, d_model=d_model, n_heads=n_heads)
+        self.blocks = ModuleList(
+            EncoderBlock(d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype, rng)
+            for _ in range(n_layers)
+        )
+        self.ln_f = LayerNorm(d_model, bias=bias, dtype=dtype)
+
+    def forward(self, x: np.ndarray, attn_mask=None) -> np.ndarray:
+        for block in self.blocks:
+            x = block(x, attn_mask=attn_mask)
+        return self.ln_f(x)
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dx = self.ln_f.backward(dout)
+        for block in reversed(self.blocks):
+            dx = block.backward(dx)
+        return dx
+
+
+class MeanPool(Module):
+    """Mean of each sequence's vectors over its real tokens: one vector per sequence.
+
+        pooled_b = sum_t m_bt x_bt / max(n_b, 1),   n_b = sum_t m_bt
+
+    so padding never dilutes the mean, and a row with no real token at all gives
+    zeros (not 0/0 = NaN). Without a mask, the plain mean over T (seed 004's
+    ``x.mean(dim=1)``, which counts padding as tokens).
+
+    Shapes:
+        forward: x ``(B, T, C)``, token_mask bool ``(B, T)`` (True = real) or None
+        -> ``(B, C)``. backward: dout ``(B, C)`` -> dx ``(B, T, C)``.
+
+    Raises:
+        ValueError: x not 3-D; token_mask not of shape ``(B, T)`` of x.
+        TypeError: token_mask not boolean.
+    """
+
+    def __init__(self):
+        self._weights = None
+
+    def forward(self, x: np.ndarray, token_mask=None) -> np.ndarray:
+        if x.ndim != 3:
+            raise ValueError(f"x: expected shape (B, T, d_model), got {x.shape}")
+        B, T, _ = x.shape
+        if token_mask is not None:
+            token_mask = np.asarray(token_mask)
+            check_token_mask(token_mask, (B, T))
+        else:
+            token_mask = np.ones((B, T), dtype=bool)
+        ### BEGIN SOLUTION ch15
+        ### TODO: the mean over the real tokens: weights w_bt = m_bt / max(n_b, 1) (B, T),
+        ###   pooled_b = sum_t w_bt x_bt (B, C); keep w in self._weights for backward
+        counts = token_mask.sum(axis=1, keepdims=True)  # (B, 1): real tokens per row
+        weights = token_mask / np.maximum(counts, 1)  # (B, T); an all-padding row is all 0
+        self._weights = weights.astype(x.dtype)
+        return np.einsum("bt,btc->bc", self._weights, x)  # (B, T) . (B, T, C) -> (B, C)
+        ### END SOLUTION
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        ### BEGIN SOLUTION ch15
+        ### TODO: each position gets its weight times its row's upstream gradient: (B, T, C)
+        dx = self._weights[:, :, None] * dout[:, None, :]  # (B, T, 1) * (B, 1, C)
+        self._weights = None
+        return dx
+        ### END SOLUTION
+
+
+class ClassifierHead(Module):
+    """Linear - ReLU - Dropout - Linear, from a pooled vector to class scores (seed 004).
+
+    Args:
+        d_model: input width; hidden: the middle width (seed 004: ``d_model // 2``);
+        num_classes: output width; dropout: after the ReLU; bias: in both Linears.
+
+    Shapes:
+        forward: x ``(B, d_model)`` -> logits ``(B, num_classes)``; backward: dlogits -> dx.
+    """
+
+    def __init__(
+        self, d_model, hidden, num_classes, dropout=0.0, bias=True, dtype=np.float32, rng=None
+    ):
+        check_model_sizes(d_model=d_model, hidden=hidden, num_classes=num_classes)
+        self.fc1 = Linear(d_model, hidden, bias=bias, dtype=dtype, rng=rng)
+        self.dropout = Dropout(dropout)
+        self.fc2 = Linear(hidden, num_classes, bias=bias, dtype=dtype, rng=rng)
+        self._active = None
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        h = self.fc1(x)  # (B, d_model) -> (B, hidden)
+        self._active = h > 0  # ReLU's derivative: 1 where the input was positive
+        h *= self._active  # ReLU, in place on fc1's fresh output
+        return self.fc2(self.dropout(h))  # (B, hidden) -> (B, num_classes)
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        dh = self.dropout.backward(self.fc2.backward(dout))
+        dh = dh * self._active
+        self._active = None
+        return self.fc1.backward(dh)
+
+
+class TransformerClassifier(Module):
+    """Encoder-only transformer classifier (seed 004; Vaswani et al. 2017 encoder, pre-norm).
+
+        x = drop(tok_emb(idx) + PE[:T])            (B, T, C)
+        x = encoder(x, key-padding mask)           blocks, then ln_f
+        logits = head(mean over the real tokens)   (B, num_classes)
+
+    Initialisation (the same scheme in both backends; their generators differ):
+    token embedding N(0, 1) (``nn.Embedding``'s default, seed 004's, which puts
+    tokens on the scale of the sinusoids), every Linear N(0, 0.02) with zero
+    biases, and the projections that write into the residual stream
+    (``attn.out_proj``, ``ffn.fc2``) N(0, 0.02 / sqrt(2 n_layers)), as GPT-2.
+    The logits start near 0, so the first loss is close to ln(num_classes).
+
+    Args:
+        vocab_size, num_classes: input ids and output classes.
+        block_size: longest sequence (the sinusoid table's length; seed 004's max_len).
+        n_layers, n_heads, d_model, d_ff: the encoder (seed 004: 3, 4, 256, 512).
+        dropout: after the encoding, in every block, and in the head (seed 004: 0.1).
+        bias: biases in Linear and LayerNorm layers.
+        gelu_approximate: ``"none"`` (exact GELU, seed 004) or ``"tanh"``.
+        seed, dtype: initial weights; float32 to train, float64 for parity tests.
+
+    Shapes:
+        forward: idx ``(B, T)`` integer, token_mask bool ``(B, T)`` (True = real
+        token) or None (no padding) -> logits ``(B, num_classes)``.
+        backward: dlogits ``(B, num_classes)`` -> None; fills every ``.grad``.
+
+    Raises:
+        ValueError: a size that is not a positive int, ``d_model`` not divisible
+            by ``n_heads``; idx not ``(B, T)`` with ``1 <= T <= block_size``, an id
+            out of range; token_mask not ``(B, T)``.
+        TypeError: non-integer idx; non-boolean token_mask.
+    """
+
+    def __init__(
+        self,
+        vocab_size,
+        num_classes,
+        block_size=256,
+        n_layers=3,
+        n_heads=4,
+        d_model=256,
+        d_ff=512,
+        dropout=0.1,
+        bias=True,
+        gelu_approximate="none",
+        seed=None,
+        dtype=np.float32,
+    ):
+        check_model_sizes(
+            vocab_size=vocab_size,
+            num_classes=num_classes,
+            block_size=block_size,
+            n_layers=n_layers,
+            d_model=d_model,
+            n_heads=n_heads,
+        )
+        rng = np.random.default_rng(seed)
+        self.vocab_size, self.num_classes, self.block_size = vocab_size, num_classes, block_size
+        self.n_layers = n_layers
+        self.tok_emb = Embedding(vocab_size, d_model, dtype=dtype, rng=rng)
+        self.pos_enc = SinusoidalPositionalEncoding(block_size, d_model, dtype=dtype)
+        self.drop = Dropout(dropout)
+        self.encoder = Encoder(
+            n_layers, d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype, rng
+        )
+        self.pool = MeanPool()
+        self.head = ClassifierHead(
+            d_model, max(1, d_model // 2), num_classes, dropout, bias, dtype, rng
+        )
+        init_transformer_weights(self, rng, n_layers)
+
+    def forward(self, idx: np.ndarray, token_mask=None) -> np.ndarray:
+        idx = check_sequence_ids(idx, self.vocab_size, self.block_size, "idx")
+        B, T = idx.shape
+        attn_mask = None
+        if token_mask is not None:
+            token_mask = np.asarray(token_mask)
+            check_token_mask(token_mask, (B, T))
+            attn_mask = key_padding_attn_mask(token_mask)  # (B, 1, 1, T)
+        ### BEGIN SOLUTION ch15
+        ### TODO: token embeddings + positional encodings, drop, encoder (with attn_mask), pool
+        ###   over the real tokens (token_mask), head: idx (B, T) -> logits (B, num_classes)
+        x = self.tok_emb(idx) + self.pos_enc(T)  # (B, T, C) + (T, C) -> (B, T, C)
+        x = self.encoder(self.drop(x), attn_mask=attn_mask)  # (B, T, C), ln_f applied
+        pooled = self.pool(x, token_mask)  # (B, C): padding left out of the mean
+        return self.head(pooled)  # (B, num_classes)
+        ### END SOLUTION
+
+    def backward(self, dlogits: np.ndarray) -> None:
+        ### BEGIN SOLUTION ch15
+        ### TODO: the forward in reverse, down to the token embedding (the encoding is fixed)
+        dx = self.pool.backward(self.head.backward(dlogits))  # (B, C) -> (B, T, C)
+        dx = self.drop.backward(self.encoder.backward(dx))
+        self.tok_emb.backward(dx)
+        ### END SOLUTION
+
+
+# -- shared by the encoder models ---------------------------------------------------------------
+def check_sequence_ids(idx, vocab_size: int, block_size: int, name: str) -> np.ndarray:
+    """Validate a ``(B, T)`` batch of token ids with ``1 <= T <= block_size``; return int64.
+
+    Raises:
+        ValueError: wrong rank, T out of range, ids outside ``[0, vocab_size)``.
+        TypeError: ids that are not integers.
+    """
+    idx = np.asarray(idx)
+    if idx.ndim != 2:
+        raise ValueError(f"{name}: expected shape (B, T), got {idx.shape}")
+    if not 1 <= idx.shape[1] <= block_size:
+        raise ValueError(
+            f"{name}: sequence length T={idx.shape[1]} must lie in [1, block_size={block_size}]"
+        )
+    return check_ids(idx, vocab_size, name)
+
+
+def init_transformer_weights(model: Module, rng: np.random.Generator, n_layers: int) -> None:
+    """The initialisation of :class:`TransformerClassifier` (and of the seq2seq model).
+
+    Embeddings N(0, 1); every Linear N(0, 0.02), biases 0; residual output
+    projections (``out_proj`` of every attention, ``fc2`` of every FFN) N(0,
+    0.02 / sqrt(2 n_layers)). LayerNorms keep weight 1, bias 0. Modules are
+    visited in state-dict order, so a seed gives the same weights every time.
+    """
+    resid_std = 0.02 / math.sqrt(2 * n_layers)
+    for name, mod in model.named_modules():
+        if isinstance(mod, Embedding):
+            mod.weight.data[...] = rng.standard_normal(mod.weight.shape)
+        elif isinstance(mod, Linear):
+            residual = name.endswith(("attn.out_proj", "ffn.fc2"))
+            std = resid_std if residual else 0.02
+            mod.weight.data[...] = rng.normal(0.0, std, mod.weight.shape)
+            if mod.bias is not None:
+                mod.bias.data[...] = 0.0

@@ -1,0 +1,392 @@
+"""Cross-attention and the encoder-decoder Transformer (Vaswani et al. 2017, sec. 3.1).
+
+The encoder reads the source sequence bidirectionally into a "memory"
+``(B, S, C)``. The decoder reads the target sequence so far under a causal
+mask and, in every block, attends from its positions (queries) to the memory
+(keys and values): cross-attention, the "encoder-decoder attention" of sec.
+3.2.3. Training is teacher-forced: the decoder gets the whole target shifted
+right by one (BOS first) and predicts every next token at once; decoding is
+greedy, one token per step.
+
+Blocks are pre-norm (``x + f(LN(x))``, like the rest of twinformer) rather than
+the paper's post-norm; the encoder's final LayerNorm output is the memory.
+
+Masks (docs/masks.md): ``src_mask`` ``(B, S)`` and ``tgt_mask`` ``(B, T)`` are
+bool padding masks, True for a real token. The source mask hides source
+padding from the encoder's self-attention and from every cross-attention; the
+target mask hides target padding from the decoder's self-attention, combined
+with the causal mask into one explicit mask.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .attention import (
+    check_token_mask,
+    key_padding_attn_mask,
+    scaled_dot_product_attention,
+    scaled_dot_product_attention_backward,
+)
+from .dropout import Dropout
+from .embedding import Embedding
+from .encoder import (
+    Encoder,
+    SelfAttention,
+    check_model_sizes,
+    check_sequence_ids,
+    init_transformer_weights,
+)
+from .ffn import FeedForward
+from .linear import Linear
+from .module import Module, ModuleList, check_last_dim
+from .norm import LayerNorm
+from .positional import SinusoidalPositionalEncoding
+
+
+class CrossAttention(Module):
+    """Multi-head attention from one sequence (queries) to another (keys and values).
+
+        q = x W_q^T,  [k, v] = memory W_kv^T,  out = concat_h(Attention(q_h, k_h, v_h)) W_o^T
+
+    (Vaswani et al. 2017, sec. 3.2.2-3.2.3). ``x`` and ``memory`` may have
+    different lengths T_q and T_k, so the scores are ``(B, H, T_q, T_k)``.
+
+    Args:
+        d_model, n_heads: width C (of both sequences) and head count.
+        bias: biases in the projections.
+        dropout: on the attention probabilities (training only) and on the output.
+
+    Parameters:
+        ``q_proj (d_model, d_model)``, ``kv_proj (2 d_model, d_model)`` (output
+        split k, v), ``out_proj (d_model, d_model)``.
+
+    Shapes:
+        forward: x ``(B, T_q, C)``, memory ``(B, T_k, C)``, attn_mask broadcastable to
+        ``(B, n_heads, T_q, T_k)`` (bool True = attend; usually the memory's
+        key-padding mask ``(B, 1, 1, T_k)``) -> ``(B, T_q, C)``.
+        backward: dout ``(B, T_q, C)`` -> ``(dx (B, T_q, C), dmemory (B, T_k, C))``.
+
+    Raises:
+        ValueError: ``d_model`` not divisible by ``n_heads``; x or memory not
+            ``(B, T>=1, C)`` with the same B; a mask of the wrong shape.
+        TypeError: a mask neither bool nor float.
+    """
+
+    def __init__(self, d_model, n_heads, bias=True, dropout=0.0, dtype=np.float32, rng=None):
+        check_model_sizes(d_model=d_model, n_heads=n_heads)
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.q_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.kv_proj = Linear(d_model, 2 * d_model, bias=bias, dtype=dtype, rng=rng)
+        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.resid_dropout = Dropout(dropout)
+        self._rng = np.random.default_rng()
+        self._cache = None
+
+    def forward(self, x: np.ndarray, memory: np.ndarray, attn_mask=None) -> np.ndarray:
+        for name, a in (("x", x), ("memory", memory)):
+            if a.ndim != 3 or a.shape[1] < 1:
+                raise ValueError(
+                    f"{name}: expected shape (B, T>=1, d_model={self.d_model}), got {a.shape}"
+                )
+            check_last_dim(a, self.d_model, name, "d_model")
+        if memory.shape[0] != x.shape[0]:
+            raise ValueError(
+                f"memory: expected batch size B={x.shape[0]} (that of x), got {memory.shape}"
+            )
+        p = self.dropout if self.training else 0.0
+        ### BEGIN SOLUTION ch16
+        ### TODO: q from x (q_proj), k and v from memory (kv_proj, split in that order), each
+        ###   (B, H, T, d_k); scaled_dot_product_attention with attn_mask (dropout_p=p,
+        ###   rng=self._rng, its cache in self._cache); merge heads; out_proj, resid_dropout
+        B, T_q, C = x.shape
+        T_k = memory.shape[1]
+        H, d_k = self.n_heads, self.d_k
+        q = self.q_proj(x).reshape(B, T_q, H, d_k).transpose(0, 2, 1, 3)  # (B, H, T_q, d_k)
+        kv = self.kv_proj(memory)  # (B, T_k, C) -> (B, T_k, 2C)
+        k, v = kv.reshape(B, T_k, 2, H, d_k).transpose(2, 0, 3, 1, 4)  # 2 x (B, H, T_k, d_k)
+        y, self._cache = scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask, dropout_p=p, rng=self._rng
+        )  # (B, H, T_q, T_k) scores inside; y (B, H, T_q, d_k)
+        y = y.transpose(0, 2, 1, 3).reshape(B, T_q, C)
+        return self.resid_dropout(self.out_proj(y))
+        ### END SOLUTION
+
+    def backward(self, dout: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ### BEGIN SOLUTION ch16
+        ### TODO: out_proj (and dropout) backward, split into heads, the attention backward;
+        ###   dq goes back through q_proj to x, dk and dv (in kv_proj's layout) to memory
+        B, T_q, C = dout.shape
+        H, d_k = self.n_heads, self.d_k
+        dy = self.out_proj.backward(self.resid_dropout.backward(dout))  # (B, T_q, C)
+        dy = dy.reshape(B, T_q, H, d_k).transpose(0, 2, 1, 3)  # (B, H, T_q, d_k)
+        dq, dk, dv = scaled_dot_product_attention_backward(dy, self._cache)
+        self._cache = None
+        T_k = dk.shape[2]
+        dx = self.q_proj.backward(dq.transpose(0, 2, 1, 3).reshape(B, T_q, C))
+        dkv = np.empty((B, T_k, 2, H, d_k), dtype=dout.dtype)  # the inverse of the split
+        dkv[:, :, 0] = dk.transpose(0, 2, 1, 3)
+        dkv[:, :, 1] = dv.transpose(0, 2, 1, 3)
+        dmemory = self.kv_proj.backward(dkv.reshape(B, T_k, 2 * C))
+        return dx, dmemory
+        ### END SOLUTION
+
+
+class DecoderBlock(Module):
+    """Pre-norm decoder block of the encoder-decoder Transformer:
+
+        x = x + self_attn(ln1(x), causal and target-padding mask)
+        x = x + cross_attn(ln2(x), memory, source-padding mask)
+        x = x + ffn(ln3(x))
+
+    Args:
+        d_model, n_heads, d_ff, bias, dropout, gelu_approximate: as in
+            :class:`~numpy_impl.encoder.EncoderBlock`.
+
+    Shapes:
+        forward: x ``(B, T, C)``, memory ``(B, S, C)``, self_mask (broadcastable to
+        ``(B, H, T, T)``, combined with the causal mask) and memory_mask
+        (broadcastable to ``(B, H, T, S)``) -> ``(B, T, C)``.
+        backward: dout ``(B, T, C)`` -> ``(dx (B, T, C), dmemory (B, S, C))``.
+    """
+
+    def __init__(
+        self,
+        d_model,
+        n_heads,
+        d_ff=None,
+        bias=True,
+        dropout=0.0,
+        gelu_approximate="none",
+        dtype=np.float32,
+        rng=None,
+    ):
+        self.ln1 = LayerNorm(d_model, bias=bias, dtype=dtype)
+        self.self_attn = SelfAttention(d_model, n_heads, bias, dropout, dtype=dtype, rng=rng)
+        self.ln2 = LayerNorm(d_model, bias=bias, dtype=dtype)
+        self.cross_attn = CrossAttention(d_model, n_heads, bias, dropout, dtype=dtype, rng=rng)
+        self.ln3 = LayerNorm(d_model, bias=bias, dtype=dtype)
+        self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype, rng)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None) -> np.ndarray:
+        x = x + self.self_attn(self.ln1(x), attn_mask=self_mask, is_causal=True)
+        x = x + self.cross_attn(self.ln2(x), memory, attn_mask=memory_mask)
+        return x + self.ffn(self.ln3(x))
+
+    def backward(self, dout: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dx = dout + self.ln3.backward(self.ffn.backward(dout))
+        dh, dmemory = self.cross_attn.backward(dx)
+        dx = dx + self.ln2.backward(dh)
+        dx += self.ln1.backward(self.self_attn.backward(dx))
+        return dx, dmemory
+
+
+class Decoder(Module):
+    """A stack of :class:`DecoderBlock` and the final LayerNorm.
+
+    Every block reads the same memory, so its gradient is the sum of the blocks'.
+
+    Shapes:
+        forward: x ``(B, T, C)``, memory ``(B, S, C)``, self_mask, memory_mask -> ``(B, T, C)``.
+        backward: dout -> ``(dx, dmemory)``.
+    """
+
+    def __init__(
+        self,
+        n_layers,
+        d_model,
+        n_heads,
+        d_ff=None,
+        bias=True,
+        dropout=0.0,
+        gelu_approximate="none",
+        dtype=np.float32,
+        rng=None,
+    ):
+        check_model_sizes(n_layers=n_layers, d_model=d_model, n_heads=n_heads)
+        self.blocks = ModuleList(
+            DecoderBlock(d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype, rng)
+            for _ in range(n_layers)
+        )
+        self.ln_f = LayerNorm(d_model, bias=bias, dtype=dtype)
+
+    def forward(self, x, memory, self_mask=None, memory_mask=None) -> np.ndarray:
+        for block in self.blocks:
+            x = block(x, memory, self_mask=self_mask, memory_mask=memory_mask)
+        return self.ln_f(x)
+
+    def backward(self, dout: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        dx = self.ln_f.backward(dout)
+        dmemory = None
+        for block in reversed(self.blocks):
+            dx, dm = block.backward(dx)
+            dmemory = dm if dmemory is None else dmemory + dm
+        return dx, dmemory
+
+
+class Seq2SeqTransformer(Module):
+    """The encoder-decoder Transformer of Vaswani et al. 2017 (Figure 1), pre-norm.
+
+        memory = encoder(src_drop(src_emb(src) + PE), src padding)
+        logits = head(decoder(tgt_drop(tgt_emb(tgt) + PE), memory, masks))
+
+    Teacher forcing: ``tgt`` is the target shifted right (BOS first); the logits at
+    position t predict target token t. The sinusoid table ``pos_enc`` serves both
+    sides. Initialisation as :class:`~numpy_impl.encoder.TransformerClassifier`
+    (embeddings N(0, 1): the paper scales its embeddings by sqrt(d_model) for
+    the same purpose, putting tokens on the sinusoids' scale), residual projections
+    N(0, 0.02 / sqrt(2 (n_encoder_layers + n_decoder_layers))); the head has no bias.
+
+    Args:
+        src_vocab_size, tgt_vocab_size: the two vocabularies.
+        block_size: longest source and longest target sequence.
+        n_encoder_layers, n_decoder_layers, n_heads, d_model, d_ff, dropout, bias,
+        gelu_approximate: the two stacks.
+        seed, dtype: initial weights; parameter dtype.
+
+    Shapes:
+        forward: src ``(B, S)``, tgt ``(B, T)`` integer; src_mask ``(B, S)``,
+        tgt_mask ``(B, T)`` bool (True = real token) or None -> logits
+        ``(B, T, tgt_vocab_size)``. backward: dlogits -> None; fills every ``.grad``.
+
+    Raises:
+        ValueError: bad sizes; ids of the wrong shape, out of range or longer than
+            ``block_size``; masks not matching their ids; src and tgt batch sizes differ.
+        TypeError: non-integer ids; non-boolean masks.
+    """
+
+    def __init__(
+        self,
+        src_vocab_size,
+        tgt_vocab_size,
+        block_size=64,
+        n_encoder_layers=2,
+        n_decoder_layers=2,
+        n_heads=4,
+        d_model=128,
+        d_ff=None,
+        dropout=0.0,
+        bias=True,
+        gelu_approximate="none",
+        seed=None,
+        dtype=np.float32,
+    ):
+        check_model_sizes(
+            src_vocab_size=src_vocab_size,
+            tgt_vocab_size=tgt_vocab_size,
+            block_size=block_size,
+            n_encoder_layers=n_encoder_layers,
+            n_decoder_layers=n_decoder_layers,
+            d_model=d_model,
+            n_heads=n_heads,
+        )
+        rng = np.random.default_rng(seed)
+        self.src_vocab_size, self.tgt_vocab_size = src_vocab_size, tgt_vocab_size
+        self.block_size = block_size
+        self.src_emb = Embedding(src_vocab_size, d_model, dtype=dtype, rng=rng)
+        self.tgt_emb = Embedding(tgt_vocab_size, d_model, dtype=dtype, rng=rng)
+        self.pos_enc = SinusoidalPositionalEncoding(block_size, d_model, dtype=dtype)
+        self.src_drop = Dropout(dropout)
+        self.tgt_drop = Dropout(dropout)
+        args = (d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype, rng)
+        self.encoder = Encoder(n_encoder_layers, *args)
+        self.decoder = Decoder(n_decoder_layers, *args)
+        self.head = Linear(d_model, tgt_vocab_size, bias=False, dtype=dtype, rng=rng)
+        init_transformer_weights(self, rng, n_encoder_layers + n_decoder_layers)
+
+    # -- the two halves ------------------------------------------------------------------
+    @staticmethod
+    def _padding_mask(mask, shape: tuple[int, int], name: str):
+        """Validate a ``(B, T)`` padding mask; return its ``(B, 1, 1, T)`` attention form."""
+        if mask is None:
+            return None
+        mask = np.asarray(mask)
+        check_token_mask(mask, shape, name)
+        return key_padding_attn_mask(mask)
+
+    def encode(self, src: np.ndarray, src_mask=None) -> np.ndarray:
+        """The memory: src ``(B, S)`` -> ``(B, S, C)``."""
+        src = check_sequence_ids(src, self.src_vocab_size, self.block_size, "src")
+        attn_mask = self._padding_mask(src_mask, src.shape, "src_mask")
+        x = self.src_emb(src) + self.pos_enc(src.shape[1])  # (B, S, C)
+        return self.encoder(self.src_drop(x), attn_mask=attn_mask)
+
+    def decode(self, tgt: np.ndarray, memory: np.ndarray, src_mask=None, tgt_mask=None):
+        """Logits ``(B, T, tgt_vocab_size)`` of the target prefix ``tgt`` ``(B, T)`` given
+        the memory ``(B, S, C)`` of the source (whose padding is ``src_mask``)."""
+        tgt = check_sequence_ids(tgt, self.tgt_vocab_size, self.block_size, "tgt")
+        if memory.ndim != 3 or memory.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"memory: expected shape (B={tgt.shape[0]}, S, d_model), got {memory.shape}"
+            )
+        memory_mask = self._padding_mask(src_mask, memory.shape[:2], "src_mask")  # (B, 1, 1, S)
+        self_mask = self._padding_mask(tgt_mask, tgt.shape, "tgt_mask")  # (B, 1, 1, T), + causal
+        y = self.tgt_emb(tgt) + self.pos_enc(tgt.shape[1])  # (B, T, C)
+        y = self.decoder(self.tgt_drop(y), memory, self_mask, memory_mask)
+        return self.head(y)  # (B, T, tgt_vocab_size)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None) -> np.ndarray:
+        src, tgt = np.asarray(src), np.asarray(tgt)
+        if src.ndim == 2 and tgt.ndim == 2 and src.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"tgt: expected the batch size of src ({src.shape[0]}), got shape {tgt.shape}"
+            )
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt, memory, src_mask, tgt_mask)
+
+    def backward(self, dlogits: np.ndarray) -> None:
+        dy = self.head.backward(dlogits)  # (B, T, C)
+        dy, dmemory = self.decoder.backward(dy)  # the memory fed every decoder block
+        self.tgt_emb.backward(self.tgt_drop.backward(dy))
+        dx = self.encoder.backward(dmemory)
+        self.src_emb.backward(self.src_drop.backward(dx))
+
+    def generate(self, src, max_new_tokens: int, bos_id: int, src_mask=None, eos_id=None):
+        """Greedy decoding: from ``[BOS]``, append the argmax token ``max_new_tokens`` times.
+
+        The source is encoded once; each step runs the decoder on the whole prefix
+        (no key/value cache: the shapes stay those of training). Stops early once
+        every row has produced ``eos_id`` (when given). Runs in eval mode.
+
+        Returns:
+            int64 ``(B, n)``, ``n <= max_new_tokens``: the generated ids, BOS excluded
+            (a row may continue past its own EOS while others finish).
+
+        Raises:
+            ValueError: ``max_new_tokens`` outside ``[1, block_size]``, ``bos_id`` or
+                ``eos_id`` outside the target vocabulary.
+        """
+        if not 1 <= max_new_tokens <= self.block_size:
+            raise ValueError(
+                f"max_new_tokens: must lie in [1, block_size={self.block_size}], "
+                f"got {max_new_tokens}"
+            )
+        for name, value in (("bos_id", bos_id), ("eos_id", eos_id)):
+            if value is not None and not 0 <= value < self.tgt_vocab_size:
+                raise ValueError(
+                    f"{name}: must lie in [0, tgt_vocab_size={self.tgt_vocab_size}), got {value}"
+                )
+        was_training = self.training
+        self.eval()
+        try:
+            memory = self.encode(src, src_mask)  # (B, S, C), once
+            B = memory.shape[0]
+            ys = np.full((B, 1), bos_id, dtype=np.int64)  # (B, 1): BOS
+            done = np.zeros(B, dtype=bool)
+            for _ in range(max_new_tokens):
+                ### BEGIN SOLUTION ch16
+                ### TODO: decode the prefix ys against the memory (with src_mask), take the
+                ###   argmax of the last position's logits (B,), append it to ys; mark rows
+                ###   that produced eos_id in `done` and stop once all are
+                logits = self.decode(ys, memory, src_mask)  # (B, t, V)
+                nxt = logits[:, -1].argmax(axis=-1)  # (B,): the most likely next token
+                ys = np.concatenate([ys, nxt[:, None]], axis=1)  # (B, t + 1)
+                if eos_id is not None:
+                    done |= nxt == eos_id
+                    if done.all():
+                        break
+                ### END SOLUTION
+        finally:
+            self.train(was_training)
+        return ys[:, 1:]

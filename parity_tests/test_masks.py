@@ -1,0 +1,308 @@
+"""Attention masks: an attn_mask combined with is_causal into one explicit mask, key-padding
+masks, fully masked queries, and the three mask conventions in circulation.
+
+twinformer's convention is ``F.scaled_dot_product_attention``'s: a bool
+``attn_mask`` is True where a query may attend (docs/masks.md). Here:
+
+* ``attn_mask`` (bool or float) together with ``is_causal=True``: NumPy vs
+  torch's written-out attention vs torch's fused kernel, outputs and every
+  gradient, T_q != T_k included; and the combination is exactly the explicit
+  mask ``attn_mask & tril`` (top-left aligned);
+* key-padding masks ``(B, T_k)`` -> ``(B, 1, 1, T_k)``: values at padded keys
+  change nothing;
+* a query row whose keys are all masked (by padding, by the causal mask and
+  padding together, or by -inf) returns zeros with zero, finite gradients, in
+  all three implementations;
+* one test per convention: nn.MultiheadAttention (True = masked), the
+  F.scaled_dot_product_attention one (True = attend) and seed 004's 0/1
+  keep-mask (``scores.masked_fill(mask == 0, -1e9)``), each converted with
+  ``to_attn_mask`` and compared with the library or seed code it comes from.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given
+from hypothesis import strategies as st
+
+import numpy_impl as N
+import numpy_impl.attention as NA
+import torch_impl as T
+import torch_impl.attention as TA
+from parity_tests.harness import finite_difference_check, tensor
+from parity_tests.strategies import (
+    DTYPES,
+    SeededRng,
+    batch_sizes,
+    head_dims,
+    lengths,
+    n_heads,
+    rngs,
+)
+from parity_tests.tolerances import assert_close
+
+pytestmark = pytest.mark.ch15
+
+FLOAT_DTYPES = [pytest.param(dt, id=np.dtype(dt).name) for dt in DTYPES]
+IMPLS = ["explicit", "sdpa"]
+COMBINED = ["bool+causal", "float+causal", "padding+causal", "padding"]
+
+
+@st.composite
+def problems(draw) -> dict:
+    return {
+        "B": draw(batch_sizes),
+        "H": draw(n_heads),
+        "Tq": draw(lengths),
+        "Tk": draw(lengths),
+        "d_k": draw(head_dims),
+        "d_v": draw(head_dims),
+    }
+
+
+def make(p: dict, kind: str, rng: SeededRng, dtype):
+    """q, k, v and (attn_mask, is_causal) of the given kind; some queries fully masked."""
+    B, H, Tq, Tk = p["B"], p["H"], p["Tq"], p["Tk"]
+    q = rng.uniform((B, H, Tq, p["d_k"]), dtype, bound=2.0)
+    k = rng.uniform((B, H, Tk, p["d_k"]), dtype, bound=2.0)
+    v = rng.uniform((B, H, Tk, p["d_v"]), dtype, bound=2.0)
+    if kind.startswith("padding"):
+        keep = rng.mask((B, Tk), p_true=0.7)
+        keep[0] = True
+        if B > 1:
+            keep[-1] = False  # a sequence of nothing but padding: every query dead
+        mask = NA.key_padding_attn_mask(keep)
+    else:  # any shape that broadcasts, the small ones too: they must grow, not break
+        shapes = [(B, 1, Tq, Tk), (1, H, Tq, Tk), (1, 1, 1, Tk), (Tq, Tk)]
+        shape = shapes[int(rng.gen.integers(len(shapes)))]
+        if kind.startswith("bool"):
+            mask = rng.mask(shape, p_true=0.6)
+        else:
+            mask = rng.uniform(shape, dtype)
+            mask[rng.mask(mask.shape, p_true=0.3)] = -np.inf
+    return q, k, v, mask, kind.endswith("causal")
+
+
+def torch_attention(q, k, v, mask, is_causal, impl):
+    qt, kt, vt = (tensor(a, requires_grad=True) for a in (q, k, v))
+    out = T.scaled_dot_product_attention(
+        qt, kt, vt, attn_mask=torch.from_numpy(np.array(mask)), is_causal=is_causal, impl=impl
+    )
+    return out, (qt, kt, vt)
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+@pytest.mark.parametrize("kind", COMBINED)
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
+@given(data=st.data(), rng=rngs)
+def test_combined_mask_parity(impl, kind, dtype, data, rng: SeededRng):
+    """attn_mask with is_causal: NumPy vs torch (explicit and fused), outputs and gradients;
+    and the same as passing the one explicit mask ``attn_mask & tril`` yourself."""
+    p = data.draw(problems(), label="problem")
+    q, k, v, mask, is_causal = make(p, kind, rng, dtype)
+    what = f"SDPA[{impl}, {kind}]"
+    out, cache = N.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+    out_t, leaves = torch_attention(q, k, v, mask, is_causal, impl)
+    assert_close(f"output of {what}", out, out_t, dtype)
+
+    explicit = NA.combine_attn_mask(mask, is_causal, p["Tq"], p["Tk"])
+    if is_causal:
+        tril = np.tri(p["Tq"], p["Tk"], dtype=bool)
+        by_hand = mask & tril if mask.dtype == np.bool_ else np.where(tril, mask, -np.inf)
+        np.testing.assert_array_equal(explicit, by_hand)
+    assert_close(
+        f"{what} vs attention with the explicit mask",
+        out,
+        N.scaled_dot_product_attention(q, k, v, attn_mask=explicit)[0],
+        dtype,
+    )
+
+    dout = rng.normal(out.shape, dtype)
+    (out_t * tensor(dout)).sum().backward()
+    for name, g, leaf in zip(
+        ("dq", "dk", "dv"),
+        N.scaled_dot_product_attention_backward(dout, cache),
+        leaves,
+        strict=True,
+    ):
+        assert np.all(np.isfinite(g)) and torch.all(torch.isfinite(leaf.grad)), f"{name}: NaN"
+        assert_close(f"{name} of {what}", g, leaf.grad, dtype)
+
+
+@pytest.mark.parametrize("kind", COMBINED)
+@given(data=st.data(), rng=rngs)
+def test_combined_mask_finite_differences(kind, data, rng: SeededRng):
+    p = data.draw(problems(), label="problem")
+    q, k, v, mask, is_causal = make(p, kind, rng, np.float64)
+
+    def forward():
+        return N.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)[0]
+
+    out, cache = N.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+    dout = rng.normal(out.shape)
+    grads = N.scaled_dot_product_attention_backward(dout, cache)
+    for name, x, g in zip(("dq", "dk", "dv"), (q, k, v), grads, strict=True):
+        finite_difference_check(f"{name} of SDPA[{kind}]", forward, x, g, dout, rng)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "explicit", "sdpa"])
+@pytest.mark.parametrize("kind", ["padding", "padding+causal", "-inf row"])
+def test_fully_masked_queries_give_zeros_and_zero_gradients(backend, kind):
+    """Fixed case, B=2, one head, T_q=3, T_k=4. Sequence 1 is all padding: all its queries
+    are dead. With the causal mask too, sequence 0 (keys 1..3 real, key 0 padding) also
+    has a dead query 0. Dead rows: output exactly 0, gradients exactly 0, never NaN; the
+    live rows match attention restricted by hand to their allowed keys."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(2, 1, n, 2)) for n in (3, 4, 4))
+    is_causal = kind == "padding+causal"
+    if kind == "-inf row":
+        mask = np.zeros((2, 1, 3, 4))
+        mask[1] = -np.inf
+        mask[0, 0, 1, 2:] = -np.inf
+        allowed = np.isfinite(mask)
+    else:
+        keep = np.array([[False, True, True, True], [False] * 4])
+        mask = NA.key_padding_attn_mask(keep)
+        allowed = np.broadcast_to(mask, (2, 1, 3, 4)) & (
+            np.tri(3, 4, dtype=bool) if is_causal else True
+        )
+    dead = ~allowed.any(axis=-1)  # (2, 1, 3)
+    assert dead[1].all() and (dead[0, 0, 0] == is_causal)
+
+    dout = rng.normal(size=(2, 1, 3, 2))
+    if backend == "numpy":
+        out, cache = N.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+        dq, dk, dv = N.scaled_dot_product_attention_backward(dout, cache)
+    else:
+        out_t, leaves = torch_attention(q, k, v, mask, is_causal, backend)
+        (out_t * tensor(dout)).sum().backward()
+        out = out_t.detach().numpy()
+        dq, dk, dv = (leaf.grad.numpy() for leaf in leaves)
+    np.testing.assert_array_equal(out[dead], 0.0)
+    np.testing.assert_array_equal(dq[dead], 0.0)
+    np.testing.assert_array_equal(dk[1], 0.0)  # nobody attends to sequence 1's keys
+    np.testing.assert_array_equal(dv[1], 0.0)
+    for a in (out, dq, dk, dv):
+        assert np.all(np.isfinite(a))
+    for b, h, i in zip(*np.nonzero(~dead), strict=True):  # live rows: softmax over allowed keys
+        s = q[b, h, i] @ k[b, h].T / np.sqrt(2)
+        s = np.where(allowed[b, h, i], s + (mask[b, h, i] if mask.dtype != bool else 0), -np.inf)
+        w = np.exp(s - s.max())
+        np.testing.assert_allclose(out[b, h, i], (w / w.sum()) @ v[b, h], rtol=1e-12)
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@given(rng=rngs, B=batch_sizes, Tq=lengths, Tk=st.integers(2, 9))
+def test_padded_keys_change_nothing(backend, rng: SeededRng, B, Tq, Tk):
+    """Keys and values at padded positions may hold anything: the output is the same."""
+    keep = rng.mask((B, Tk), p_true=0.6)
+    keep[:, 0] = True
+    q = rng.uniform((B, 2, Tq, 3))
+    k, v = rng.uniform((B, 2, Tk, 3)), rng.uniform((B, 2, Tk, 3))
+    k2, v2 = k.copy(), v.copy()
+    pad = np.broadcast_to(~keep[:, None, :, None], k.shape)
+    k2[pad], v2[pad] = 100.0, -100.0
+    if backend == "numpy":
+        mask = NA.key_padding_attn_mask(keep)
+        a = N.scaled_dot_product_attention(q, k, v, mask)[0]
+        b = N.scaled_dot_product_attention(q, k2, v2, mask)[0]
+    else:
+        mask = TA.key_padding_attn_mask(torch.from_numpy(keep))
+        a, b = (
+            T.scaled_dot_product_attention(*map(tensor, (q, kk, vv)), mask)
+            for kk, vv in ((k, v), (k2, v2))
+        )
+    assert mask.shape == (B, 1, 1, Tk)
+    assert_close(f"{backend}: attention with other values at padded keys", b, a, np.float64)
+
+
+# -- the three conventions --------------------------------------------------------------------
+def test_convention_true_means_masked_nn_multihead_attention():
+    """nn.MultiheadAttention (seed 000's block): ``attn_mask`` and ``key_padding_mask`` are
+    True where attention is NOT allowed. ``to_attn_mask(mask, "masked")`` (= ~mask) and
+    ``key_padding_attn_mask(~key_padding_mask)`` give twinformer's masks; with the module's
+    own weights, NumPy attention then reproduces its output."""
+    torch.manual_seed(0)
+    B, Tq, d_model, H = 2, 5, 8, 2
+    mha = torch.nn.MultiheadAttention(d_model, H, batch_first=True, dtype=torch.float64)
+    x = torch.randn(B, Tq, d_model, dtype=torch.float64)
+    seed_000_mask = torch.triu(torch.ones(Tq, Tq), diagonal=1).bool()  # seed 000: True = future
+    key_padding_mask = torch.tensor([[False] * 5, [False, False, False, True, True]])  # True = pad
+    expected, _ = mha(x, x, x, attn_mask=seed_000_mask, key_padding_mask=key_padding_mask)
+
+    attn_mask = NA.to_attn_mask(seed_000_mask.numpy(), "masked")
+    np.testing.assert_array_equal(attn_mask, NA.causal_attn_mask(Tq, Tq))
+    allowed = attn_mask & NA.key_padding_attn_mask(~key_padding_mask.numpy())  # (B, 1, Tq, Tq)
+    w_qkv = mha.in_proj_weight.detach().numpy()  # (3 d_model, d_model): the combined layout
+    b_qkv = mha.in_proj_bias.detach().numpy()
+    qkv = x.numpy() @ w_qkv.T + b_qkv
+    q, k, v = (
+        a.reshape(B, Tq, H, d_model // H).transpose(0, 2, 1, 3) for a in np.split(qkv, 3, -1)
+    )
+    y = N.scaled_dot_product_attention(q, k, v, attn_mask=allowed)[0]
+    y = y.transpose(0, 2, 1, 3).reshape(B, Tq, d_model)
+    out = y @ mha.out_proj.weight.detach().numpy().T + mha.out_proj.bias.detach().numpy()
+    assert_close(
+        "nn.MultiheadAttention vs NumPy with the converted masks", out, expected, np.float64
+    )
+    # the same via the torch twin's helpers
+    t_mask = TA.to_attn_mask(seed_000_mask, "masked") & TA.key_padding_attn_mask(~key_padding_mask)
+    np.testing.assert_array_equal(t_mask.numpy(), allowed)
+
+
+def test_convention_true_means_attend_sdpa():
+    """F.scaled_dot_product_attention: True = may attend, twinformer's own convention:
+    ``to_attn_mask(mask, "attend")`` returns it unchanged and both backends agree with F."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.normal(size=(2, 2, n, 3)) for n in (4, 5, 5))
+    mask = rng.random((2, 1, 4, 5)) < 0.6
+    mask[..., 0] = True
+    expected = F.scaled_dot_product_attention(
+        *map(tensor, (q, k, v)), attn_mask=torch.from_numpy(mask)
+    )
+    assert NA.to_attn_mask(mask, "attend") is mask
+    out = N.scaled_dot_product_attention(q, k, v, attn_mask=NA.to_attn_mask(mask, "attend"))[0]
+    assert_close(
+        "F.scaled_dot_product_attention vs NumPy, same bool mask", out, expected, np.float64
+    )
+    got_t = T.scaled_dot_product_attention(
+        *map(tensor, (q, k, v)), TA.to_attn_mask(torch.from_numpy(mask), "attend")
+    )
+    assert_close("F.scaled_dot_product_attention vs torch twin", got_t, expected, np.float64)
+
+
+def test_convention_keep_mask_compared_with_zero_seed_004():
+    """Seed 004: ``scores.masked_fill(mask == 0, -1e9)`` with a 0/1 mask (1 = keep).
+    ``to_attn_mask(mask, "keep")`` (= mask != 0) gives the same attention wherever a query
+    keeps a key; a query that keeps none differs on purpose: -1e9 everywhere is a uniform
+    average of all values there, twinformer returns zeros."""
+    rng = np.random.default_rng(2)
+    q, k, v = (rng.normal(size=(1, 2, n, 4)) for n in (3, 6, 6))
+    keep = (rng.random((1, 1, 3, 6)) < 0.5).astype(np.int64)
+    keep[..., 0, 0], keep[..., 1, :] = 1, 1
+    keep[..., 2, :] = 0  # query 2 keeps nothing
+
+    def seed_004(Q, K, V, mask):  # scaled_dot_product_attention of seed 004, verbatim
+        scores = torch.matmul(Q, K.transpose(-2, -1)) / np.sqrt(Q.size(-1))
+        scores = scores.masked_fill(mask == 0, -1e9)
+        return torch.matmul(torch.softmax(scores, dim=-1), V)
+
+    expected = seed_004(*map(tensor, (q, k, v, keep)))
+    mask = NA.to_attn_mask(keep, "keep")
+    assert mask.dtype == np.bool_
+    out = N.scaled_dot_product_attention(q, k, v, attn_mask=mask)[0]
+    assert_close(
+        "seed 004 vs NumPy, queries 0 and 1", out[..., :2, :], expected[..., :2, :], np.float64
+    )
+    np.testing.assert_array_equal(out[..., 2, :], 0.0)
+    assert_close(
+        "seed 004's fully masked query: the mean of the values",
+        expected[..., 2, :],
+        v.mean(axis=2),
+        np.float64,
+    )
+    t_mask = TA.to_attn_mask(torch.from_numpy(keep), "keep")
+    np.testing.assert_array_equal(t_mask.numpy(), mask)
