@@ -62,6 +62,8 @@ def flash_attention(
         RuntimeError: a kernel forced by ``use_sdpa_backend`` cannot take these inputs.
     """
     _check_attention_inputs(q, k, v, attn_mask, is_causal, 0.0)
+    if attn_mask is not None and is_causal:  # the NumPy twin's tiles take one or the other
+        raise ValueError("attn_mask: cannot be combined with is_causal=True")
     _check_tile(tile_q, "tile_q")
     _check_tile(tile_k, "tile_k")
     return F.scaled_dot_product_attention(
