@@ -91,6 +91,11 @@ def _check_attention_inputs(
         raise ValueError(
             f"v: expected shape (B={B}, n_heads={H}, Tk={Tk}, d_v), got {tuple(v.shape)}"
         )
+    if not (q.dtype == k.dtype == v.dtype and q.is_floating_point()):
+        # the fused kernel's own message is a RuntimeError; the NumPy twin raises TypeError
+        raise TypeError(
+            f"q, k, v: expected one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
     if attn_mask is not None:
         if is_causal:
             raise ValueError("attn_mask and is_causal cannot both be set; fold the causal mask in")
@@ -198,7 +203,8 @@ def scaled_dot_product_attention_explicit(
             ``attn_mask`` not broadcastable to ``(B, n_heads, Tq, Tk)``,
             ``attn_mask`` together with ``is_causal``, or ``dropout_p`` outside
             ``[0, 1)``.
-        TypeError: an ``attn_mask`` that is neither bool nor floating.
+        TypeError: an ``attn_mask`` that is neither bool nor floating; q, k, v not of one
+            floating dtype.
     """
     _check_attention_inputs(q, k, v, attn_mask, is_causal, dropout_p)
     attn = attention_weights(q, k, attn_mask, is_causal, scale)  # (B, H, Tq, Tk)
@@ -237,7 +243,8 @@ def scaled_dot_product_attention(
         ValueError: an unknown ``impl`` or ``sdpa_backend``, or any input error listed for
             :func:`scaled_dot_product_attention_explicit` (checked up front for
             both implementations, so they fail identically).
-        TypeError: an ``attn_mask`` that is neither bool nor floating.
+        TypeError: an ``attn_mask`` that is neither bool nor floating; q, k, v not of one
+            floating dtype.
         RuntimeError: the forced ``sdpa_backend`` cannot take these inputs.
     """
     if impl not in ATTN_IMPLS:
