@@ -176,12 +176,21 @@ def gpt2_config(model_config: dict):
 
     Raises:
         ImportError: transformers is not installed (``pip install -e ".[interop]"``).
-        ValueError: a model without biases (GPT-2 always has them).
+        ValueError: a model without biases (GPT-2 always has them), or one that is not
+            GPT-2-style, naming the field (``pos_emb`` "learned", ``norm`` "layernorm",
+            ``ffn`` "gelu", ``norm_position`` "pre" are needed).
     """
     from transformers import GPT2Config
 
     if not model_config.get("bias", True):
         raise ValueError("bias: GPT-2 has biases everywhere; this model has none")
+    # A post-norm model has exactly GPT-2's weights: without this check it would export
+    # without an error and compute something else (a silent wrong answer).
+    for name, wanted in (("pos_emb", "learned"), ("norm", "layernorm"), ("ffn", "gelu"),
+                         ("norm_position", "pre")):  # fmt: skip
+        value = model_config.get(name, wanted)
+        if value != wanted:
+            raise ValueError(f"{name}: GPT-2 needs {wanted!r}, this model has {value!r}")
     gelu = model_config.get("gelu_approximate", "tanh")
     dropout = float(model_config.get("dropout", 0.0))
     return GPT2Config(
@@ -289,10 +298,11 @@ def to_gpt2(model_config: dict, state: Mapping, dtype=None):
     import torch
     from transformers import GPT2LMHeadModel
 
+    hf_config = gpt2_config(model_config)  # first: a wrong architecture is named as such
     hf_state = to_gpt2_state(state, model_config)
     if dtype is None:
         dtype = torch.from_numpy(np.zeros(0, hf_state["transformer.wte.weight"].dtype)).dtype
-    model = GPT2LMHeadModel(gpt2_config(model_config)).to(dtype)
+    model = GPT2LMHeadModel(hf_config).to(dtype)
     tensors = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in hf_state.items()}
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     # only the causal-mask buffers may be left to the model's own values

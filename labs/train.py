@@ -208,6 +208,14 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup_iters < 0 or args.sample_tokens < 0:
         raise UserError("--warmup-iters and --sample-tokens must be >= 0")
+    # checked here, not by each backend: the NumPy schedule took a negative --min-lr that the
+    # torch scheduler refuses, and a negative or NaN --grad-clip silently meant "no clipping"
+    if not (math.isfinite(args.min_lr) and args.min_lr >= 0):
+        raise UserError(f"--min-lr must be a finite number >= 0, got {args.min_lr}")
+    if not (math.isfinite(args.grad_clip) and args.grad_clip >= 0):
+        raise UserError(
+            f"--grad-clip must be a finite number >= 0 (0: no clipping), got {args.grad_clip}"
+        )
     if args.lr_decay_iters is not None and args.lr_decay_iters <= args.warmup_iters:
         raise UserError(
             f"--lr-decay-iters ({args.lr_decay_iters}) must exceed --warmup-iters "

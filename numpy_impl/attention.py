@@ -41,6 +41,11 @@ def _check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
         raise ValueError(f"k: expected shape (B={B}, n_heads={H}, Tk, d_k={d_k}), got {k.shape}")
     if v.shape[:3] != (B, H, T_k):
         raise ValueError(f"v: expected shape (B={B}, n_heads={H}, Tk={T_k}, d_v), got {v.shape}")
+    if not (q.dtype == k.dtype == v.dtype and np.issubdtype(q.dtype, np.floating)):
+        # the torch twin's kernel refuses mixed or integer dtypes; NumPy would upcast silently
+        raise TypeError(
+            f"q, k, v: expected one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
 
 
 # -- masks ----------------------------------------------------------------------------------
@@ -212,7 +217,7 @@ def scaled_dot_product_attention(
     Raises:
         ValueError: q, k, v not 4-D or with mismatched shapes, ``attn_mask`` not
             broadcastable to ``(B, n_heads, T_q, T_k)``, ``dropout_p`` outside ``[0, 1)``.
-        TypeError: ``attn_mask`` is neither bool nor float.
+        TypeError: ``attn_mask`` is neither bool nor float; q, k, v not of one float dtype.
     """
     _check_qkv(q, k, v)
     if not 0.0 <= dropout_p < 1.0:

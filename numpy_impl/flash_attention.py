@@ -36,6 +36,8 @@ import math
 
 import numpy as np
 
+from .attention import _check_qkv
+
 
 def _check_tile(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -48,22 +50,10 @@ def _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k):
 
     Returns the leading (batch) shape, the mask broadcast to ``(..., T_q, T_k)``
     (a view, or None) and the two tile lengths."""
-    if q.ndim < 2 or k.ndim < 2 or v.ndim < 2:
-        raise ValueError(
-            f"q, k, v: expected q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v); "
-            f"got {q.shape}, {k.shape}, {v.shape}"
-        )
-    if q.shape[-1] != k.shape[-1] or k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"q, k, v: expected q (..., T_q, d_k), k (..., T_k, d_k), v (..., T_k, d_v); "
-            f"got {q.shape}, {k.shape}, {v.shape}"
-        )
-    try:
-        lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except ValueError:
-        raise ValueError(
-            f"q, k, v: leading (batch) dimensions do not broadcast: {q.shape}, {k.shape}, {v.shape}"
-        ) from None
+    # the explicit version's checks (4-D, same B and heads, one float dtype), as the torch
+    # twin applies them: a 3-D q or a k of another batch size is a mistake, not a broadcast
+    _check_qkv(q, k, v)
+    lead = q.shape[:-2]
     if attn_mask is not None and is_causal:
         raise ValueError("attn_mask: cannot be combined with is_causal=True")
     tile_q, tile_k = _check_tile(tile_q, "tile_q"), _check_tile(tile_k, "tile_k")
@@ -118,9 +108,9 @@ def flash_attention(
     holding more than a ``(..., tile_q, tile_k)`` block of scores.
 
     Args:
-        q: ``(..., T_q, d_k)`` queries, usually ``(B, n_heads, T_q, d_k)``; float32/64.
-        k: ``(..., T_k, d_k)`` keys.
-        v: ``(..., T_k, d_v)`` values.
+        q: ``(B, n_heads, T_q, d_k)`` queries; float32/64.
+        k: ``(B, n_heads, T_k, d_k)`` keys, q's dtype.
+        v: ``(B, n_heads, T_k, d_v)`` values, q's dtype.
         attn_mask: broadcastable to ``(..., T_q, T_k)``. Boolean: True = may attend
             (a key-padding mask is ``(B, 1, 1, T_k)``). Float: added to the scores
             (``-inf`` forbids).
@@ -143,7 +133,7 @@ def flash_attention(
     Raises:
         ValueError: mismatched shapes, ``attn_mask`` with ``is_causal``, a mask
             that does not broadcast, a tile length that is not a positive int.
-        TypeError: ``attn_mask`` is neither bool nor float.
+        TypeError: ``attn_mask`` is neither bool nor float; q, k, v not of one float dtype.
     """
     lead, mask, tile_q, tile_k = _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k)
     T_q, T_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]

@@ -1043,20 +1043,33 @@ class BPETokenizer:
         if doc.get("normalizer") is not None:
             raise unsupported("normalizer", doc["normalizer"])
         pre = doc.get("pre_tokenizer") or {}
-        if pre.get("type") != "ByteLevel" or pre.get("add_prefix_space", True):
+        if (
+            not isinstance(pre, dict)
+            or pre.get("type") != "ByteLevel"
+            or pre.get("add_prefix_space", True)
+        ):
             raise unsupported("pre_tokenizer", doc.get("pre_tokenizer"))
         dec = doc.get("decoder")
-        if dec is not None and dec.get("type") != "ByteLevel":
+        if dec is not None and (not isinstance(dec, dict) or dec.get("type") != "ByteLevel"):
             raise unsupported("decoder", dec)
         pattern = GPT2_SPLIT_PATTERN if pre.get("use_regex", True) else None
-        vocab = {str_to_token(s): int(i) for s, i in model.get("vocab", {}).items()}
-        merges = []
-        for m in model.get("merges", []):
-            pair = m.split(" ") if isinstance(m, str) else m
-            if len(pair) != 2:
-                raise ValueError(f"tokenizer.json: model.merges: bad merge {m!r}")
-            merges.append((str_to_token(pair[0]), str_to_token(pair[1])))
-        specials = {t["content"]: int(t["id"]) for t in doc.get("added_tokens") or []}
+        # A hand-edited file can hold anything: a wrong structure is a ValueError naming
+        # the field (as the torch twin's, where HF's parser rejects it), not a KeyError.
+        field = "model.vocab"
+        try:
+            vocab = {str_to_token(s): int(i) for s, i in model.get("vocab", {}).items()}
+            field, merges = "model.merges", []
+            for m in model.get("merges", []):
+                pair = m.split(" ") if isinstance(m, str) else m
+                if not isinstance(pair, list) or len(pair) != 2:
+                    raise ValueError(f"tokenizer.json: model.merges: bad merge {m!r}")
+                merges.append((str_to_token(pair[0]), str_to_token(pair[1])))
+            field = "added_tokens"
+            specials = {t["content"]: int(t["id"]) for t in doc.get("added_tokens") or []}
+        except (TypeError, KeyError, AttributeError, ValueError) as e:
+            if str(e).startswith("tokenizer.json:"):
+                raise
+            raise ValueError(f"tokenizer.json: {field}: malformed ({type(e).__name__}: {e})") from e
         return cls(vocab, merges, specials, pattern)
 
     @classmethod

@@ -418,6 +418,34 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^attn_mask\b",
     ),
+    "flash_attention: q of rank 3 (NumPy once broadcast it)": Row(
+        "ch12",
+        lambda: N.flash_attention(Q[0], Q[0], Q[0]),
+        lambda: T.flash_attention(t(Q[0]), t(Q[0]), t(Q[0])),
+        ValueError,
+        r"^q\b.*4 dimensions",
+    ),
+    "flash_attention: k of another batch size (no broadcasting)": Row(
+        "ch12",
+        lambda: N.flash_attention(np.zeros((2, H, 3, 4)), Q, Q),
+        lambda: T.flash_attention(torch.zeros(2, H, 3, 4).double(), t(Q), t(Q)),
+        ValueError,
+        r"^k\b",
+    ),
+    "flash_attention: float32 q with float64 k, v (NumPy once upcast)": Row(
+        "ch12",
+        lambda: N.flash_attention(Q.astype(np.float32), Q, Q),
+        lambda: T.flash_attention(t(Q).float(), t(Q), t(Q)),  # the kernel: RuntimeError
+        TypeError,
+        r"^q, k, v\b.*floating dtype",
+    ),
+    "SDPA: integer q, k, v": Row(
+        "ch03",
+        lambda: N.scaled_dot_product_attention(*(np.ones((1, 1, 2, 2), np.int64),) * 3),
+        lambda: T.scaled_dot_product_attention(*(torch.ones(1, 1, 2, 2, dtype=torch.long),) * 3),
+        TypeError,
+        r"^q, k, v\b.*floating dtype",
+    ),
     "GPT with kv_cache: start_pos past the cached positions": Row(
         "ch12",
         lambda: (m := np_gpt()).forward(ids([1]), kv_cache=m.new_kv_cache(), start_pos=1),
@@ -828,6 +856,20 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^max_new_tokens\b.*block_size",
     ),
+    "BPETokenizer.from_json: merges not a list (NumPy once a bare TypeError)": Row(
+        "ch11",
+        lambda: N.BPETokenizer.from_json(bpe_json_with(model={**bpe_model(), "merges": 5})),
+        lambda: T.BPETokenizer.from_json(bpe_json_with(model={**bpe_model(), "merges": 5})),
+        ValueError,
+        r"^tokenizer.json\b",
+    ),
+    "BPETokenizer.from_json: added token without content (NumPy once a KeyError)": Row(
+        "ch11",
+        lambda: N.BPETokenizer.from_json(bpe_json_with(added_tokens=[{"id": 300}])),
+        lambda: T.BPETokenizer.from_json(bpe_json_with(added_tokens=[{"id": 300}])),
+        ValueError,
+        r"^tokenizer.json\b",
+    ),
 }
 
 
@@ -846,6 +888,10 @@ def torch_bpe():
         tok = np_bpe()
         _BPE["torch"] = T.BPETokenizer(tok.vocab, tok.merges, tok.special_tokens)
     return _BPE["torch"]
+
+
+def bpe_model() -> dict:
+    return json.loads(np_bpe().to_json())["model"]
 
 
 def bpe_json_with(**fields) -> str:
@@ -1117,6 +1163,12 @@ ROWS.update(
         ),
         "train: --batch-size 0": plumbing(
             lambda b: train(b, "--batch-size", "0"), UserError, r"^--batch-size\b"
+        ),
+        "train: negative --min-lr (NumPy once trained with it)": plumbing(
+            lambda b: train(b, "--min-lr", "-1"), UserError, r"^--min-lr\b"
+        ),
+        "train: negative --grad-clip (once silently no clipping)": plumbing(
+            lambda b: train(b, "--grad-clip", "-1"), UserError, r"^--grad-clip\b"
         ),
         "sample: empty --prompt": plumbing(
             lambda b: sample(b, "good", prompt=""), UserError, r"^--prompt\b"

@@ -174,6 +174,12 @@ def test_configs_round_trip_and_unsupported_settings_are_named():
             from_gpt2_config(transformers.GPT2Config(**{**SMALL, **change}))
     with pytest.raises(ValueError, match="^bias"):
         gpt2_config({**ours, "bias": False})
+    # a post-norm (or RoPE, RMSNorm, SwiGLU) model must not export as a GPT-2 that computes
+    # something else: post-norm has exactly GPT-2's weights, so only this check stops it
+    for name, value in (("norm_position", "post"), ("pos_emb", "rope"), ("norm", "rmsnorm"),
+                        ("ffn", "swiglu")):  # fmt: skip
+        with pytest.raises(ValueError, match=f"^{name}: GPT-2 needs"):
+            gpt2_config({**ours, name: value})
 
 
 def test_state_dict_of_another_depth_lists_the_keys():

@@ -213,6 +213,11 @@ def _check_attention_inputs(
         raise ValueError(
             f"v: expected shape (B={B}, n_heads={H}, Tk={Tk}, d_v), got {tuple(v.shape)}"
         )
+    if not (q.dtype == k.dtype == v.dtype and q.is_floating_point()):
+        # the fused kernel's own message is a RuntimeError; the NumPy twin raises TypeError
+        raise TypeError(
+            f"q, k, v: expected one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
     if attn_mask is not None:
         check_attn_mask(attn_mask, (B, H, Tq, Tk))
     check_probability(dropout_p, "dropout_p")
@@ -306,7 +311,8 @@ def scaled_dot_product_attention_explicit(
         ValueError: inputs that are not 4-D or whose shapes disagree, an
             ``attn_mask`` not broadcastable to ``(B, n_heads, Tq, Tk)``, or
             ``dropout_p`` outside ``[0, 1)``.
-        TypeError: an ``attn_mask`` that is neither bool nor floating.
+        TypeError: an ``attn_mask`` that is neither bool nor floating; q, k, v not of one
+            floating dtype.
     """
     _check_attention_inputs(q, k, v, attn_mask, is_causal, dropout_p)
     attn = attention_weights(q, k, attn_mask, is_causal, scale)  # (B, H, Tq, Tk)
@@ -345,7 +351,8 @@ def scaled_dot_product_attention(
         ValueError: an unknown ``impl`` or ``sdpa_backend``, or any input error listed for
             :func:`scaled_dot_product_attention_explicit` (checked up front for
             both implementations, so they fail identically).
-        TypeError: an ``attn_mask`` that is neither bool nor floating.
+        TypeError: an ``attn_mask`` that is neither bool nor floating; q, k, v not of one
+            floating dtype.
         RuntimeError: the forced ``sdpa_backend`` cannot take these inputs.
     """
     if impl not in ATTN_IMPLS:

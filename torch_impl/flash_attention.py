@@ -58,7 +58,8 @@ def flash_attention(
     Raises:
         ValueError: shapes that do not fit, ``attn_mask`` with ``is_causal``, a
             mask that does not broadcast, a tile length that is not a positive int.
-        TypeError: an ``attn_mask`` that is neither bool nor floating.
+        TypeError: an ``attn_mask`` that is neither bool nor floating; q, k, v not of one
+            floating dtype.
         RuntimeError: a kernel forced by ``use_sdpa_backend`` cannot take these inputs.
     """
     _check_attention_inputs(q, k, v, attn_mask, is_causal, 0.0)
