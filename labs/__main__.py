@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module, help_ in (
-        ("train", train, "train a character-level GPT on Tiny Shakespeare"),
+        ("train", train, "train a GPT on Tiny Shakespeare (characters or BPE tokens)"),
         ("sample", sample, "continue a prompt with a trained checkpoint"),
         ("bench", bench, "time a training step on both backends"),
         (

@@ -9,10 +9,10 @@ In one process, on Tiny Shakespeare, side by side:
   cache empty; and a second call) against HF's ``Tokenizer.encode`` of the whole
   corpus in one call;
 * compression, UTF-8 bytes per token over the whole corpus, of: characters (chapter
-  01); seed 003's plain BPE (no pre-tokenization: merges cross word boundaries),
-  trained with ``train_bpe(pattern=None)``, which the suite tests equal to the seed's
+  01); the plain BPE of the tokenizer tutorials (no pre-tokenization: merges cross word boundaries),
+  trained with ``train_bpe(pattern=None)``, which the suite tests equal to the tutorials'
   rescanning ``train_bpe_plain``; the from-scratch byte-level BPE with GPT-2's regex;
-  HF ``ByteLevel``; and HF with the seed's ``Whitespace`` pre-tokenizer (which drops
+  HF ``ByteLevel``; and HF with the tutorials' ``Whitespace`` pre-tokenizer (which drops
   whitespace, so it is not reversible: see the notes it prints).
 
 HF trains on a thread pool: ``RAYON_NUM_THREADS`` (``--threads``) sets its size, and
@@ -52,7 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="RAYON_NUM_THREADS for HF (default: HF's choice, one per core)",
     )
     p.add_argument(
-        "--no-plain", action="store_true", help="skip seed 003's plain BPE (about a minute)"
+        "--no-plain",
+        action="store_true",
+        help="skip the plain BPE without pre-tokenization (about a minute)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object, no table")
 
@@ -187,10 +189,10 @@ def _table(res: dict, header: str) -> str:
     out.append(f"{'tokenizer':<44}" + "".join(f" | {'vocab ' + V:>12}" for V in sizes))
     rows = [
         ("characters (chapter 01, 65 tokens)", lambda r: res["char"]["bytes_per_token"]),
-        ("seed 003 plain BPE (no pre-tokenization)", lambda r: r.get("seed_plain")),
+        ("plain BPE (no pre-tokenization)", lambda r: r.get("seed_plain")),
         ("from scratch, GPT-2 regex (chapter 11)", lambda r: r["ours_gpt2_regex"]),
         ("HF ByteLevel (GPT-2 regex)", lambda r: r["hf_bytelevel"]),
-        ("HF Whitespace (seed 003's snippet) [1]", lambda r: r["hf_whitespace"]),
+        ("HF Whitespace pre-tokenizer [1]", lambda r: r["hf_whitespace"]),
         ("  same, non-space bytes per token [1]", lambda r: r["hf_whitespace_non_space_bytes"]),
     ]  # fmt: skip
     for name, get in rows:

@@ -459,6 +459,14 @@ def run_check(ws: Workspace, chapter: str, keyword: str | None = None, quiet: bo
         REPORT_ENV: str(report),
         "HYPOTHESIS_PROFILE": "default",
     }
+    import importlib.util
+
+    for needed in ("pytest", "hypothesis"):
+        if importlib.util.find_spec(needed) is None:
+            raise UserError(
+                f"check runs the parity tests, which need {needed}: install the test tools "
+                'with  .venv/bin/pip install -e ".[dev]"  (the README\'s second command does)'
+            )
     cmd = [
         sys.executable, "-m", "pytest", "parity_tests", "-m", f"ch{chapter}",
         "-q", "--no-header", "-p", "no:cacheprovider", "-o", "addopts=", "--tb=short",

@@ -31,9 +31,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="\n",
         help=r"text to continue (default: a newline; '\n' in the text means a newline)",
     )
-    p.add_argument("--max-new-tokens", type=int, default=500, help="characters to generate")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=500,
+        help="tokens to generate (characters for a char model)",
+    )
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
-    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely characters")
+    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold")
     p.add_argument("--seed", type=int, default=1337, help="sampling seed")
     p.add_argument(

@@ -1,4 +1,4 @@
-"""``python -m labs train``: train a character-level GPT on Tiny Shakespeare.
+"""``python -m labs train``: train a GPT on Tiny Shakespeare (characters or BPE tokens).
 
 The defaults are nanoGPT's "baby GPT" for CPUs (config/train_shakespeare_char.py
 scaled down as its README suggests): 4 layers, 4 heads, d_model 128, context
@@ -694,7 +694,12 @@ def _shutdown_distributed() -> None:
         import torch.distributed as dist
 
         if dist.is_initialized():
-            dist.destroy_process_group()
+            # leave together: a rank that tears gloo down while rank 0 still writes its
+            # checkpoint and sample can abort ("terminate called without an active exception")
+            try:
+                dist.barrier()
+            finally:
+                dist.destroy_process_group()
 
 
 def main(args: argparse.Namespace) -> int:

@@ -21,6 +21,8 @@ twinformer's convention is ``F.scaled_dot_product_attention``'s: a bool
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -285,17 +287,20 @@ def test_convention_keep_mask_compared_with_zero_seed_004():
     keep[..., 0, 0], keep[..., 1, :] = 1, 1
     keep[..., 2, :] = 0  # query 2 keeps nothing
 
-    def seed_004(Q, K, V, mask):  # scaled_dot_product_attention of seed 004, verbatim
-        scores = torch.matmul(Q, K.transpose(-2, -1)) / np.sqrt(Q.size(-1))
-        scores = scores.masked_fill(mask == 0, -1e9)
-        return torch.matmul(torch.softmax(scores, dim=-1), V)
+    def keep_mask_attention(q_, k_, v_, keep_):  # the tutorials' idiom: fill keep == 0 with -1e9
+        scores = (q_ @ k_.transpose(-2, -1)) / math.sqrt(q_.shape[-1])
+        scores = scores.masked_fill(keep_ == 0, -1e9)
+        return scores.softmax(dim=-1) @ v_
 
-    expected = seed_004(*map(tensor, (q, k, v, keep)))
+    expected = keep_mask_attention(*map(tensor, (q, k, v, keep)))
     mask = NA.to_attn_mask(keep, "keep")
     assert mask.dtype == np.bool_
     out = N.scaled_dot_product_attention(q, k, v, attn_mask=mask)[0]
     assert_close(
-        "seed 004 vs NumPy, queries 0 and 1", out[..., :2, :], expected[..., :2, :], np.float64
+        "0/1 keep-mask attention vs NumPy, queries 0 and 1",
+        out[..., :2, :],
+        expected[..., :2, :],
+        np.float64,
     )
     np.testing.assert_array_equal(out[..., 2, :], 0.0)
     assert_close(
