@@ -286,7 +286,7 @@ def block_inputs(c: dict, rng: SeededRng, dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @given(rng=rngs, c=block_configs, n_layers=st.integers(1, 2))
 def test_encoder_parity(impl, dtype, rng, c, n_layers):
-    """EncoderBlock, and the Encoder (blocks + ln_f), with a key-padding mask."""
+    """EncoderBlock (float64, float32) and Encoder (blocks + ln_f; float64), with padding."""
     H, C = c["hc"]
     x, mask = block_inputs(c, rng, dtype)
     attn_mask = None if mask is None else N.attention.key_padding_attn_mask(mask)
@@ -296,6 +296,8 @@ def test_encoder_parity(impl, dtype, rng, c, n_layers):
     forward_backward_parity(
         what, numpy_mod, torch_mod, {"x": x}, {"attn_mask": attn_mask}, dtype, rng
     )
+    if dtype != np.float64:
+        return  # the stack in float64 only: test_seq2seq.test_decoder_parity says why
     numpy_mod, torch_mod = twins(NE.Encoder, TE.Encoder, (n_layers, C, H), kwargs, dtype, rng, impl)
     what = f"Encoder[{impl}, {n_layers} layers, padding={c['padding']}]"
     forward_backward_parity(
