@@ -113,7 +113,10 @@ def test_gpt_options_logits_loss_and_every_gradient(attn_impl, data, rng: Seeded
 @given(data=st.data(), rng=rngs, B=batch_sizes, T_=lengths)
 def test_llama_gpt_finite_differences(data, rng: SeededRng, B, T_):
     """The NumPy backward of the whole Llama-style model alone, against central differences."""
-    config = data.draw(catalogue_configs(**LLAMA, n_layers=2), label="config")
+    # d_model >= 4, as in test_gpt.py: a norm over 2 features is so curved that the
+    # O(h^2) error of central differences alone exceeds the tolerance (found at d_model 2)
+    configs = catalogue_configs(**LLAMA, n_layers=2).filter(lambda c: c["d_model"] >= 4)
+    config = data.draw(configs, label="config")
     model = randomize_(N.GPT(N.GPTConfig(**config), dtype=np.float64), rng)
     idx = rng.ids(config["vocab_size"], (B, T_))
     dlogits = rng.normal((B, T_, config["vocab_size"]))
