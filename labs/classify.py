@@ -38,6 +38,7 @@ from .tasks import (
     encode_padded,
     random_crops,
     speaker_dataset,
+    training_options,
 )
 
 LOG_FILE = "log.jsonl"
@@ -137,14 +138,7 @@ def run(args: argparse.Namespace) -> dict:
                 "d_ff": args.d_ff,
                 "dropout": args.dropout,
             },
-            seed=args.seed,
-            lr=args.lr,
-            min_lr=args.min_lr,
-            warmup_iters=args.warmup_iters,
-            lr_decay_iters=args.max_iters,
-            weight_decay=args.weight_decay,
-            dtype=args.dtype,
-            attn_impl=args.attn_impl,
+            **training_options(args),
         )
     except ValueError as e:
         raise UserError(str(e)) from e

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import UserError
 from .backends import BACKENDS
-from .tasks import BOS, EOS, SequenceTask, TaskModel, batches, check_positive
+from .tasks import BOS, EOS, SequenceTask, TaskModel, batches, check_positive, training_options
 
 LOG_FILE = "log.jsonl"
 METRICS_FILE = "metrics.json"
@@ -96,14 +96,7 @@ def run(args: argparse.Namespace) -> dict:
                 "d_ff": args.d_ff,
                 "dropout": args.dropout,
             },
-            seed=args.seed,
-            lr=args.lr,
-            min_lr=args.min_lr,
-            warmup_iters=args.warmup_iters,
-            lr_decay_iters=args.max_iters,
-            weight_decay=args.weight_decay,
-            dtype=args.dtype,
-            attn_impl=args.attn_impl,
+            **training_options(args),
         )
     except ValueError as e:
         raise UserError(str(e)) from e

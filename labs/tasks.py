@@ -286,6 +286,22 @@ class SequenceTask:
 
 
 # -- one model, its loss and its optimizer, either backend ---------------------------------------
+def training_options(args) -> dict:
+    """The optimizer and runtime keyword arguments of :class:`TaskModel`, from the
+    options ``labs classify`` and ``labs seq2seq`` share (the schedule decays over
+    ``--max-iters``)."""
+    return {
+        "seed": args.seed,
+        "lr": args.lr,
+        "min_lr": args.min_lr,
+        "warmup_iters": args.warmup_iters,
+        "lr_decay_iters": args.max_iters,
+        "weight_decay": args.weight_decay,
+        "dtype": args.dtype,
+        "attn_impl": args.attn_impl,
+    }
+
+
 class TaskModel:
     """A ``numpy_impl`` or ``torch_impl`` model with a cross-entropy loss, AdamW (no decay on
     1-D parameters), a warmup + cosine learning rate and gradient clipping: the recipe of
