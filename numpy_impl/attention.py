@@ -19,14 +19,6 @@ from .module import Module, check_last_dim
 from .rope import RotaryEmbedding
 
 
-def _causal_mask(T_q: int, T_k: int) -> np.ndarray:
-    """Boolean ``(T_q, T_k)``, True where key j lies in query i's future (j > i).
-
-    Top-left aligned, like ``F.scaled_dot_product_attention(is_causal=True)``.
-    """
-    return np.triu(np.ones((T_q, T_k), dtype=bool), k=1)
-
-
 def _check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
     """q, k, v are 4-D with matching batch, heads, T_k and d_k (the torch twin's checks:
     a 3-D q, or k with another batch size, is a mistake, not something to broadcast)."""
