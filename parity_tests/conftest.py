@@ -157,6 +157,43 @@ def pytest_configure(config: pytest.Config) -> None:
     # on a busy 2-core runner OpenMP's spinning threads made a 4-layer GPT's
     # forward + backward ~300x slower (0.5 s instead of 2 ms). One thread it is.
     torch.set_num_threads(1)
+    workers = len(getattr(config.option, "tx", None) or [])
+    if REPORT_PATH is not None and workers:
+        raise pytest.UsageError(
+            f"{REPORT_ENV}: the report is written by one process; add -n 0 "
+            "(python -m labs check does)"
+        )
+    if workers > 1:
+        # pytest-xdist is about to start its workers, and they inherit this environment:
+        # one BLAS thread each, as above (two workers x two spinning OpenBLAS threads on
+        # 2 cores took 40% more CPU time than one process). Subprocesses inherit it too.
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items) -> None:
+    """Under pytest-xdist (``-n auto --dist loadgroup``, pyproject's addopts): the tests
+    that share a module- or session-scoped fixture go to one worker, so that fixture
+    (a training run, the stubbed chapters' pytest runs) is built once, not once per
+    worker. Every other test is handed out one by one."""
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        shared = defs is not None and any(
+            d.scope in ("module", "session") and d.baseid  # baseid "": a plugin's fixture
+            for fixturedefs in defs.name2fixturedefs.values()
+            for d in fixturedefs
+        )
+        if shared:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """xdist controller: gather each worker's tolerance summary (see pytest_sessionfinish)."""
+    from parity_tests.tolerances import merge_reached
+
+    merge_reached(getattr(node, "workeroutput", {}).get("reached", []))
 
 
 @pytest.fixture(autouse=True)
@@ -297,7 +334,14 @@ if REPORT_PATH is not None:
                 {"nodeid": report.nodeid, "message": str(report.longrepr)[-4000:]}
             )
 
-    def pytest_sessionfinish(session, exitstatus) -> None:
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:  # an xdist worker: hand the summary to the controller
+        from parity_tests.tolerances import export_reached
+
+        workeroutput["reached"] = export_reached()
+    if REPORT_PATH is not None:
         REPORT["exitstatus"] = int(exitstatus)
         REPORT["finished"] = time.time()
         _write_report()

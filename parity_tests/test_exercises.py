@@ -6,7 +6,7 @@ For every chapter (01..10, 13, 14):
   (one ``--collect-only`` run over the whole suite);
 * a workspace with the chapter stubbed FAILS them with NotImplementedError, and
   the tests really ran the workspace's ``numpy_impl`` (one ``pytest -m chNN -x``
-  per chapter, two at a time);
+  per chapter, two at a time, forked from one warm process: forkrun.py);
 * the generator is deterministic and leaves everything but the chapter's
   regions byte-identical to the reference.
 
@@ -21,10 +21,7 @@ import argparse
 import ast
 import json
 import os
-import subprocess
-import sys
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -40,7 +37,7 @@ from labs.exercises import (
     parse_regions,
     replace_bodies,
 )
-from parity_tests import conftest, tolerances
+from parity_tests import conftest, forkrun, tolerances
 from parity_tests.tolerances import FLOAT64, assert_close, diagnose
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -155,15 +152,16 @@ def pytest_env(workspace: Path | None, report: Path) -> dict:
     return env
 
 
-def run_pytest(args: list[str], workspace: Path | None, report: Path):
-    """``python -m pytest parity_tests ARGS`` in a fresh process, and its JSON report."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "parity_tests", "-q", "-p", "no:cacheprovider",
-         "-o", "addopts=", *args],
-        cwd=ROOT, env=pytest_env(workspace, report), capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    data = json.loads(report.read_text()) if report.exists() else {}
-    return proc, data
+#: ``pytest`` options of every run below (a learner's ``pytest.ini`` options aside).
+PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "-o", "addopts="]
+
+
+def chapter_files(chapter: str) -> list[str]:
+    """The chapter's test files, the bad-input table last: with ``-x`` the run stops at
+    the first failure, and the stubs fail the behaviour tests first (a bad-input row
+    can pass, its check running before the stubbed code)."""
+    files = sorted(TEST_FILES[chapter], key=lambda f: (f == "test_bad_inputs.py", f))
+    return [f"parity_tests/{f}" for f in files]
 
 
 @pytest.fixture(scope="module")
@@ -173,18 +171,33 @@ def reference() -> Reference:
 
 @pytest.fixture(scope="module")
 def stubbed_runs(tmp_path_factory, reference):
-    """Per chapter: a fresh workspace with that chapter stubbed, and ``pytest -m chNN -x``
-    run against it; plus one ``--collect-only`` of the whole suite. Two processes at a
-    time (each spends ~3 s importing torch and collecting)."""
+    """Per chapter: a fresh workspace with that chapter stubbed, and
+    ``pytest -m chNN -x <its test files>`` run against it; plus one ``--collect-only``
+    of the whole suite. Each run is a fresh process forked from one that imported
+    torch and Hypothesis once (parity_tests/forkrun.py), two at a time."""
     base = tmp_path_factory.mktemp("stubbed")
-    jobs = {"collect": (["--collect-only"], None, base / "collect.json")}
+    jobs = [{"name": "collect", "argv": ["parity_tests", *PYTEST_ARGS, "--collect-only"],
+             "env": pytest_env(None, base / "collect.json")}]  # fmt: skip
     for chapter in ALL:
         ws = Workspace(base / f"ch{chapter}")
         add_stubs(reference, ws, chapter)
-        jobs[chapter] = (["-m", f"ch{chapter}", "-x"], ws.root, base / f"ch{chapter}.json")
-    with ThreadPoolExecutor(max_workers=max(2, min(4, os.cpu_count() or 2))) as pool:
-        futures = {name: pool.submit(run_pytest, *job) for name, job in jobs.items()}
-        return {name: f.result() for name, f in futures.items()} | {"base": base}
+        argv = [*chapter_files(chapter), *PYTEST_ARGS, "-m", f"ch{chapter}", "-x"]
+        env = pytest_env(ws.root, base / f"ch{chapter}.json")
+        jobs.append({"name": chapter, "argv": argv, "env": env})
+    for job in jobs:
+        job.update(kind="pytest", cwd=str(ROOT))
+    procs = forkrun.run_jobs(
+        jobs,
+        env=pytest_env(None, base / "unused.json"),
+        preload=["pytest", "numpy", "torch", "hypothesis", "hypothesis.extra.numpy"],
+        parallel=2,
+        workdir=base / "logs",
+    )
+    runs = {}
+    for name, proc in procs.items():
+        report = base / ("collect.json" if name == "collect" else f"ch{name}.json")
+        runs[name] = proc, json.loads(report.read_text()) if report.exists() else {}
+    return runs | {"base": base}
 
 
 # -- the fences ----------------------------------------------------------------------------
@@ -517,3 +530,19 @@ def test_the_env_vars_are_the_same_on_both_sides():
     assert exercises.WORKSPACE_ENV == conftest.WORKSPACE_ENV
     assert exercises.REPORT_ENV == conftest.REPORT_ENV
     assert {f"ch{c}" for c in CHAPTERS} == set(conftest.CHAPTERS)
+
+
+@pytest.mark.usefixtures("private_reached")
+def test_tolerance_summaries_of_xdist_workers_merge_worst_of_both():
+    tolerances._record("a", "autograd", "float64", 1e-13, 1e-12, 0.5)
+    other = [
+        ["autograd", "float64", {"max_abs": 2e-13, "max_normwise_rel": 1e-14,
+                                 "worst_fraction_of_tol": 0.25, "worst_check": "b", "checks": 3}],
+        ["training", "float64", {"max_abs": 1e-15, "max_normwise_rel": 1e-15,
+                                 "worst_fraction_of_tol": 0.1, "worst_check": "c", "checks": 2}],
+    ]  # fmt: skip
+    tolerances.merge_reached(other)
+    merged = {(k, d): r for k, d, r in tolerances.export_reached()}
+    assert merged[("autograd", "float64")] == {"max_abs": 2e-13, "max_normwise_rel": 1e-12,
+        "worst_fraction_of_tol": 0.5, "worst_check": "a", "checks": 4}  # fmt: skip
+    assert merged[("training", "float64")]["checks"] == 2

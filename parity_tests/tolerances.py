@@ -159,6 +159,23 @@ def _record(
     r["checks"] += 1
 
 
+def export_reached() -> list:
+    """REACHED as plain lists and dicts (what an xdist worker can send back)."""
+    return [[kind, dtype, dict(r)] for (kind, dtype), r in REACHED.items()]
+
+
+def merge_reached(exported: list) -> None:
+    """Fold another process's :func:`export_reached` into REACHED (worst of both)."""
+    for kind, dtype, other in exported:
+        r = REACHED[(kind, dtype)]
+        r["max_abs"] = max(r["max_abs"], other["max_abs"])
+        r["max_normwise_rel"] = max(r["max_normwise_rel"], other["max_normwise_rel"])
+        if other["worst_fraction_of_tol"] >= r["worst_fraction_of_tol"]:
+            r["worst_fraction_of_tol"] = other["worst_fraction_of_tol"]
+            r["worst_check"] = other["worst_check"]
+        r["checks"] += other["checks"]
+
+
 #: Called with one dict per :func:`assert_close` call, passed or failed: ``name``,
 #: ``actual_shape``, ``expected_shape``, ``dtype``, ``kind``, ``rtol``, ``atol``,
 #: ``passed``, ``max_abs``, ``max_rel`` (elementwise ``|a - e| / |e|``), ``rel``
