@@ -171,23 +171,6 @@ def pytest_configure(config: pytest.Config) -> None:
             os.environ.setdefault(var, "1")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
-def pytest_collection_modifyitems(config, items) -> None:
-    """Under pytest-xdist (``-n auto --dist loadgroup``, pyproject's addopts): the tests
-    that share a module- or session-scoped fixture go to one worker, so that fixture
-    (a training run, the stubbed chapters' pytest runs) is built once, not once per
-    worker. Every other test is handed out one by one."""
-    for item in items:
-        defs = getattr(item, "_fixtureinfo", None)
-        shared = defs is not None and any(
-            d.scope in ("module", "session") and d.baseid  # baseid "": a plugin's fixture
-            for fixturedefs in defs.name2fixturedefs.values()
-            for d in fixturedefs
-        )
-        if shared:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     """xdist controller: gather each worker's tolerance summary (see pytest_sessionfinish)."""
