@@ -571,7 +571,8 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
     listed). ``--data`` falls back to the usual search if the recorded file is gone.
 
     Raises:
-        UserError: no checkpoint, or an unusable one (the reason named).
+        UserError: no checkpoint, or an unusable one (the reason named); a
+            ``--max-iters`` below the checkpoint's step.
     """
     if args.resume:
         directory = Path(args.resume)
@@ -595,6 +596,12 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
             continue  # moved: look for the corpus as a fresh run would
         else:
             setattr(args, key, value)
+    step = int(saved.get("step", 0))
+    if args.max_iters < step:  # the loop would run no step and say nothing
+        raise UserError(
+            f"--max-iters {args.max_iters}: the checkpoint in {directory} is already at step "
+            f"{step}; give --max-iters {step} or more to continue it"
+        )
     if changed and os.environ.get("RANK", "0") == "0":  # under torchrun: said once
         print(f"resuming with changed settings: {', '.join(changed)}")
     return _Resumed(directory, model_state, saved, optimizer_state)

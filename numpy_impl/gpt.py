@@ -145,7 +145,7 @@ class GPT(Module):
     keys and values of positions ``0 .. p - 1`` (``start_pos=None``: append).
 
     Raises:
-        TypeError: idx is not an integer array.
+        TypeError: idx is not an integer array; start_pos is not an int.
         ValueError: idx not of rank 2, T not in ``[1, block_size]``, or an id
             outside ``[0, vocab_size)``; with a cache, ``start_pos`` outside
             ``[0, kv_cache.length]`` or positions past ``block_size``.
@@ -260,7 +260,8 @@ class GPT(Module):
         B, T = idx.shape
         start_pos = kv_cache.length if start_pos is None else start_pos
         if isinstance(start_pos, bool) or not isinstance(start_pos, (int, np.integer)):
-            raise ValueError(f"start_pos: expected an int, got {start_pos!r}")
+            raise TypeError(f"start_pos: expected an int, got {type(start_pos).__name__}")
+        start_pos = int(start_pos)  # np.int64 included: a plain int from here on
         if not 0 <= start_pos <= kv_cache.length:
             raise ValueError(
                 f"start_pos: must lie in [0, kv_cache.length={kv_cache.length}], got {start_pos}"
@@ -270,7 +271,6 @@ class GPT(Module):
                 f"idx: positions {start_pos} .. {start_pos + T - 1} exceed "
                 f"block_size={self.config.block_size}"
             )
-        start_pos = int(start_pos)
         # the position vectors of start_pos .. start_pos + T - 1: (T, C)
         x = self.tok_emb(idx)
         if self.pos_emb is not None:  # RoPE models rotate q and k in attention instead

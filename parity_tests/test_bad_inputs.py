@@ -453,6 +453,20 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^start_pos\b",
     ),
+    "GPT with kv_cache: float start_pos (once ValueError, RoPE's TypeError)": Row(
+        "ch12",
+        lambda: (m := np_gpt()).forward(ids([1]), kv_cache=m.new_kv_cache(), start_pos=0.0),
+        lambda: (m := torch_gpt())(t(ids([1])), kv_cache=m.new_kv_cache(), start_pos=0.0),
+        TypeError,
+        r"^start_pos: expected an int, got float",
+    ),
+    "LayerKVCache.update: float start_pos": Row(
+        "ch12",
+        lambda: N.KVCache(1, BLOCK).layers[0].update(Q, Q, 0.0),
+        lambda: T.KVCache(1, BLOCK).layers[0].update(t(Q), t(Q), 0.0),
+        TypeError,
+        r"^start_pos: expected an int, got float",
+    ),
     "GPT with kv_cache: a cache of the wrong depth": Row(
         "ch12",
         lambda: np_gpt().forward(ids([1]), kv_cache=N.KVCache(2, BLOCK)),

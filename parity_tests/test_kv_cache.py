@@ -194,3 +194,18 @@ def test_numpy_backward_after_a_cached_forward_raises():
     logits = model.forward(np.zeros((1, 2), np.int64), kv_cache=model.new_kv_cache())
     with pytest.raises(RuntimeError, match="inference-only"):
         model.backward(np.ones_like(logits))
+
+
+def test_numpy_integer_start_pos_is_an_int_in_both_backends():
+    """A position read from a NumPy array (np.int64) is as good as an int, on both sides
+    (torch's GPT once refused it, NumPy's accepted it)."""
+    config = {"vocab_size": 7, "block_size": 6, "n_layers": 1, "n_heads": 2, "d_model": 8}
+    numpy_model, torch_model = twin_models(config, SeededRng(0))
+    idx = np.array([[1, 2, 3]])
+    n_cache, t_cache = numpy_model.new_kv_cache(), torch_model.new_kv_cache()
+    numpy_model.forward(idx, kv_cache=n_cache, start_pos=np.int64(0))
+    with torch.no_grad():
+        torch_model(tensor(idx), kv_cache=t_cache, start_pos=np.int64(0))
+        got = torch_model(tensor(idx[:, :1]), kv_cache=t_cache, start_pos=np.int64(3))
+    want = numpy_model.forward(idx[:, :1], kv_cache=n_cache, start_pos=np.int64(3))
+    assert_close("logits at start_pos=np.int64(3)", want, got, np.float64)

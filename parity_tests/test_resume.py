@@ -142,7 +142,7 @@ def test_resume_in_a_fresh_process_is_exact(backend, runs, tmp_path):
     assert_same_checkpoint(half, straight)
 
 
-def test_resume_refuses_another_model_or_corpus(runs, tmp_path, capsys):
+def test_resume_refuses_another_model_corpus_or_fewer_steps(runs, tmp_path, capsys):
     out = runs / "half-numpy"  # read only: every attempt fails before writing
     status, err = in_process(capsys, "train", "--resume", str(out), "--d-model", "32")
     assert status == 2 and "cannot resume: the model" in err and "d_model 16 there, 32 here" in err
@@ -152,6 +152,9 @@ def test_resume_refuses_another_model_or_corpus(runs, tmp_path, capsys):
     assert status == 2 and "cannot resume: the tokenizer" in err, err
     status, err = in_process(capsys, "train", "--resume", str(tmp_path / "nothing"))
     assert status == 2 and "cannot resume" in err and "not found" in err, err
+    status, err = in_process(capsys, "train", "--resume", str(out), "--max-iters", str(K - 1))
+    assert status == 2 and f"--max-iters {K - 1}: the checkpoint" in err, err  # once 0 steps
+    assert f"already at step {K}" in err, err
 
 
 # -- SIGKILL while a checkpoint is being written ----------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -176,7 +177,7 @@ class GPT(nn.Module):
     values of positions ``0 .. p - 1`` (``start_pos=None``: append).
 
     Raises:
-        TypeError: ``idx`` that is not an integer tensor.
+        TypeError: ``idx`` that is not an integer tensor; ``start_pos`` not an int.
         ValueError: ``idx`` not 2-D, ``T == 0``, ``T > block_size``, or ids
             outside ``[0, vocab_size)``; with a cache, ``start_pos`` outside
             ``[0, kv_cache.length]`` or positions past ``block_size``.
@@ -304,8 +305,9 @@ class GPT(nn.Module):
             )
         B, T = idx.shape
         start_pos = kv_cache.length if start_pos is None else start_pos
-        if isinstance(start_pos, bool) or not isinstance(start_pos, int):
-            raise ValueError(f"start_pos: expected an int, got {start_pos!r}")
+        if isinstance(start_pos, bool) or not isinstance(start_pos, numbers.Integral):
+            raise TypeError(f"start_pos: expected an int, got {type(start_pos).__name__}")
+        start_pos = int(start_pos)  # np.int64 too: torch's kernels want a Python int
         if not 0 <= start_pos <= kv_cache.length:
             raise ValueError(
                 f"start_pos: must lie in [0, kv_cache.length={kv_cache.length}], got {start_pos}"

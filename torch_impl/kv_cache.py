@@ -66,6 +66,7 @@ class LayerKVCache:
             views of the buffers (valid until the next update).
 
         Raises:
+            TypeError: ``start_pos`` is not an int.
             ValueError: ``start_pos`` outside ``[0, length]``; more than ``max_len``
                 positions; shapes that do not match each other or the cache.
         """
@@ -75,7 +76,8 @@ class LayerKVCache:
                 f"got {tuple(k_new.shape)} and {tuple(v_new.shape)}"
             )
         if isinstance(start_pos, bool) or not isinstance(start_pos, numbers.Integral):
-            raise ValueError(f"start_pos: expected an int, got {start_pos!r}")
+            raise TypeError(f"start_pos: expected an int, got {type(start_pos).__name__}")
+        start_pos = int(start_pos)  # np.int64 too: torch's kernels want a Python int
         if not 0 <= start_pos <= self.length:
             raise ValueError(
                 f"start_pos: must lie in [0, length={self.length}] (the positions cached), "
