@@ -6,6 +6,7 @@
 * ``checkpoint.py``: safetensors + JSON checkpoints, identical for both backends.
 * ``backends.py``: one adapter per backend (NumPy, PyTorch), one interface.
 * ``train.py``, ``sample.py``, ``bench.py``: the commands.
+* ``notebook.py``: the set-up the chapters' ``lab.py`` scripts share.
 """
 
 

@@ -40,12 +40,13 @@ except NameError:  # inside a notebook kernel: no __file__, start from the worki
 ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-FIGURES = ROOT / "labs" / "03_attention" / "figures"
 
-import matplotlib
+from labs.notebook import figure_saver, limit_threads, max_diff, plot_to_files
 
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # files only, no display needed
+save = figure_saver(ROOT / "labs" / "03_attention" / "figures")  # save(fig, "name.png")
+limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
+plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -53,26 +54,8 @@ import torch
 import numpy_impl as N
 import torch_impl as T
 
-torch.set_num_threads(1)  # tiny tensors: extra threads only add overhead
 np.set_printoptions(precision=3, suppress=True, linewidth=100)
 rng = np.random.default_rng(0)
-
-
-def save(fig, name: str) -> None:
-    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    path = FIGURES / name
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    print(f"wrote {path.relative_to(ROOT)}")
-    if matplotlib.get_backend().lower() == "agg":
-        plt.close(fig)
-
-
-def max_diff(a, b) -> float:
-    """Largest absolute difference between a NumPy array and an array or tensor."""
-    if isinstance(b, torch.Tensor):
-        b = b.detach().numpy()
-    return float(np.max(np.abs(np.asarray(a) - b)))
 
 
 def probs_of(cache: tuple) -> np.ndarray:

@@ -32,7 +32,6 @@
 #    in the rows that were used.
 
 # %%
-import os
 import sys
 from pathlib import Path
 
@@ -43,40 +42,30 @@ except NameError:  # inside a notebook kernel: no __file__, start from the worki
 ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-FIGURES = ROOT / "labs" / "05_positional" / "figures"
 
-import matplotlib
+from labs.notebook import (
+    CORIOLANUS,
+    figure_saver,
+    limit_threads,
+    load_text,
+    max_diff,
+    plot_to_files,
+)
 
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # files only, no display needed
+save = figure_saver(ROOT / "labs" / "05_positional" / "figures")  # save(fig, "name.png")
+limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
+plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
 
 import numpy_impl as N
 import torch_impl as T
-from labs.data import DATA_ENV_VAR, BatchSampler, cache_path, load_corpus, resolve_corpus
+from labs.data import BatchSampler
 
-torch.set_num_threads(1)  # small tensors: extra threads only add overhead
 np.set_printoptions(precision=3, suppress=True, linewidth=100)
 rng = np.random.default_rng(0)
-
-
-def save(fig, name: str) -> None:
-    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    path = FIGURES / name
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    print(f"wrote {path.relative_to(ROOT)}")
-    if matplotlib.get_backend().lower() == "agg":
-        plt.close(fig)
-
-
-def max_diff(a, b) -> float:
-    """Largest absolute difference between a NumPy array and an array or tensor."""
-    if isinstance(b, torch.Tensor):
-        b = b.detach().numpy()
-    return float(np.max(np.abs(np.asarray(a) - b)))
 
 
 # %% [markdown]
@@ -131,30 +120,13 @@ print(
 #
 # First the training, which section 3 looks at in detail.
 
-
 # %%
-def load_text() -> tuple[str, str]:
-    """The corpus and where it came from; never downloads (see lab 01)."""
-    if os.environ.get(DATA_ENV_VAR) or cache_path().is_file():
-        try:
-            path = resolve_corpus()
-            return load_corpus(path), str(path)
-        except (FileNotFoundError, ValueError) as e:
-            print(f"could not read the corpus ({e})")
-    fallback = (
-        "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
-        "All:\nSpeak, speak.\n\nFirst Citizen:\n"
-        "You are all resolved rather to die than to famish?\n\n"
-        "All:\nResolved. resolved.\n\nFirst Citizen:\n"
-        "First, you know Caius Marcius is chief enemy to the people.\n\n"
-        "The man bit the dog, and the dog bit the man.\n"
-    )
-    print(f"no corpus found (set {DATA_ENV_VAR}=PATH): training on a built-in passage")
-    return fallback, "built-in passage (Coriolanus I.1)"
-
-
 STEPS = 500 if __name__ == "__main__" else 0
-text, source = load_text()
+text, source = load_text(
+    CORIOLANUS + "The man bit the dog, and the dog bit the man.\n",
+    "built-in passage (Coriolanus I.1)",
+    "training on a built-in passage",
+)
 tok = N.CharTokenizer.from_text(text)
 cfg = {"vocab_size": tok.vocab_size, "block_size": 32, "n_layers": 1, "n_heads": 4, "d_model": 32}
 torch.manual_seed(0)

@@ -29,7 +29,6 @@
 # 4. The NumPy FFN against its PyTorch twin, output and every gradient.
 
 # %%
-import os
 import sys
 from pathlib import Path
 
@@ -40,16 +39,13 @@ except NameError:  # inside a notebook kernel: no __file__, start from the worki
 ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-FIGURES = ROOT / "labs" / "06_ffn_gelu" / "figures"
-# The arrays here are small: BLAS threads only add synchronisation (on a busy
-# 2-core machine they made NumPy ten times slower). Set before NumPy loads.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
 
-import matplotlib
+from labs.notebook import figure_saver, limit_threads, plot_to_files
 
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # files only, no display needed
+save = figure_saver(ROOT / "labs" / "06_ffn_gelu" / "figures")  # save(fig, "name.png")
+limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
+plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -57,18 +53,7 @@ import torch
 import numpy_impl as N
 import torch_impl as T
 
-torch.set_num_threads(1)  # tiny tensors: extra threads only add overhead
 np.set_printoptions(precision=4, suppress=True)
-
-
-def save(fig, name: str) -> None:
-    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    path = FIGURES / name
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    print(f"wrote {path.relative_to(ROOT)}")
-    if matplotlib.get_backend().lower() == "agg":
-        plt.close(fig)
 
 
 def gelu_and_grad(form: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -28,8 +28,9 @@
 # 5. The NumPy GPT against the PyTorch GPT.
 
 # %%
-import os
+import math
 import sys
+from collections import Counter
 from pathlib import Path
 
 try:
@@ -39,19 +40,13 @@ except NameError:  # inside a notebook kernel: no __file__, start from the worki
 ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-FIGURES = ROOT / "labs" / "08_gpt" / "figures"
-# The arrays here are small: BLAS threads only add synchronisation (on a busy
-# 2-core machine they made NumPy ten times slower). Set before NumPy loads.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
 
-import math
-from collections import Counter
+from labs.notebook import figure_saver, limit_threads, plot_to_files
 
-import matplotlib
+save = figure_saver(ROOT / "labs" / "08_gpt" / "figures")  # save(fig, "name.png")
+limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
+plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -59,23 +54,12 @@ import torch
 import numpy_impl as N
 import torch_impl as T
 
-torch.set_num_threads(1)  # small tensors: extra threads only add overhead
 np.set_printoptions(precision=4, suppress=True)
 
 #: ``python -m labs train``'s model: nanoGPT's CPU "baby GPT" on 65 characters.
 DEFAULT = {"vocab_size": 65, "block_size": 64, "n_layers": 4, "n_heads": 4, "d_model": 128}
 #: The seed example: GPT-2's BPE vocabulary, a small body.
 SEED = {"vocab_size": 50257, "block_size": 512, "n_layers": 4, "n_heads": 8, "d_model": 256}
-
-
-def save(fig, name: str) -> None:
-    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    path = FIGURES / name
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    print(f"wrote {path.relative_to(ROOT)}")
-    if matplotlib.get_backend().lower() == "agg":
-        plt.close(fig)
 
 
 # %% [markdown]

@@ -27,8 +27,9 @@
 # 4. Samples at several temperatures; greedy decoding on both backends.
 
 # %%
-import os
+import math
 import sys
+import time
 from pathlib import Path
 
 try:
@@ -38,20 +39,14 @@ except NameError:  # inside a notebook kernel: no __file__, start from the worki
 ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-FIGURES = ROOT / "labs" / "10_sampling" / "figures"
 CHECKPOINT = ROOT / "runs" / "numpy"
-# The models here are small: BLAS threads only add synchronisation (on a busy
-# 2-core machine they made a NumPy step ten times slower). Set before NumPy loads.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
 
-import math
-import time
+from labs.notebook import SONNETS, figure_saver, limit_threads, load_text, plot_to_files
 
-import matplotlib
+save = figure_saver(ROOT / "labs" / "10_sampling" / "figures")  # save(fig, "name.png")
+limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
+plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -59,62 +54,11 @@ import torch
 import numpy_impl as N
 import torch_impl as T
 from labs.backends import make_backend
-from labs.data import (
-    DATA_ENV_VAR,
-    BatchSampler,
-    CorpusUnavailableError,
-    cache_path,
-    load_corpus,
-    resolve_corpus,
-    train_val_split,
-)
+from labs.data import BatchSampler, train_val_split
 from numpy_impl.sampling import softmax
 from numpy_impl.tokenizer import CharTokenizer
 
-torch.set_num_threads(1)
 np.set_printoptions(precision=3, suppress=True)
-
-FALLBACK_TEXT = """\
-Shall I compare thee to a summer's day?
-Thou art more lovely and more temperate:
-Rough winds do shake the darling buds of May,
-And summer's lease hath all too short a date;
-Sometime too hot the eye of heaven shines,
-And often is his gold complexion dimm'd;
-And every fair from fair sometime declines,
-By chance or nature's changing course untrimm'd;
-But thy eternal summer shall not fade,
-Nor lose possession of that fair thou ow'st;
-Nor shall Death brag thou wander'st in his shade,
-When in eternal lines to time thou grow'st:
-So long as men can breathe or eyes can see,
-So long lives this, and this gives life to thee.
-
-Let me not to the marriage of true minds
-Admit impediments. Love is not love
-Which alters when it alteration finds,
-Or bends with the remover to remove:
-O no! it is an ever-fixed mark
-That looks on tempests and is never shaken;
-It is the star to every wandering bark,
-Whose worth's unknown, although his height be taken.
-Love's not Time's fool, though rosy lips and cheeks
-Within his bending sickle's compass come;
-Love alters not with his brief hours and weeks,
-But bears it out even to the edge of doom.
-If this be error and upon me proved,
-I never writ, nor no man ever loved.
-"""
-
-
-def save(fig, name: str) -> None:
-    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    path = FIGURES / name
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    print(f"wrote {path.relative_to(ROOT)}")
-    if matplotlib.get_backend().lower() == "agg":
-        plt.close(fig)
 
 
 def entropy(p: np.ndarray) -> float:
@@ -229,21 +173,6 @@ print(f"greedy (temperature 0) picks token {logits.argmax()} = {tokens[logits.ar
 
 
 # %%
-def find_corpus() -> tuple[str, str]:
-    """(text, where it came from): $TWINFORMER_DATA or the cache, never a download."""
-    if os.environ.get(DATA_ENV_VAR) or cache_path().is_file():
-        try:
-            path = resolve_corpus()  # with either of those set, resolve_corpus does not download
-            return load_corpus(path), str(path)
-        except (OSError, ValueError, CorpusUnavailableError) as e:
-            print(f"could not read the corpus ({e})")
-    print(
-        f"no corpus: set {DATA_ENV_VAR}=/path/to/tinyshakespeare.txt (or run "
-        "`python -m labs train` once to cache it). Using two built-in sonnets instead."
-    )
-    return FALLBACK_TEXT, "built-in sonnets"
-
-
 def load_or_train():
     """(backend, tokenizer, model_config, where the weights came from)."""
     if (CHECKPOINT / "config.json").is_file():
@@ -254,7 +183,7 @@ def load_or_train():
         backend.load_state_dict(state)
         tok = CharTokenizer.from_dict(config["tokenizer"])
         return backend, tok, config["model"], f"checkpoint {CHECKPOINT} (step {config['step']})"
-    text, source = find_corpus()
+    text, source = load_text(SONNETS, "built-in sonnets", "using two built-in sonnets instead")
     tok = CharTokenizer.from_text(text)
     train_ids, _ = train_val_split(tok.encode_array(text), 0.9)
     model_config = {

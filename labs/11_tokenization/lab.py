@@ -41,67 +41,26 @@ except NameError:  # inside a notebook kernel: no __file__, start from the worki
 ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-FIGURES = ROOT / "labs" / "11_tokenization" / "figures"
 
-import matplotlib
+from labs.notebook import HAMLET, figure_saver, load_text, plot_to_files
 
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # files only, no display needed
+save = figure_saver(ROOT / "labs" / "11_tokenization" / "figures")  # save(fig, "name.png")
+plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
+
 import matplotlib.pyplot as plt
 import numpy as np
 
 import numpy_impl.tokenizer as NT
 import torch_impl.tokenizer as TT
-from labs.data import DATA_ENV_VAR, cache_path, load_corpus, resolve_corpus
 from numpy_impl import BPETokenizer, CharTokenizer
 
-
-def save(fig, name: str) -> None:
-    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    path = FIGURES / name
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    print(f"wrote {path.relative_to(ROOT)}")
-    if matplotlib.get_backend().lower() == "agg":
-        plt.close(fig)
-
-
-# Used only when no copy of Tiny Shakespeare is at hand (Hamlet III.1, public domain).
-FALLBACK_TEXT = (
-    """\
-HAMLET:
-To be, or not to be, that is the question:
-Whether 'tis nobler in the mind to suffer
-The slings and arrows of outrageous fortune,
-Or to take arms against a sea of troubles
-And by opposing end them. To die: to sleep;
-No more; and by a sleep to say we end
-The heart-ache and the thousand natural shocks
-That flesh is heir to, 'tis a consummation
-Devoutly to be wish'd. To die, to sleep;
-To sleep: perchance to dream: ay, there's the rub;
-"""
-    * 4
+# Used only without a corpus: the speech's first 11 lines, four times over.
+FALLBACK_TEXT = "".join(HAMLET.splitlines(keepends=True)[:11]) * 4
+text, source = load_text(
+    FALLBACK_TEXT,
+    "built-in passage (Hamlet III.1)",
+    "using a short built-in passage, so the numbers below are small",
 )
-
-
-def load_text() -> tuple[str, str]:
-    """The corpus and where it came from; never downloads."""
-    if os.environ.get(DATA_ENV_VAR) or cache_path().is_file():
-        try:
-            path = resolve_corpus()
-            return load_corpus(path), str(path)
-        except (FileNotFoundError, ValueError) as e:
-            print(f"could not read the corpus ({e}); using the built-in passage instead")
-    else:
-        print(
-            f"no corpus found (set {DATA_ENV_VAR}=PATH or run `python -m labs train` once): "
-            "using a short built-in passage, so the numbers below are small"
-        )
-    return FALLBACK_TEXT, "built-in passage (Hamlet III.1)"
-
-
-text, source = load_text()
 n_bytes = len(text.encode("utf-8"))
 print(f"corpus: {source}: {len(text):,} characters, {n_bytes:,} UTF-8 bytes")
 BIG = len(text) > 100_000  # the real corpus: the full-size experiments

@@ -24,7 +24,6 @@
 # 5. The backward is the rotation back.
 
 # %%
-import os
 import sys
 from pathlib import Path
 
@@ -35,14 +34,13 @@ except NameError:  # inside a notebook kernel: no __file__, start from the worki
 ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-FIGURES = ROOT / "labs" / "13_positional_rope" / "figures"
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # tiny arrays: threads only add overhead
 
-import matplotlib
+from labs.notebook import figure_saver, limit_threads, max_diff, plot_to_files
 
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # files only, no display needed
+save = figure_saver(ROOT / "labs" / "13_positional_rope" / "figures")  # save(fig, "name.png")
+limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
+plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -50,25 +48,8 @@ import torch
 import numpy_impl as N
 import torch_impl as T
 
-torch.set_num_threads(1)
 np.set_printoptions(precision=4, suppress=True, linewidth=100)
 rng = np.random.default_rng(0)
-
-
-def save(fig, name: str) -> None:
-    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    path = FIGURES / name
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    print(f"wrote {path.relative_to(ROOT)}")
-    if matplotlib.get_backend().lower() == "agg":
-        plt.close(fig)
-
-
-def max_diff(a, b) -> float:
-    if isinstance(b, torch.Tensor):
-        b = b.detach().numpy()
-    return float(np.max(np.abs(np.asarray(a) - b)))
 
 
 # %% [markdown]

@@ -27,7 +27,6 @@
 #    with and without a learning-rate warmup.
 
 # %%
-import os
 import sys
 import time
 from pathlib import Path
@@ -39,14 +38,13 @@ except NameError:  # inside a notebook kernel: no __file__, start from the worki
 ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-FIGURES = ROOT / "labs" / "14_norms_ffn" / "figures"
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # small arrays: threads only add overhead
 
-import matplotlib
+from labs.notebook import CORIOLANUS, figure_saver, limit_threads, load_text, plot_to_files
 
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # files only, no display needed
+save = figure_saver(ROOT / "labs" / "14_norms_ffn" / "figures")  # save(fig, "name.png")
+limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
+plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
+
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -54,28 +52,10 @@ import torch
 import numpy_impl as N
 import torch_impl as T
 from labs.backends import make_backend
-from labs.data import (
-    DATA_ENV_VAR,
-    BatchSampler,
-    cache_path,
-    fixed_eval_batches,
-    load_corpus,
-    resolve_corpus,
-)
+from labs.data import BatchSampler, fixed_eval_batches
 
-torch.set_num_threads(1)
 np.set_printoptions(precision=4, suppress=True, linewidth=100)
 rng = np.random.default_rng(0)
-
-
-def save(fig, name: str) -> None:
-    """Write ``fig`` to figures/``name`` (and close it when there is no display)."""
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    path = FIGURES / name
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    print(f"wrote {path.relative_to(ROOT)}")
-    if matplotlib.get_backend().lower() == "agg":
-        plt.close(fig)
 
 
 # %% [markdown]
@@ -209,29 +189,11 @@ print(
 # which is why the original transformer needed a warmup. The figure shows
 # the validation loss of each run.
 
-
 # %%
-def load_text() -> tuple[str, str]:
-    """The corpus and where it came from; never downloads (see lab 01)."""
-    if os.environ.get(DATA_ENV_VAR) or cache_path().is_file():
-        try:
-            path = resolve_corpus()
-            return load_corpus(path), str(path)
-        except (FileNotFoundError, ValueError) as e:
-            print(f"could not read the corpus ({e})")
-    fallback = (
-        "First Citizen:\nBefore we proceed any further, hear me speak.\n\n"
-        "All:\nSpeak, speak.\n\nFirst Citizen:\n"
-        "You are all resolved rather to die than to famish?\n\n"
-        "All:\nResolved. resolved.\n\nFirst Citizen:\n"
-        "First, you know Caius Marcius is chief enemy to the people.\n\n"
-    ) * 4
-    print(f"no corpus found (set {DATA_ENV_VAR}=PATH): training on a built-in passage")
-    return fallback, "built-in passage (Coriolanus I.1)"
-
-
 STEPS = 200 if __name__ == "__main__" else 0
-text, source = load_text()
+text, source = load_text(
+    CORIOLANUS * 4, "built-in passage (Coriolanus I.1)", "training on a built-in passage"
+)
 tok = N.CharTokenizer.from_text(text)
 ids = tok.encode_array(text)
 split = int(0.9 * len(ids))

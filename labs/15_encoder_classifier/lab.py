@@ -25,8 +25,10 @@
 # 5. Who says this speech? The task, and a short training run.
 
 # %%
-import os
+import math
 import sys
+import time
+from collections import Counter
 from pathlib import Path
 
 try:
@@ -36,18 +38,13 @@ except NameError:  # inside a notebook kernel: no __file__, start from the worki
 ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-FIGURES = ROOT / "labs" / "15_encoder_classifier" / "figures"
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # small models: threads only add synchronisation
 
-import math
-import time
-from collections import Counter
+from labs.notebook import figure_saver, limit_threads, load_text, plot_to_files
 
-import matplotlib
+save = figure_saver(ROOT / "labs" / "15_encoder_classifier" / "figures")  # save(fig, "name.png")
+limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
+plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -56,7 +53,6 @@ import numpy_impl as N
 import numpy_impl.attention as NA
 import torch_impl as T
 import torch_impl.attention as TA
-from labs.data import DATA_ENV_VAR, CorpusUnavailableError, cache_path, load_corpus, resolve_corpus
 from labs.tasks import (
     TaskModel,
     WordTokenizer,
@@ -66,7 +62,6 @@ from labs.tasks import (
     speaker_dataset,
 )
 
-torch.set_num_threads(1)
 np.set_printoptions(precision=3, suppress=True)
 
 FALLBACK_PLAY = "\n".join(
@@ -83,26 +78,6 @@ FALLBACK_PLAY = "\n".join(
     ]
     * 12
 )
-
-
-def save(fig, name: str) -> None:
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    path = FIGURES / name
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    print(f"wrote {path.relative_to(ROOT)}")
-    if matplotlib.get_backend().lower() == "agg":
-        plt.close(fig)
-
-
-def load_text() -> tuple[str, str]:
-    if os.environ.get(DATA_ENV_VAR) or cache_path().is_file():
-        try:
-            path = resolve_corpus()  # with either set, resolve_corpus does not download
-            return load_corpus(path), str(path)
-        except (OSError, ValueError, CorpusUnavailableError) as e:
-            print(f"could not read the corpus ({e})")
-    print(f"no corpus: set {DATA_ENV_VAR}=/path/to/tinyshakespeare.txt; using a built-in play")
-    return FALLBACK_PLAY, "built-in play"
 
 
 # %% [markdown]
@@ -211,7 +186,7 @@ print(f"parameters: {np_model.num_parameters():,} (the embedding: {10000 * 128:,
 # the chapter's README).
 
 # %%
-text, source = load_text()
+text, source = load_text(FALLBACK_PLAY, "built-in play", "using a built-in play")
 speeches = parse_speeches(text)
 counts = Counter(name for name, _ in speeches).most_common(10)
 print(f"{len(speeches)} speeches in {source}; the most frequent speakers: {counts[:6]}")

@@ -25,8 +25,8 @@
 # 5. Greedy decoding, the same tokens in both backends.
 
 # %%
-import os
 import sys
+import time
 from pathlib import Path
 
 try:
@@ -36,16 +36,13 @@ except NameError:  # inside a notebook kernel: no __file__, start from the worki
 ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-FIGURES = ROOT / "labs" / "16_encoder_decoder" / "figures"
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")  # small models: threads only add synchronisation
 
-import time
+from labs.notebook import figure_saver, limit_threads, plot_to_files
 
-import matplotlib
+save = figure_saver(ROOT / "labs" / "16_encoder_decoder" / "figures")  # save(fig, "name.png")
+limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
+plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
-if "ipykernel" not in sys.modules:
-    matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt
 import numpy as np
 import torch
@@ -55,17 +52,7 @@ import numpy_impl.attention as NA
 import torch_impl as T
 from labs.tasks import BOS, EOS, SequenceTask, TaskModel
 
-torch.set_num_threads(1)
 np.set_printoptions(precision=2, suppress=True)
-
-
-def save(fig, name: str) -> None:
-    FIGURES.mkdir(parents=True, exist_ok=True)
-    path = FIGURES / name
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    print(f"wrote {path.relative_to(ROOT)}")
-    if matplotlib.get_backend().lower() == "agg":
-        plt.close(fig)
 
 
 # %% [markdown]
