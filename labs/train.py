@@ -505,8 +505,6 @@ def run(args: argparse.Namespace) -> dict:
             evaluate_and_save()
     bar.close()
     wall = elapsed_before + time.perf_counter() - t_start
-    if "val_loss" not in metrics:  # resumed a run that had already finished
-        evaluate_and_save()
 
     if rank != 0:
         return {**metrics, "wall_s": round(wall, 3)}
@@ -572,7 +570,7 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
 
     Raises:
         UserError: no checkpoint, or an unusable one (the reason named); a
-            ``--max-iters`` below the checkpoint's step.
+            ``--max-iters`` not above the checkpoint's step (nothing to train).
     """
     if args.resume:
         directory = Path(args.resume)
@@ -597,10 +595,11 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
         else:
             setattr(args, key, value)
     step = int(saved.get("step", 0))
-    if args.max_iters < step:  # the loop would run no step and say nothing
+    if args.max_iters <= step:  # no step to run: refuse before anything is rewritten
         raise UserError(
             f"--max-iters {args.max_iters}: the checkpoint in {directory} is already at step "
-            f"{step}; give --max-iters {step} or more to continue it"
+            f"{step}; give --max-iters above {step} to continue it (python -m labs sample "
+            "samples from it as it is)"
         )
     if changed and os.environ.get("RANK", "0") == "0":  # under torchrun: said once
         print(f"resuming with changed settings: {', '.join(changed)}")

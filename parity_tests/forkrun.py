@@ -15,8 +15,9 @@ JOBS.json: ``{"preload": [modules], "parallel": N, "timeout": seconds, "jobs":
 [{"name", "kind": "pytest" | "script", "argv", "cwd", "env", "stdout", "stderr"}]}``
 (``env`` replaces the environment; library settings read at import time, such
 as ``OMP_NUM_THREADS`` or ``MPLBACKEND``, come from the driver's own environment).
-Prints one JSON object: name -> {"returncode", "seconds"}; a job past the timeout
-is killed and gets returncode -9.
+Prints one JSON object: name -> {"returncode", "seconds", "timed_out"}; a job
+past the timeout is killed with its process group (returncode -9), and
+:func:`run_jobs` adds a line saying so to its stderr.
 
 POSIX only (``os.fork``); :func:`run_jobs` falls back to one subprocess per job
 elsewhere. The driver itself is started with ``subprocess``, never forked from the
@@ -34,6 +35,7 @@ import runpy
 import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -41,15 +43,16 @@ from pathlib import Path
 
 def _child(job: dict) -> None:
     """In the forked child: become the job, run it, exit with its status."""
-    os.chdir(job["cwd"])
-    os.environ.clear()
-    os.environ.update(job["env"])
+    os.setpgrp()  # its own process group: a timeout kills what it started, too
     for fd, path in ((1, job["stdout"]), (2, job["stderr"])):
         f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(f, fd)
         os.close(f)
     code = 1
     try:
+        os.chdir(job["cwd"])
+        os.environ.clear()
+        os.environ.update(job["env"])
         if job["kind"] == "pytest":
             import pytest
 
@@ -63,13 +66,18 @@ def _child(job: dict) -> None:
             try:
                 runpy.run_path(script, run_name="__main__")
                 code = 0
-            except SystemExit as e:
-                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except SystemExit as e:  # as the interpreter would: sys.exit("msg") prints msg
+                if e.code is None or isinstance(e.code, int):
+                    code = e.code or 0
+                else:
+                    print(e.code, file=sys.stderr)
+                    code = 1
     except BaseException:
         traceback.print_exc()
         code = 1
     finally:
         try:
+            threading._shutdown()  # wait for non-daemon threads, as interpreter exit does
             atexit._run_exitfuncs()
             sys.stdout.flush()
             sys.stderr.flush()
@@ -83,6 +91,7 @@ def drive(spec: dict) -> dict:
         importlib.import_module(name)
     pending = list(spec["jobs"])
     running: dict[int, tuple[dict, float]] = {}
+    timed_out: set[int] = set()
     results: dict[str, dict] = {}
     timeout = float(spec.get("timeout", 600))
     while pending or running:
@@ -92,19 +101,27 @@ def drive(spec: dict) -> dict:
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
-                _child(job)
+                try:
+                    _child(job)
+                finally:  # never let a child fall back into this loop
+                    os._exit(1)
             running[pid] = (job, time.monotonic())
         pid, status = os.waitpid(-1, os.WNOHANG)
         if pid == 0:
             for child, (_job, started) in list(running.items()):
-                if time.monotonic() - started > timeout:
-                    os.kill(child, signal.SIGKILL)
+                if time.monotonic() - started > timeout and child not in timed_out:
+                    timed_out.add(child)
+                    try:
+                        os.killpg(child, signal.SIGKILL)  # the job and what it started
+                    except ProcessLookupError:  # gone (or not yet its own group leader)
+                        os.kill(child, signal.SIGKILL)
             time.sleep(0.02)
             continue
         job, started = running.pop(pid)
         results[job["name"]] = {
             "returncode": os.waitstatus_to_exitcode(status),
             "seconds": round(time.monotonic() - started, 2),
+            "timed_out": pid in timed_out,
         }
     return results
 
@@ -140,16 +157,29 @@ def run_jobs(
         )
         if r.returncode != 0:
             raise RuntimeError(f"forkrun driver failed ({r.returncode}):\n{r.stderr[-4000:]}")
-        codes = {k: v["returncode"] for k, v in json.loads(r.stdout).items()}
+        outcomes = json.loads(r.stdout)
+        codes = {k: v["returncode"] for k, v in outcomes.items()}
+        late = {k: v["seconds"] for k, v in outcomes.items() if v["timed_out"]}
     else:  # no fork: a plain subprocess per job, one at a time
-        codes = {}
+        codes, late = {}, {}
         for job in jobs:
             head = ["-m", "pytest"] if job["kind"] == "pytest" else []
+            started = time.monotonic()
             with open(job["stdout"], "w") as out, open(job["stderr"], "w") as err:
-                codes[job["name"]] = subprocess.run(
-                    [sys.executable, *head, *job["argv"]], cwd=job["cwd"], env=job["env"],
-                    stdout=out, stderr=err, timeout=timeout,
-                ).returncode  # fmt: skip
+                try:
+                    codes[job["name"]] = subprocess.run(
+                        [sys.executable, *head, *job["argv"]], cwd=job["cwd"], env=job["env"],
+                        stdout=out, stderr=err, timeout=timeout,
+                    ).returncode  # fmt: skip
+                except subprocess.TimeoutExpired:
+                    codes[job["name"]] = -signal.SIGKILL
+                    late[job["name"]] = round(time.monotonic() - started, 2)
+                except OSError as e:  # a cwd or interpreter that is not there
+                    print(f"forkrun: could not start the job: {e}", file=err)
+                    codes[job["name"]] = 1
+    for name, seconds in late.items():  # say so where the test's message will show it
+        with open(next(j["stderr"] for j in jobs if j["name"] == name), "a") as err:
+            print(f"\nforkrun: killed after {seconds} s (timeout {timeout} s)", file=err)
     return {
         job["name"]: subprocess.CompletedProcess(
             job["argv"],

@@ -56,6 +56,7 @@ def test_a_job_past_the_timeout_is_killed(tmp_path):
     runs = forkrun.run_jobs([job], env=dict(os.environ), preload=[], parallel=1,
                             workdir=tmp_path / "logs", timeout=1)  # fmt: skip
     assert runs["sleep"].returncode == -9
+    assert "forkrun: killed after" in runs["sleep"].stderr
 
 
 def test_a_pytest_job_is_python_m_pytest(tmp_path):
@@ -68,3 +69,25 @@ def test_a_pytest_job_is_python_m_pytest(tmp_path):
                             workdir=tmp_path / "logs")  # fmt: skip
     assert runs["t"].returncode == 1, runs["t"].stdout + runs["t"].stderr
     assert "1 failed, 1 passed" in runs["t"].stdout
+
+
+def test_a_job_fails_like_python_would(tmp_path):
+    """sys.exit("message") prints the message; a missing cwd is the job's own error; the
+    interpreter waits for a non-daemon thread before the job ends."""
+    (tmp_path / "msg.py").write_text("import sys\nsys.exit('fatal: no corpus')\n")
+    (tmp_path / "thread.py").write_text(
+        "import threading, time\n"
+        "threading.Thread(target=lambda: (time.sleep(0.5), print('thread done'))).start()\n"
+    )
+    cwd = str(tmp_path)
+    jobs = [
+        {"name": "msg", "kind": "script", "argv": [str(tmp_path / "msg.py")], "cwd": cwd},
+        {"name": "cwd", "kind": "script", "argv": [str(tmp_path / "msg.py")],
+         "cwd": str(tmp_path / "missing")},
+        {"name": "thread", "kind": "script", "argv": [str(tmp_path / "thread.py")], "cwd": cwd},
+    ]  # fmt: skip
+    runs = forkrun.run_jobs(jobs, env=dict(os.environ), preload=[], parallel=3,
+                            workdir=tmp_path / "logs")  # fmt: skip
+    assert (runs["msg"].returncode, runs["msg"].stderr) == (1, "fatal: no corpus\n")
+    assert runs["cwd"].returncode != 0 and "missing" in runs["cwd"].stderr
+    assert (runs["thread"].returncode, runs["thread"].stdout) == (0, "thread done\n")
