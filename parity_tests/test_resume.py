@@ -144,11 +144,12 @@ def test_resume_in_a_fresh_process_is_exact(backend, runs, tmp_path):
 
 def test_resume_refuses_another_model_corpus_or_fewer_steps(runs, tmp_path, capsys):
     out = runs / "half-numpy"  # read only: every attempt fails before writing
-    status, err = in_process(capsys, "train", "--resume", str(out), "--d-model", "32")
+    more = ("--max-iters", str(2 * K))  # the half run ended at its own --max-iters, K
+    status, err = in_process(capsys, "train", "--resume", str(out), *more, "--d-model", "32")
     assert status == 2 and "cannot resume: the model" in err and "d_model 16 there, 32 here" in err
     other = tmp_path / "other.txt"
     other.write_text(TEXT + "Zebra!\n", encoding="utf-8")
-    status, err = in_process(capsys, "train", "--resume", str(out), "--data", str(other))
+    status, err = in_process(capsys, "train", "--resume", str(out), *more, "--data", str(other))
     assert status == 2 and "cannot resume: the tokenizer" in err, err
     status, err = in_process(capsys, "train", "--resume", str(tmp_path / "nothing"))
     assert status == 2 and "cannot resume" in err and "not found" in err, err
