@@ -43,6 +43,8 @@ from . import UserError
 from .backends import BACKENDS, NonFiniteError, make_backend
 from .checkpoint import (
     CONFIG_FILE,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
     CheckpointError,
     expected_shapes,
     load_checkpoint,
@@ -511,7 +513,7 @@ def run(args: argparse.Namespace) -> dict:
 
     # -- summary --------------------------------------------------------------------
     unit = "character" if args.tokenizer == "char" else "token"
-    plot_losses(log_path, out / PLOT_FILE, title=f"{backend.name} backend, {out.name}", unit=unit)
+    plot_losses(log_path, out / PLOT_FILE, title=f"{backend.name} backend, {out}", unit=unit)
     print(f"final val loss {metrics['val_loss']:.4f} (train {metrics['train_loss']:.4f})")
     print(
         f"final val bits per byte {metrics['val_bpb']:.4f} (nats per {unit} "
@@ -521,7 +523,10 @@ def run(args: argparse.Namespace) -> dict:
         f"total wall time {wall:.1f} s; training throughput "
         f"{metrics['tokens_per_s']:,.0f} tokens/s (train steps only, evaluation excluded)"
     )
-    print(f"wrote {out / CONFIG_FILE}, {log_path}, {out / PLOT_FILE}")
+    written = [out / MODEL_FILE, out / CONFIG_FILE]
+    if (out / OPTIMIZER_FILE).is_file():
+        written.append(out / OPTIMIZER_FILE)
+    print(f"wrote {', '.join(map(str, [*written, log_path, out / PLOT_FILE]))}")
     if args.sample_tokens:
         print(
             f"--- sample: {args.sample_tokens} {unit}s after a newline, "
