@@ -33,6 +33,7 @@ from .data import DATA_ENV_VAR, CorpusUnavailableError, load_corpus, resolve_cor
 from .tasks import (
     TaskModel,
     WordTokenizer,
+    add_model_and_optimizer_arguments,
     batches,
     check_positive,
     encode_padded,
@@ -65,27 +66,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-vocab", type=int, default=2000, help="word vocabulary size")
     p.add_argument("--max-iters", type=int, default=1000, help="optimizer steps")
-    g = p.add_argument_group("model")
+    g = add_model_and_optimizer_arguments(
+        p,
+        n_layers=(1, "encoder blocks"),
+        batch_size=(32, "speeches per step"),
+        dropout=0.2,
+        lr=3e-3,
+        warmup_iters=50,
+        weight_decay=0.1,
+        eval_interval=200,
+    )
     g.add_argument(
         "--block-size",
         type=int,
         default=None,
         help="tokens read per speech (default: 64 words, or 128 characters)",
     )
-    g.add_argument("--n-layers", type=int, default=1, help="encoder blocks")
-    g.add_argument("--n-heads", type=int, default=4, help="attention heads per block")
-    g.add_argument("--d-model", type=int, default=64, help="width of the residual stream")
-    g.add_argument("--d-ff", type=int, default=None, help="FFN width (default: 4 d_model)")
-    g.add_argument("--dropout", type=float, default=0.2, help="dropout probability")
-    g.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    g.add_argument("--attn-impl", choices=("sdpa", "explicit"), default="sdpa", help="torch only")
-    g = p.add_argument_group("optimization")
-    g.add_argument("--batch-size", type=int, default=32, help="speeches per step")
-    g.add_argument("--lr", type=float, default=3e-3, help="peak learning rate")
-    g.add_argument("--min-lr", type=float, default=1e-4, help="final learning rate")
-    g.add_argument("--warmup-iters", type=int, default=50, help="linear warmup steps")
-    g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW decay of the matrices")
-    g.add_argument("--eval-interval", type=int, default=200, help="steps between evaluations")
 
 
 def evaluate(model: TaskModel, val_idx, val_mask, val_labels, batch_size: int = 128):

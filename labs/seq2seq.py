@@ -22,7 +22,16 @@ import numpy as np
 
 from . import UserError
 from .backends import BACKENDS
-from .tasks import BOS, EOS, SequenceTask, TaskModel, batches, check_positive, training_options
+from .tasks import (
+    BOS,
+    EOS,
+    SequenceTask,
+    TaskModel,
+    add_model_and_optimizer_arguments,
+    batches,
+    check_positive,
+    training_options,
+)
 
 LOG_FILE = "log.jsonl"
 METRICS_FILE = "metrics.json"
@@ -37,21 +46,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-len", type=int, default=12, help="longest sequence")
     p.add_argument("--n-val", type=int, default=1000, help="held-out sequences")
     p.add_argument("--max-iters", type=int, default=1500, help="optimizer steps")
-    g = p.add_argument_group("model")
-    g.add_argument("--n-layers", type=int, default=2, help="blocks in encoder and decoder")
-    g.add_argument("--n-heads", type=int, default=4, help="attention heads per block")
-    g.add_argument("--d-model", type=int, default=64, help="width of the residual stream")
-    g.add_argument("--d-ff", type=int, default=None, help="FFN width (default: 4 d_model)")
-    g.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
-    g.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    g.add_argument("--attn-impl", choices=("sdpa", "explicit"), default="sdpa", help="torch only")
-    g = p.add_argument_group("optimization")
-    g.add_argument("--batch-size", type=int, default=64, help="sequences per step")
-    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    g.add_argument("--min-lr", type=float, default=1e-4, help="final learning rate")
-    g.add_argument("--warmup-iters", type=int, default=100, help="linear warmup steps")
-    g.add_argument("--weight-decay", type=float, default=0.01, help="AdamW decay of the matrices")
-    g.add_argument("--eval-interval", type=int, default=250, help="steps between evaluations")
+    add_model_and_optimizer_arguments(
+        p,
+        n_layers=(2, "blocks in encoder and decoder"),
+        batch_size=(64, "sequences per step"),
+        dropout=0.0,
+        lr=1e-3,
+        warmup_iters=100,
+        weight_decay=0.01,
+        eval_interval=250,
+    )
 
 
 def evaluate(model: TaskModel, task: SequenceTask, batch_size: int = 250) -> dict:
