@@ -51,7 +51,8 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m labs",
-        description="twinformer labs: train, sample and benchmark the NumPy and PyTorch GPTs.",
+        description="twinformer labs: train, sample and benchmark the NumPy and PyTorch "
+        "models, and work through the chapters' exercises.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, module, help_ in (
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         sub = commands.add_parser(
             name,
             help=help_,
-            description=help_[0].upper() + help_[1:] + ".",
+            description=help_[0].upper() + help_[1:] + ("" if help_[-1] in ".?!" else "."),
             formatter_class=_HelpFormatter,
         )
         module.add_arguments(sub)

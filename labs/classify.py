@@ -47,7 +47,7 @@ METRICS_FILE = "metrics.json"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=BACKENDS, required=True)
+    p.add_argument("--backend", choices=BACKENDS, required=True, help="required")
     p.add_argument(
         "--data",
         metavar="PATH",

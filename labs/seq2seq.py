@@ -38,8 +38,10 @@ METRICS_FILE = "metrics.json"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=BACKENDS, required=True)
-    p.add_argument("--task", choices=SequenceTask.TASKS, default="reverse")
+    p.add_argument("--backend", choices=BACKENDS, required=True, help="required")
+    p.add_argument(
+        "--task", choices=SequenceTask.TASKS, default="reverse", help="what to map each sequence to"
+    )
     p.add_argument("--out", metavar="DIR", help="default: runs/seq2seq-<backend>")
     p.add_argument("--seed", type=int, default=1337, help="weights, held-out set and batches")
     p.add_argument("--min-len", type=int, default=3, help="shortest sequence")

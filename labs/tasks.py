@@ -306,7 +306,9 @@ def add_model_and_optimizer_arguments(
     g.add_argument("--d-model", type=int, default=64, help="width of the residual stream")
     g.add_argument("--d-ff", type=int, default=None, help="FFN width (default: 4 d_model)")
     g.add_argument("--dropout", type=float, default=dropout, help="dropout probability")
-    g.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    g.add_argument(
+        "--dtype", choices=("float32", "float64"), default="float32", help="parameter dtype"
+    )
     g.add_argument("--attn-impl", choices=("sdpa", "explicit"), default="sdpa", help="torch only")
     o = p.add_argument_group("optimization")
     o.add_argument("--batch-size", type=int, default=batch_size[0], help=batch_size[1])
