@@ -5,32 +5,38 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import erf, expit
 
 from .module import Module
 
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
-_SQRT_2 = math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
-_GELU_COEF = 0.044715
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    """sigma(x) = 1 / (1 + exp(-x)), written as exp(-log(1 + exp(-x))).
+
+    ``np.logaddexp(0, -x)`` is log(1 + exp(-x)) computed without overflow, so
+    neither tail warns: far left it is -x and sigma is exp(x) -> 0, far right
+    it is 0 and sigma is 1.
+    """
+    return np.exp(-np.logaddexp(0.0, -x))
 
 
 class GELU(Module):
-    """Gaussian Error Linear Unit, y = x * Phi(x).
+    """Gaussian Error Linear Unit, y = x Phi(x) (Hendrycks & Gimpel 2016, sec. 2).
 
     Args:
         approximate: ``"tanh"`` (the GPT default, the form GPT-2 used) or
             ``"none"`` for the exact erf form.
 
-    Formulas (Hendrycks & Gimpel 2016, sec. 2):
-        exact: y = 0.5 x (1 + erf(x / sqrt 2)),   dy/dx = Phi(x) + x phi(x)
-        tanh:  y = 0.5 x (1 + tanh(u)),           u = sqrt(2/pi) (x + 0.044715 x^3)
+    Formulas, with Phi the standard normal CDF and phi its density:
+        exact: y = 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x)
+               dy/dx = Phi(x) + x phi(x),       phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+        tanh:  y = 0.5 x (1 + tanh(u)),         u = sqrt(2/pi) (x + 0.044715 x^3)
+               dy/dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx,
+               du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 
-    The tanh form is computed through the identity 0.5 (1 + tanh(u)) = sigmoid(2u):
-        y = x s,   s = 1 / (1 + exp(-2u)),
-        dy/dx = s + x s (1 - s) * 2 du/dx,   du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-    One ``exp`` instead of one ``tanh``: the same function, and on CPUs
-    without AVX-512 NumPy's float32 ``exp`` is markedly faster than its ``tanh``.
+    Cache: x, and Phi(x) (exact) or tanh(u) (tanh form).
+
+    The exact form needs ``scipy.special.erf``; scipy is imported only when that
+    form runs, so the default (tanh) path needs NumPy alone.
 
     Shapes: any; elementwise.
 
@@ -42,53 +48,42 @@ class GELU(Module):
         if approximate not in ("tanh", "none"):
             raise ValueError(f"approximate: expected 'tanh' or 'none', got {approximate!r}")
         self.approximate = approximate
-        self._x = self._s = None
+        self._x = self._cdf = self._tanh_u = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         ### BEGIN SOLUTION ch06
-        ### TODO: y = x Phi(x): the tanh form if self.approximate == "tanh", else the exact erf
-        ###   form (formulas above); cache what backward needs (self._x, self._s); no overflow
-        ###   warning for large |x| in float32
+        ### TODO: y = x Phi(x), same shape as x. "tanh": u = sqrt(2/pi) (x + 0.044715 x^3),
+        ###   y = 0.5 x (1 + tanh(u)); cache x, tanh(u) in self._x, self._tanh_u. "none":
+        ###   Phi = 0.5 (1 + erf(x / sqrt 2)), y = x Phi; cache x, Phi in self._x, self._cdf.
+        ###   Hint: import erf from scipy.special inside the "none" branch
         self._x = x
         if self.approximate == "tanh":
-            s = x * x
-            s *= -2.0 * _SQRT_2_OVER_PI * _GELU_COEF
-            s -= 2.0 * _SQRT_2_OVER_PI
-            s *= x  # -2u = -2 sqrt(2/pi) (x + 0.044715 x^3)
-            # far left (x < -10 in float32) exp(-2u) overflows to inf and s becomes
-            # exactly 0, the right limit: the overflow is expected, not an error
-            with np.errstate(over="ignore"):
-                np.exp(s, out=s)
-            s += 1.0
-            np.reciprocal(s, out=s)  # s = sigmoid(2u) = 0.5 (1 + tanh(u))
-        else:
-            s = erf(x / _SQRT_2)
-            s += 1.0
-            s *= 0.5  # s = Phi(x)
-        self._s = s  # backward needs s; forward's output is x s
-        return x * s
+            with np.errstate(over="ignore"):  # float32 x**3 is inf beyond |x| ~ 7e12: tanh = +-1
+                u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+            self._tanh_u = np.tanh(u)
+            return 0.5 * x * (1 + self._tanh_u)
+        from scipy.special import erf  # only the exact form needs scipy
+
+        self._cdf = 0.5 * (1 + erf(x / math.sqrt(2)))  # Phi(x)
+        return x * self._cdf
         ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
         ### BEGIN SOLUTION ch06
-        ### TODO: dx = dout * dy/dx, with dy/dx from the formulas above for the form in use
-        x, s = self._x, self._s
+        ### TODO: dx = dout * dy/dx. "tanh", with t = tanh(u): dy/dx = 0.5 (1 + t)
+        ###   + 0.5 x (1 - t^2) du/dx, du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2). "none":
+        ###   dy/dx = Phi(x) + x phi(x), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
+        x = self._x
         if self.approximate == "tanh":
-            g = x * x
-            g *= 2.0 * _SQRT_2_OVER_PI * 3.0 * _GELU_COEF
-            g += 2.0 * _SQRT_2_OVER_PI  # 2 du/dx = 2 sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-            g *= x
-            g *= s
-            g *= 1.0 - s  # x s (1 - s) 2 du/dx
-            g += s
+            t = self._tanh_u
+            du_dx = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x**2)
+            dy_dx = 0.5 * (1 + t) + 0.5 * x * (1 - t**2) * du_dx
         else:
-            g = np.exp(-0.5 * x * x)
-            g *= _INV_SQRT_2PI  # phi(x)
-            g *= x
-            g += s  # Phi(x) + x phi(x)
-        g *= dout
-        self._x = self._s = None
-        return g
+            with np.errstate(over="ignore"):  # x**2 is inf beyond |x| ~ 1e19: phi = 0
+                pdf = np.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)  # phi(x)
+            dy_dx = self._cdf + x * pdf
+        self._x = self._cdf = self._tanh_u = None
+        return dout * dy_dx
         ### END SOLUTION
 
 
@@ -98,6 +93,8 @@ class ReLU(Module):
 
     Backward: dx = dout where x > 0, else 0 (the subgradient 0 at x = 0, as torch).
 
+    Cache: the bool mask x > 0, all backward needs.
+
     Shapes: any; elementwise.
     """
 
@@ -105,7 +102,7 @@ class ReLU(Module):
         self._positive = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        self._positive = x > 0  # a bool mask: all backward needs
+        self._positive = x > 0
         return np.maximum(x, 0.0, dtype=x.dtype)
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
@@ -115,11 +112,13 @@ class ReLU(Module):
 
 
 class SiLU(Module):
-    """SiLU / Swish-1: y = x * sigmoid(x) (Elfwing et al. 2017; Ramachandran et al. 2017).
+    """SiLU / Swish-1: y = x sigma(x) (Elfwing et al. 2017, eq. 1; Ramachandran et al. 2017).
 
-    The gate of SwiGLU (Shazeer 2020). With s = sigmoid(x):
+    The gate of SwiGLU (Shazeer 2020). With s = sigma(x):
         dy/dx = s + x s (1 - s) = s (1 + x (1 - s))
-    ``scipy.special.expit`` computes s without overflow at either end.
+    ``sigmoid`` (this module) computes s without overflow at either end.
+
+    Cache: x and s.
 
     Shapes: any; elementwise.
     """
@@ -129,22 +128,17 @@ class SiLU(Module):
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         ### BEGIN SOLUTION ch14
-        ### TODO: s = sigmoid(x) (scipy.special.expit: no overflow warning for large |x|);
-        ###   cache x and s in self._x, self._s; return x * s
-        s = expit(x)
+        ### TODO: s = sigmoid(x) (the stable one above), y = x * s; cache x and s in self._x,
+        ###   self._s for backward
+        s = sigmoid(x)
         self._x, self._s = x, s
         return x * s
         ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
         ### BEGIN SOLUTION ch14
-        ### TODO: dx = dout * s * (1 + x * (1 - s))
+        ### TODO: dx = dout * dy/dx, dy/dx = s (1 + x (1 - s)) with the cached x and s
         x, s = self._x, self._s
-        g = 1.0 - s
-        g *= x
-        g += 1.0
-        g *= s  # s (1 + x (1 - s))
-        g *= dout
         self._x = self._s = None
-        return g
+        return dout * s * (1 + x * (1 - s))
         ### END SOLUTION

@@ -10,6 +10,9 @@ from .module import Module
 class Dropout(Module):
     """y = x * keep / (1 - p), keep ~ Bernoulli(1 - p); identity in eval mode or when p = 0.
 
+    Srivastava et al. 2014, sec. 10 (scaling at training time instead of at test
+    time, so evaluation is the identity). Backward: dx = dout * keep / (1 - p).
+
     Args:
         p: probability of zeroing an element, in ``[0, 1)``.
         seed: seed of this layer's own ``np.random.Generator``.
@@ -18,24 +21,26 @@ class Dropout(Module):
     ``mask`` (bool, True = keep, broadcastable to x) replaces the random draw;
     the parity tests inject the same mask into both backends that way.
 
+    Cache: the bool mask keep (None in eval mode or when p = 0).
+
     Raises:
         ValueError: ``p`` outside ``[0, 1)``; ``mask`` not broadcastable to ``x``.
         TypeError: ``mask`` that is not a bool array.
     """
 
-    def __init__(self, p: float = 0.0, seed=None):
+    def __init__(self, p: float = 0.0, *, seed=None):
         if not 0.0 <= p < 1.0:
             raise ValueError(f"p: dropout probability must lie in [0, 1), got {p}")
         self.p = p
         self._rng = np.random.default_rng(seed)
-        self._scale = None
+        self._keep = None
 
     def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
         if not self.training or self.p == 0.0:
-            self._scale = None
+            self._keep = None
             return x
         if mask is None:
-            mask = self._rng.random(x.shape) >= self.p
+            mask = self._rng.random(x.shape) >= self.p  # keep ~ Bernoulli(1 - p)
         else:  # the torch twin's checks: a mask must neither be cast nor grow x
             mask = np.asarray(mask)
             if mask.dtype != np.bool_:
@@ -50,11 +55,10 @@ class Dropout(Module):
                 raise ValueError(
                     f"mask: expected a shape broadcastable to x's {x.shape}, got {mask.shape}"
                 )
-        # one array holding keep / (1 - p) serves forward and backward alike
-        self._scale = mask.astype(x.dtype) / (1.0 - self.p)
-        return x * self._scale
+        self._keep = mask
+        return x * mask / (1 - self.p)
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
-        if self._scale is None:
+        if self._keep is None:
             return dout
-        return dout * self._scale
+        return dout * self._keep / (1 - self.p)

@@ -33,7 +33,7 @@ class Embedding(Module):
             as NumPy indexing would).
     """
 
-    def __init__(self, num_embeddings, embedding_dim, dtype=np.float32, rng=None):
+    def __init__(self, num_embeddings, embedding_dim, *, dtype=np.float32, rng=None):
         if num_embeddings < 1 or embedding_dim < 1:
             raise ValueError(
                 f"num_embeddings and embedding_dim must be positive, "

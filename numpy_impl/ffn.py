@@ -35,6 +35,7 @@ class FeedForward(Module):
         gelu_approximate: ``"tanh"`` (GPT default) or ``"none"``.
         activation: ``"gelu"`` (GPT-2, the default) or ``"relu"`` (the original
             transformer, Vaswani et al. 2017, eq. 2).
+        dtype, rng: parameter dtype; generator for the Linears' default init.
 
     Shapes:
         forward: x ``(B, T, C)`` -> ``(B, T, C)``; hidden ``(B, T, d_ff)``.
@@ -51,9 +52,10 @@ class FeedForward(Module):
         bias=True,
         dropout=0.0,
         gelu_approximate="tanh",
+        activation="gelu",
+        *,
         dtype=np.float32,
         rng=None,
-        activation="gelu",
     ):
         if activation not in FFN_ACTIVATIONS:
             raise ValueError(f"activation: expected one of {FFN_ACTIVATIONS}, got {activation!r}")
@@ -76,9 +78,10 @@ class FeedForward(Module):
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
         ### BEGIN SOLUTION ch06
-        ### TODO: the backward of each layer of forward, in reverse order; return dx
-        dh = self.fc2.backward(self.dropout.backward(dout))
-        return self.fc1.backward(self.act.backward(dh))
+        ### TODO: each layer's backward, in reverse order (dropout, fc2, act, fc1):
+        ###   (B, T, C) -> (B, T, d_ff) -> (B, T, C); return dx
+        dh = self.fc2.backward(self.dropout.backward(dout))  # (B, T, C) -> (B, T, d_ff)
+        return self.fc1.backward(self.act.backward(dh))  # (B, T, d_ff) -> (B, T, C)
         ### END SOLUTION
 
 
@@ -97,6 +100,7 @@ class SwiGLUFeedForward(Module):
         bias: biases in w1, w2, w3 (Llama has none: False by default).
         dropout: dropout probability on the output.
         multiple_of: the rounding of the default ``d_ff``.
+        dtype, rng: parameter dtype; generator for the Linears' default init.
 
     Shapes:
         forward: x ``(..., C)`` -> ``(..., C)``; hidden ``(..., d_ff)``.
@@ -120,6 +124,7 @@ class SwiGLUFeedForward(Module):
         bias=False,
         dropout=0.0,
         multiple_of=8,
+        *,
         dtype=np.float32,
         rng=None,
     ):
@@ -149,13 +154,12 @@ class SwiGLUFeedForward(Module):
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
         ### BEGIN SOLUTION ch14
-        ### TODO: dh through dropout and w2; dgate = dh * up, dup = dh * gate; x fed both
-        ###   w1 (through act) and w3, so dx is the sum of their backward passes
-        dh = self.w2.backward(self.dropout.backward(dout))  # (..., d_ff)
-        dgate = dh * self._up
-        dh *= self._gate  # dup, in place: dh is ours
+        ### TODO: dh (..., d_ff) through dropout and w2; then dgate = dh * up and dup = dh * gate;
+        ###   x fed both w1 (through act) and w3, so dx (..., C) is the sum of their backward
+        ###   passes
+        dh = self.w2.backward(self.dropout.backward(dout))  # (..., C) -> (..., d_ff)
+        dgate = dh * self._up  # (..., d_ff)
+        dup = dh * self._gate  # (..., d_ff)
         self._gate = self._up = None
-        dx = self.w3.backward(dh)
-        dx += self.w1.backward(self.act.backward(dgate))
-        return dx
+        return self.w1.backward(self.act.backward(dgate)) + self.w3.backward(dup)  # (..., C)
         ### END SOLUTION

@@ -1,4 +1,4 @@
-"""Cross-entropy over logits, with the softmax and its backward fused."""
+"""Cross-entropy over logits, as a log-softmax, with the softmax and its backward fused."""
 
 from __future__ import annotations
 
@@ -15,8 +15,15 @@ class CrossEntropyLoss(Module):
     the sum nor in the mean's denominator); if every position is ignored the
     loss is 0.0 and the gradient zero (``torch`` would return NaN there).
 
-    Fused backward (softmax and cross-entropy together, as in llm.c):
-        dlogits_n = (softmax(logits_n) - onehot(target_n)) / N_kept
+    Forward, per row n with target t_n, as a log-softmax (Goodfellow et al. 2016, sec. 6.2.2.3):
+        shifted_n = z_n - max(z_n)                   the same softmax, and exp cannot overflow
+        nll_n     = logsumexp(shifted_n) - shifted_n[t_n] = -log softmax(z_n)[t_n]
+        loss      = mean of nll_n over the kept rows
+
+    Backward of softmax and cross-entropy together (as in llm.c):
+        dlogits_n = (softmax(z_n) - onehot(t_n)) / N_kept,   0 on ignored rows
+
+    Cache: the shifted logits ``(N, V)`` and their logsumexp ``(N,)``.
 
     Shapes:
         forward: logits ``(..., V)``, targets ``(...)`` integer -> loss (Python float)
@@ -52,33 +59,32 @@ class CrossEntropyLoss(Module):
                 f"{self.ignore_index}, got {bad[:5].tolist()}"
             )
         ### BEGIN SOLUTION ch09
-        ### TODO: with z (N, V), t (N,) and keep (N,) from above: loss = mean over the kept
-        ###   rows n of logsumexp(z_n) - z_n[t_n], stable (subtract the row max first), a Python
-        ###   float, 0.0 if no row is kept; cache what backward needs in self._cache
-        n_kept = int(keep.sum())
-        t_safe = np.where(keep, t, 0)  # any valid column for ignored rows; masked below
-
-        probs = z - z.max(axis=1, keepdims=True)  # shifted logits, max 0 per row
-        target_logit = probs[np.arange(len(t)), t_safe]  # z_t - max, before exponentiating
-        np.exp(probs, out=probs)
-        sum_exp = probs.sum(axis=1)  # (N,)
-        nll = np.log(sum_exp) - target_logit  # logsumexp(z) - z_t, per row
-        loss = float(nll[keep].sum() / n_kept) if n_kept else 0.0
-        probs /= sum_exp[:, None]  # softmax, kept for the fused backward
-        self._cache = (probs, t_safe, keep, n_kept, logits.shape)
+        ### TODO: z (N, V), t (N,), keep (N,) from above; per row the negative log-softmax of its
+        ###   target, nll = logsumexp(z_n) - z_n[t_n], (N,); loss = its mean over the kept rows
+        ###   (a Python float, 0.0 if none). Hint: shift z by its row max before exp (stable);
+        ###   cache what backward needs in self._cache
+        N = len(t)
+        t_safe = np.where(keep, t, 0)  # a valid column for the ignored rows too (masked later)
+        shifted = z - z.max(axis=1, keepdims=True)  # (N, V); each row's max is 0: exp <= 1
+        logsumexp = np.log(np.exp(shifted).sum(axis=1))  # (N,): logsumexp(z) - max
+        nll = logsumexp - shifted[np.arange(N), t_safe]  # (N,): -log softmax(z)[t]
+        loss = float(nll[keep].mean()) if keep.any() else 0.0
+        self._cache = (shifted, logsumexp, t_safe, keep, logits.shape)
         return loss
         ### END SOLUTION
 
     def backward(self, dloss: float = 1.0) -> np.ndarray:
-        """dlogits = dloss * (softmax - onehot) / N_kept; reuses the cached probabilities."""
+        """dlogits = dloss * (softmax - onehot) / N_kept, zero on ignored rows."""
         ### BEGIN SOLUTION ch09
-        ### TODO: dlogits = dloss * (softmax - onehot(target)) / N_kept, zero on ignored rows,
-        ###   shaped like the logits
-        probs, t_safe, keep, n_kept, shape = self._cache
-        self._cache = None  # the buffer becomes the gradient
-        dlogits = probs
-        dlogits[np.arange(len(t_safe)), t_safe] -= 1.0
-        dlogits[~keep] = 0.0
-        dlogits *= dloss / n_kept if n_kept else 0.0
-        return dlogits.reshape(shape)
+        ### TODO: dlogits (N, V) = dloss * (softmax(z) - onehot(t)) / N_kept on the kept rows,
+        ###   0 on the ignored ones, reshaped like the logits. Hint: softmax = exp(shifted -
+        ###   logsumexp) from the cached values
+        shifted, logsumexp, t_safe, keep, shape = self._cache
+        self._cache = None
+        N, n_kept = len(t_safe), int(keep.sum())
+        softmax = np.exp(shifted - logsumexp[:, None])  # (N, V)
+        onehot = np.zeros_like(softmax)  # (N, V)
+        onehot[np.arange(N), t_safe] = 1.0
+        dlogits = dloss * (softmax - onehot) * keep[:, None] / max(n_kept, 1)  # (N, V)
+        return dlogits.reshape(shape)  # (N, V) -> (..., V)
         ### END SOLUTION

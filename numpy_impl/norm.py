@@ -10,6 +10,9 @@ from .module import Module, Parameter, check_last_dim
 class LayerNorm(Module):
     """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last axis.
 
+    Source: Ba et al. 2016, sec. 3, eqs. 3-4: statistics per token, then a
+    learned per-feature gain (``weight``) and bias.
+
     ``var`` is the biased variance (divide by C, not C - 1) and ``eps`` sits
     inside the square root, exactly as ``torch.nn.LayerNorm``. Statistics are
     per token, never across the batch (that would be BatchNorm).
@@ -18,23 +21,25 @@ class LayerNorm(Module):
         d_model: size of the normalised axis, C.
         eps: added to the variance.
         bias: learn the shift ``bias`` (Llama-style models drop it).
+        dtype: parameter dtype.
 
     Shapes:
         forward: x ``(..., C)`` -> ``(..., C)``
         backward: dout ``(..., C)`` -> dx ``(..., C)``; adds dweight, dbias ``(C,)``.
 
-    Cache: the normalised input xhat and 1/std per row (llm.c keeps mean and
-    rstd; keeping xhat instead saves recomputing it in backward).
+    Cache: the normalised input xhat ``(..., C)`` and rstd = 1/sqrt(var + eps)
+    ``(..., 1)`` (llm.c keeps mean and rstd; keeping xhat saves recomputing it).
 
-    Backward, with g = dout * weight (per row, means over C):
-        dx = rstd * (g - mean(g) - xhat * mean(g * xhat))
+    Backward, per row (sums over the C features), with dxhat = dout * weight:
+        dx = rstd / C * (C dxhat - sum(dxhat) - xhat * sum(dxhat * xhat))
+        dweight = sum over rows of dout * xhat,   dbias = sum over rows of dout
 
     Raises:
         ValueError: ``d_model < 1`` or ``eps <= 0`` (constructor); the last axis
             of ``x`` is not ``d_model``.
     """
 
-    def __init__(self, d_model, eps=1e-5, bias=True, dtype=np.float32):
+    def __init__(self, d_model, eps=1e-5, bias=True, *, dtype=np.float32):
         if d_model < 1:
             raise ValueError(f"d_model must be positive, got d_model={d_model}")
         if not eps > 0:  # also catches NaN
@@ -47,38 +52,31 @@ class LayerNorm(Module):
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_last_dim(x, self.d_model, "x", "d_model")
         ### BEGIN SOLUTION ch07
-        ### TODO: normalise each row over the last axis: xhat = (x - mean) / sqrt(var + eps),
-        ###   var biased (divide by C); out = xhat * weight (+ bias); cache xhat and
-        ###   rstd = 1 / sqrt(var + eps) in self._xhat, self._rstd for backward
-        C = self.d_model
-        mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
-        xhat = x - mean  # (..., C), a new array we can work in
-        var = np.vecdot(xhat, xhat)[..., None] / C  # biased variance; a row dot product, no temp
+        ### TODO: x (..., C) -> y (..., C): per row, xhat = (x - mean) * rstd with
+        ###   rstd = 1 / sqrt(var + eps) (..., 1), then y = xhat * weight + bias (bias may be None);
+        ###   cache xhat and rstd in self._xhat, self._rstd. Hint: var is biased (divides by C)
+        mean = x.mean(axis=-1, keepdims=True)  # (..., C) -> (..., 1)
+        var = x.var(axis=-1, keepdims=True)  # (..., 1), biased: divides by C
         rstd = 1.0 / np.sqrt(var + self.eps)  # (..., 1)
-        xhat *= rstd
+        xhat = (x - mean) * rstd  # (..., C)
         self._xhat, self._rstd = xhat, rstd
-        out = xhat * self.weight.data
-        if self.bias is not None:
-            out += self.bias.data
-        return out
+        y = xhat * self.weight.data
+        return y if self.bias is None else y + self.bias.data
         ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
         ### BEGIN SOLUTION ch07
-        ### TODO: ADD dweight = sum over rows of dout * xhat and dbias = sum of dout into .grad;
-        ###   return dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * weight
-        xhat, rstd = self._xhat, self._rstd
-        C = self.d_model
-        flat_dout, flat_xhat = dout.reshape(-1, C), xhat.reshape(-1, C)
-        self.weight.grad += np.einsum("nc,nc->c", flat_dout, flat_xhat)
+        ### TODO: ADD dweight = sum of dout * xhat and dbias = sum of dout over every row, (C,),
+        ###   into .grad; return dx (..., C) = rstd / C * (C dxhat - sum(dxhat) - xhat sum(dxhat
+        ###   xhat)) with dxhat = dout * weight. Hint: the two row sums keep their axis (keepdims)
+        xhat, rstd, C = self._xhat, self._rstd, self.d_model
+        self.weight.grad += (dout * xhat).reshape(-1, C).sum(axis=0)  # (N, C) -> (C,)
         if self.bias is not None:
-            self.bias.grad += flat_dout.sum(axis=0)
-        g = dout * self.weight.data  # dL/dxhat
-        g_dot_xhat = np.vecdot(g, xhat)[..., None] / C  # mean(g * xhat), per row
-        dx = g - g.mean(axis=-1, keepdims=True)
-        xhat_term = xhat * g_dot_xhat
-        dx -= xhat_term
-        dx *= rstd
+            self.bias.grad += dout.reshape(-1, C).sum(axis=0)  # (N, C) -> (C,)
+        dxhat = dout * self.weight.data  # (..., C)
+        sum_dxhat = dxhat.sum(axis=-1, keepdims=True)  # (..., 1)
+        sum_dxhat_xhat = (dxhat * xhat).sum(axis=-1, keepdims=True)  # (..., 1)
+        dx = rstd / C * (C * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)  # (..., C)
         self._xhat = self._rstd = None
         return dx
         ### END SOLUTION
@@ -96,22 +94,24 @@ class RMSNorm(Module):
     Args:
         d_model: size of the normalised axis, C.
         eps: added to the mean square.
+        dtype: parameter dtype.
 
     Shapes:
         forward: x ``(..., C)`` -> ``(..., C)``
         backward: dout ``(..., C)`` -> dx ``(..., C)``; adds dweight ``(C,)``.
 
-    Cache: xhat = x / rms and rrms = 1 / rms per row, rms = sqrt(mean(x^2) + eps).
+    Cache: xhat = x * rrms ``(..., C)`` and rrms = 1 / sqrt(mean(x^2) + eps) ``(..., 1)``.
 
-    Backward, with g = dout * weight (means over C, per row):
-        dx = rrms * (g - xhat * mean(g * xhat))
-    LayerNorm's formula less its ``- mean(g)`` term: there is no mean to subtract.
+    Backward, per row (sums over the C features), with dxhat = dout * weight:
+        dx = rrms / C * (C dxhat - xhat * sum(dxhat * xhat))
+        dweight = sum over rows of dout * xhat
+    LayerNorm's formula less its ``- sum(dxhat)`` term: there is no mean to subtract.
 
     Raises:
         ValueError: the last axis of ``x`` is not ``d_model``; ``eps <= 0``.
     """
 
-    def __init__(self, d_model, eps=1e-5, dtype=np.float32):
+    def __init__(self, d_model, eps=1e-5, *, dtype=np.float32):
         if d_model < 1:  # as the torch twin
             raise ValueError(f"d_model must be positive, got d_model={d_model}")
         if not eps > 0:
@@ -123,26 +123,24 @@ class RMSNorm(Module):
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_last_dim(x, self.d_model, "x", "d_model")
         ### BEGIN SOLUTION ch14
-        ### TODO: rrms = 1 / sqrt(mean(x^2) + eps) per row (over the last axis, keepdims);
-        ###   xhat = x * rrms; out = xhat * weight; cache xhat and rrms in self._xhat, self._rrms
-        mean_sq = np.vecdot(x, x)[..., None] / self.d_model  # (..., 1), no (..., C) temporary
-        rrms = 1.0 / np.sqrt(mean_sq + self.eps)
-        xhat = x * rrms  # (..., C), a new array: x is not touched
+        ### TODO: x (..., C) -> y (..., C): rrms = 1 / sqrt(mean(x^2) + eps) per row (..., 1),
+        ###   xhat = x * rrms, y = xhat * weight; cache xhat and rrms in self._xhat, self._rrms
+        rrms = 1.0 / np.sqrt((x**2).mean(axis=-1, keepdims=True) + self.eps)  # (..., 1)
+        xhat = x * rrms  # (..., C)
         self._xhat, self._rrms = xhat, rrms
         return xhat * self.weight.data
         ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
         ### BEGIN SOLUTION ch14
-        ### TODO: ADD dweight = sum over rows of dout * xhat into weight.grad; return
-        ###   dx = rrms * (g - xhat * mean(g * xhat)) with g = dout * weight
-        xhat, rrms = self._xhat, self._rrms
-        C = self.d_model
-        self.weight.grad += np.einsum("nc,nc->c", dout.reshape(-1, C), xhat.reshape(-1, C))
-        g = dout * self.weight.data  # dL/dxhat
-        dx = xhat * (np.vecdot(g, xhat)[..., None] / C)  # the part along xhat ...
-        np.subtract(g, dx, out=dx)  # ... removed from g
-        dx *= rrms
+        ### TODO: ADD dweight = sum of dout * xhat over every row, (C,), into weight.grad; return
+        ###   dx (..., C) = rrms / C * (C dxhat - xhat sum(dxhat xhat)), dxhat = dout * weight.
+        ###   Hint: LayerNorm's backward without its sum(dxhat) term
+        xhat, rrms, C = self._xhat, self._rrms, self.d_model
+        self.weight.grad += (dout * xhat).reshape(-1, C).sum(axis=0)  # (N, C) -> (C,)
+        dxhat = dout * self.weight.data  # (..., C)
+        sum_dxhat_xhat = (dxhat * xhat).sum(axis=-1, keepdims=True)  # (..., 1)
+        dx = rrms / C * (C * dxhat - xhat * sum_dxhat_xhat)  # (..., C)
         self._xhat = self._rrms = None
         return dx
         ### END SOLUTION

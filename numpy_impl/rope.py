@@ -65,7 +65,7 @@ def _pairs(x: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def rope_cos_sin(
-    T: int, d_k: int, start_pos: int = 0, base: float = 10000.0, dtype=np.float32
+    T: int, d_k: int, start_pos: int = 0, base: float = 10000.0, *, dtype=np.float32
 ) -> tuple[np.ndarray, np.ndarray]:
     """cos and sin of the rotation angles of positions ``start_pos .. start_pos + T - 1``.
 
@@ -119,10 +119,8 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str) -> 
     ###   over the leading axes); return out
     a, b = _pairs(x, layout)  # each (..., T, d_k/2)
     out_a, out_b = _pairs(out, layout)  # views: writing them fills out
-    np.multiply(a, cos, out=out_a)
-    out_a -= b * sin
-    np.multiply(a, sin, out=out_b)
-    out_b += b * cos
+    out_a[...] = a * cos - b * sin  # (..., T, d_k/2)
+    out_b[...] = a * sin + b * cos
     return out
     ### END SOLUTION
 
@@ -242,7 +240,7 @@ class RotaryEmbedding(Module):
             raise ValueError(
                 f"k: expected the same length T as q ({q.shape[-2]}), got {tuple(k.shape)}"
             )
-        cos, sin = rope_cos_sin(q.shape[-2], self.d_k, start_pos, self.base, q.dtype)
+        cos, sin = rope_cos_sin(q.shape[-2], self.d_k, start_pos, self.base, dtype=q.dtype)
         self._cos, self._sin = cos, sin
         return apply_rope(q, cos, sin, self.layout), apply_rope(k, cos, sin, self.layout)
 

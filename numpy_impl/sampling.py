@@ -56,9 +56,7 @@ def filter_logits(logits: np.ndarray, temperature=1.0, top_k=None, top_p=None) -
     if top_p is not None and top_p < 1.0:
         order = np.argsort(-logits, axis=-1, kind="stable")  # descending
         sorted_logits = np.take_along_axis(logits, order, axis=-1)
-        p = np.exp(sorted_logits - sorted_logits[:, :1])
-        p /= p.sum(axis=-1, keepdims=True)
-        cum = np.cumsum(p, axis=-1)
+        cum = np.cumsum(softmax(sorted_logits), axis=-1)  # (B, V), descending probabilities
         mass_before = np.zeros_like(cum)  # probability of the tokens ranked above
         mass_before[:, 1:] = cum[:, :-1]
         remove_sorted = mass_before >= top_p
@@ -133,9 +131,10 @@ def generate(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    rng: np.random.Generator | None = None,
     use_cache: bool = False,
     uniforms: np.ndarray | None = None,
+    *,
+    rng: np.random.Generator | None = None,
 ) -> np.ndarray:
     """Extend ``idx`` by ``max_new_tokens`` tokens, one forward pass per token.
 
@@ -147,13 +146,13 @@ def generate(
     Args:
         model: a GPT (anything with ``config.block_size`` and ``forward``).
         idx: ``(B, T0)`` integer prompt, T0 >= 1.
-        rng: ``np.random.Generator``; a fresh unseeded one if None.
         use_cache: decode with a KV cache (``model.new_kv_cache()``): after the
             prompt, one token per forward instead of the whole window. The
             tokens are the same as without it (the logits agree to rounding).
         uniforms: ``(max_new_tokens, B)`` numbers in ``[0, 1)`` to use instead of
             ``rng``: row s draws step s's tokens. The PyTorch twin takes the same
             argument, so both backends sample identical tokens from the same stream.
+        rng (keyword): ``np.random.Generator``; a fresh unseeded one if None.
 
     Returns:
         ``(B, T0 + max_new_tokens)`` int64.

@@ -76,7 +76,9 @@ class Embedding(nn.Module):
         ValueError: ids outside ``[0, num_embeddings)``.
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, dtype: torch.dtype | None = None):
+    def __init__(
+        self, num_embeddings: int, embedding_dim: int, *, dtype: torch.dtype | None = None
+    ):
         super().__init__()
         if num_embeddings < 1 or embedding_dim < 1:
             raise ValueError(

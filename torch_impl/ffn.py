@@ -35,8 +35,8 @@ class FeedForward(nn.Module):
         bias: give both linear layers a bias.
         dropout: drop probability applied to the output, in ``[0, 1)``.
         gelu_approximate: ``"tanh"`` (GPT-2) or ``"none"``; see :class:`GELU`.
-        dtype: parameter dtype (``None``: torch's default).
         activation: ``"gelu"`` (GPT-2, default) or ``"relu"`` (Vaswani et al. 2017).
+        dtype: parameter dtype (``None``: torch's default).
 
     Submodules (in this order, matching the NumPy twin):
         fc1: ``Linear(d_model, d_ff)``, weight ``(d_ff, d_model)``.
@@ -59,8 +59,9 @@ class FeedForward(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         gelu_approximate: str = "tanh",
-        dtype: torch.dtype | None = None,
         activation: str = "gelu",
+        *,
+        dtype: torch.dtype | None = None,
     ):
         super().__init__()
         if activation not in FFN_ACTIVATIONS:
@@ -114,6 +115,7 @@ class SwiGLUFeedForward(nn.Module):
         bias: bool = False,
         dropout: float = 0.0,
         multiple_of: int = 8,
+        *,
         dtype: torch.dtype | None = None,
     ):
         super().__init__()

@@ -38,7 +38,12 @@ class LayerNorm(nn.Module):
     """
 
     def __init__(
-        self, d_model: int, eps: float = 1e-5, bias: bool = True, dtype: torch.dtype | None = None
+        self,
+        d_model: int,
+        eps: float = 1e-5,
+        bias: bool = True,
+        *,
+        dtype: torch.dtype | None = None,
     ):
         super().__init__()
         if d_model < 1:
@@ -89,7 +94,7 @@ class RMSNorm(nn.Module):
         ValueError: the last dimension of ``x`` is not ``d_model``; ``eps <= 0``.
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5, dtype: torch.dtype | None = None):
+    def __init__(self, d_model: int, eps: float = 1e-5, *, dtype: torch.dtype | None = None):
         super().__init__()
         if d_model < 1:
             raise ValueError(f"d_model must be positive, got d_model={d_model}")

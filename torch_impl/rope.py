@@ -51,6 +51,7 @@ def rope_cos_sin(
     d_k: int,
     start_pos: int = 0,
     base: float = 10000.0,
+    *,
     dtype: torch.dtype | None = None,
     device: torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -141,9 +141,10 @@ def generate(
     temperature: float = 1.0,
     top_k: int | None = None,
     top_p: float | None = None,
-    generator: torch.Generator | None = None,
     use_cache: bool = False,
     uniforms: torch.Tensor | None = None,
+    *,
+    generator: torch.Generator | None = None,
 ) -> torch.Tensor:
     """Extend each sequence by ``max_new_tokens`` tokens, one at a time.
 
@@ -162,8 +163,6 @@ def generate(
         max_new_tokens: number of tokens to append, ``>= 0``.
         temperature: ``>= 0``; 0 means greedy.
         top_k, top_p: see :func:`filter_logits`.
-        generator: a ``torch.Generator`` for reproducible sampling, on the
-            model's device.
         use_cache: decode with a KV cache (``model.new_kv_cache()``): after the
             prompt, one token per forward instead of the whole window; the same
             tokens as without it.
@@ -171,6 +170,8 @@ def generate(
             tokens by inverse-CDF sampling with row s (:func:`sample_inverse_cdf`)
             instead of ``torch.multinomial``. The NumPy twin does the same, so
             both backends sample identical tokens from one stream.
+        generator (keyword): a ``torch.Generator`` for reproducible sampling, on the
+            model's device.
 
     Returns:
         ``(B, T0 + max_new_tokens)``, ``torch.long``: the prompt followed by
