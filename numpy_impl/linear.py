@@ -4,6 +4,14 @@ The weight is stored as ``(out_features, in_features)``, PyTorch's layout, so a
 state dict moves between the backends without transposes. Every leading
 dimension is flattened into one ``(N, in_features)`` matrix, so forward and
 backward are each one GEMM however many batch axes the input has.
+
+The functional pair :func:`linear` / :func:`linear_backward` (CS231n's
+``affine_forward`` / ``affine_backward``) does the arithmetic; :class:`Linear`
+owns the parameters, caches x, and adds the gradients into ``.grad``. A layer
+that applies row blocks of one weight to several inputs (cross-attention's q
+from the decoder, k and v from the encoder, out of one packed ``(3C, C)``
+weight, as ``torch.nn.MultiheadAttention``'s ``in_proj_weight``) calls the
+functions directly.
 """
 
 from __future__ import annotations
@@ -11,6 +19,62 @@ from __future__ import annotations
 import numpy as np
 
 from .module import Module, Parameter, check_last_dim
+
+
+def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """y = x W^T + b, over the last axis of ``x`` (``torch.nn.functional.linear``).
+
+    Args:
+        x: ``(..., in)``.
+        weight: ``(out, in)``.
+        bias: ``(out,)`` or None.
+
+    Returns:
+        y ``(..., out)``.
+
+    Raises:
+        ValueError: the last axis of ``x`` is not ``in``.
+    """
+    check_last_dim(x, weight.shape[1], "x", "in_features")
+    ### BEGIN SOLUTION ch02
+    ### TODO: y (..., out) = x W^T + b: one matrix product over the rows of x flattened to
+    ###   (N, in), then the bias (if not None), then back to x's leading axes
+    x2 = x.reshape(-1, weight.shape[1])  # (..., in) -> (N, in)
+    y = x2 @ weight.T  # (N, in) @ (in, out) -> (N, out)
+    if bias is not None:
+        y = y + bias  # (N, out) + (out,)
+    return y.reshape(*x.shape[:-1], weight.shape[0])  # (N, out) -> (..., out)
+    ### END SOLUTION
+
+
+def linear_backward(
+    dout: np.ndarray, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Gradients of y = x W^T + b, given dout = dL/dy.
+
+        dx = dout W,   dW = dout^T x,   db = sum over rows of dout
+
+    Args:
+        dout: ``(..., out)``.
+        x: ``(..., in)``, the forward's input.
+        weight: ``(out, in)``.
+        bias: the forward's bias ``(out,)`` or None; only whether it is None matters.
+
+    Returns:
+        dx ``(..., in)``, dweight ``(out, in)``, dbias ``(out,)`` (None without a bias).
+        The caller adds dweight and dbias into its ``.grad``.
+    """
+    ### BEGIN SOLUTION ch02
+    ### TODO: with dout and x flattened to (N, out) and (N, in): dx = dout W (reshaped like
+    ###   x), dW = dout^T x (out, in), db = dout summed over the N rows (None if bias is None)
+    out_features, in_features = weight.shape
+    d2 = dout.reshape(-1, out_features)  # (..., out) -> (N, out)
+    x2 = x.reshape(-1, in_features)  # (..., in) -> (N, in)
+    dx = (d2 @ weight).reshape(x.shape)  # (N, out) @ (out, in) -> (N, in) -> (..., in)
+    dweight = d2.T @ x2  # (out, N) @ (N, in) -> (out, in)
+    dbias = None if bias is None else d2.sum(axis=0)  # (N, out) -> (out,)
+    return dx, dweight, dbias
+    ### END SOLUTION
 
 
 class Linear(Module):
@@ -28,12 +92,14 @@ class Linear(Module):
         backward: dout ``(..., out_features)`` -> dx ``(..., in_features)``;
         adds dW ``(out_features, in_features)`` and db ``(out_features,)``.
 
+    Cache: x.
+
     Raises:
         ValueError: ``in_features`` or ``out_features`` below 1; the last axis
             of ``x`` is not ``in_features``.
     """
 
-    def __init__(self, in_features, out_features, bias=True, dtype=np.float32, rng=None):
+    def __init__(self, in_features, out_features, bias=True, *, dtype=np.float32, rng=None):
         if in_features < 1 or out_features < 1:
             raise ValueError(
                 "in_features and out_features must be positive, "
@@ -49,28 +115,14 @@ class Linear(Module):
         self._x = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        check_last_dim(x, self.in_features, "x", "in_features")
-        ### BEGIN SOLUTION ch02
-        ### TODO: y = x W^T + b: flatten x to (N, in_features), one matrix product, add the bias
-        ###   (if any), reshape to (..., out_features); keep x in self._x for backward
-        self._x = x  # backward needs the input for dW = dout^T x
-        x2 = x.reshape(-1, self.in_features)  # (N, in)
-        out = x2 @ self.weight.data.T  # (N, in) @ (in, out) -> (N, out)
-        if self.bias is not None:
-            out += self.bias.data
-        return out.reshape(*x.shape[:-1], self.out_features)
-        ### END SOLUTION
+        self._x = x  # backward needs the input: dW = dout^T x
+        return linear(x, self.weight.data, None if self.bias is None else self.bias.data)
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
-        ### BEGIN SOLUTION ch02
-        ### TODO: ADD (+=) dW = dout^T x (out, in) and db = dout summed over rows into .grad;
-        ###   return dx = dout W, shaped like x
-        x2 = self._x.reshape(-1, self.in_features)  # (N, in)
-        d2 = dout.reshape(-1, self.out_features)  # (N, out)
-        self.weight.grad += d2.T @ x2  # (out, N) @ (N, in) -> (out, in)
+        bias = None if self.bias is None else self.bias.data
+        dx, dweight, dbias = linear_backward(dout, self._x, self.weight.data, bias)
+        self.weight.grad += dweight  # add, never assign: a shared weight collects every use
         if self.bias is not None:
-            self.bias.grad += d2.sum(axis=0)
-        dx = d2 @ self.weight.data  # (N, out) @ (out, in) -> (N, in)
+            self.bias.grad += dbias
         self._x = None
-        return dx.reshape(*dout.shape[:-1], self.in_features)
-        ### END SOLUTION
+        return dx

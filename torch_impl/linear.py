@@ -1,13 +1,39 @@
 """Affine map ``y = x W^T + b``: the twin of ``numpy_impl/linear.py``.
 
 PyTorch already ships this layer, so the torch side only subclasses
-:class:`torch.nn.Linear` to add the input check both backends share.
+:class:`torch.nn.Linear` to add the input check both backends share, and
+offers the functional form :func:`linear` (``F.linear`` with that check), which
+a layer applying row blocks of one packed weight to different inputs calls
+directly.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``y = x W^T + b`` over the last axis of ``x``: ``F.linear`` with a clear shape error.
+
+    Args:
+        x: ``(..., in)``.
+        weight: ``(out, in)``.
+        bias: ``(out,)`` or None.
+
+    Returns:
+        y ``(..., out)``; autograd provides the backward (the NumPy twin's
+        ``linear_backward``).
+
+    Raises:
+        ValueError: ``x`` with no dimensions or a last axis that is not ``in``.
+    """
+    if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        raise ValueError(
+            f"x: expected shape (..., in_features={weight.shape[1]}), got {tuple(x.shape)}"
+        )
+    return F.linear(x, weight, bias)
 
 
 class Linear(nn.Linear):
@@ -42,6 +68,7 @@ class Linear(nn.Linear):
         in_features: int,
         out_features: int,
         bias: bool = True,
+        *,
         dtype: torch.dtype | None = None,
     ):
         if in_features < 1 or out_features < 1:  # nn.Linear itself accepts 0
@@ -52,8 +79,4 @@ class Linear(nn.Linear):
         super().__init__(in_features, out_features, bias=bias, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() < 1 or x.shape[-1] != self.in_features:
-            raise ValueError(
-                f"x: expected shape (..., in_features={self.in_features}), got {tuple(x.shape)}"
-            )
-        return super().forward(x)  # F.linear(x, weight, bias) = x @ weight.T + bias
+        return linear(x, self.weight, self.bias)
