@@ -30,23 +30,30 @@ def configure_param_groups(model: Module, weight_decay: float) -> list[dict]:
 class AdamW:
     """Adam with decoupled weight decay (Loshchilov & Hutter 2019, Algorithm 2).
 
-    Per parameter, at step t (g = gradient, lr = group learning rate):
-        p  <- p * (1 - lr * weight_decay)                 decoupled decay
-        m  <- beta1 m + (1 - beta1) g
-        v  <- beta2 v + (1 - beta2) g^2
-        p  <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
+    Per parameter p with gradient g, at step t = 1, 2, ... (lr: the group's rate):
+        m     = beta1 m + (1 - beta1) g                       first moment
+        v     = beta2 v + (1 - beta2) g^2                     second moment
+        m_hat = m / (1 - beta1^t),  v_hat = v / (1 - beta2^t)  bias corrections
+        p     = p - lr (m_hat / (sqrt(v_hat) + eps) + weight_decay p)
 
-    The same arithmetic, in the same order, as ``torch.optim.AdamW``, so the
-    two backends agree to rounding. Updates are in place.
+    The decay ``weight_decay p`` is outside the Adam ratio ("decoupled"), and
+    uses p before the step. Algorithm 2 scales it by the schedule multiplier
+    alone; PyTorch (and this class) by the learning rate, so ``weight_decay``
+    means the same here as in ``torch.optim.AdamW``, whose defaults these are.
+    The two agree to rounding (parity_tests/test_training.py).
 
     Args:
         params: a list of Parameters or of param-group dicts (``"params"``
-            plus optional ``"lr"``, ``"weight_decay"``), as in torch.
+            plus optional ``"lr"``, ``"betas"``, ``"eps"``, ``"weight_decay"``), as in torch.
         lr, betas, eps, weight_decay: defaults for every group.
 
     Attributes:
         param_groups: list of dicts; set ``group["lr"]`` to change the rate.
-        state: Parameter -> {"step": int, "exp_avg": m, "exp_avg_sq": v}.
+        state: Parameter -> {"step": t, "exp_avg": m, "exp_avg_sq": v} (torch's names).
+
+    Raises:
+        ValueError: ``lr <= 0``, a beta outside ``[0, 1)``, ``eps <= 0``,
+            ``weight_decay < 0``.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
@@ -64,7 +71,6 @@ class AdamW:
         defaults = {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay}
         self.param_groups = [{**defaults, **g, "params": list(g["params"])} for g in groups]
         self.state: dict[Parameter, dict] = {}
-        self._buf = None  # scratch space for step(), sized to the largest parameter
 
     def zero_grad(self) -> None:
         for group in self.param_groups:
@@ -73,49 +79,28 @@ class AdamW:
 
     def step(self) -> None:
         for group in self.param_groups:
-            lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
+            lr, weight_decay, eps = group["lr"], group["weight_decay"], group["eps"]
             beta1, beta2 = group["betas"]
             for p in group["params"]:
-                st = self.state.get(p)
-                if st is None:
-                    st = self.state[p] = {
+                if p not in self.state:
+                    self.state[p] = {
                         "step": 0,
                         "exp_avg": np.zeros_like(p.data),
                         "exp_avg_sq": np.zeros_like(p.data),
                     }
-                st["step"] += 1
-                t, m, v, g = st["step"], st["exp_avg"], st["exp_avg_sq"], p.grad
-                tmp = self._scratch(p)  # one reusable buffer: no temporaries per step
+                state = self.state[p]
+                state["step"] += 1
+                t, m, v, g = state["step"], state["exp_avg"], state["exp_avg_sq"], p.grad
                 ### BEGIN SOLUTION ch09
-                ### TODO: update p in place: decoupled decay p *= 1 - lr * wd, then m and v
-                ###   (in place), then p -= lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t)
-                ###   + eps), in that order (torch's); tmp is a scratch array shaped like p
-                if wd != 0.0:
-                    p.data *= 1.0 - lr * wd
-                # m <- beta1 m + (1 - beta1) g, written as torch's lerp: m + (1 - beta1)(g - m)
-                np.subtract(g, m, out=tmp)
-                tmp *= 1.0 - beta1
-                m += tmp
-                # v <- beta2 v + (1 - beta2) g^2
-                v *= beta2
-                np.multiply(g, g, out=tmp)
-                tmp *= 1.0 - beta2
-                v += tmp
-                # p <- p - lr / bc1 * m / (sqrt(v) / sqrt(bc2) + eps)
-                step_size = lr / (1.0 - beta1**t)
-                np.sqrt(v, out=tmp)
-                tmp /= math.sqrt(1.0 - beta2**t)
-                tmp += eps
-                np.divide(m, tmp, out=tmp)
-                tmp *= step_size
-                p.data -= tmp
+                ### TODO: Algorithm 2 of the docstring: update the moments m, v in place (they are
+                ###   the optimizer's state: m[...] = ...), bias-correct them into m_hat, v_hat,
+                ###   then p.data -= lr * (Adam step + weight_decay * p.data); t counts from 1
+                m[...] = beta1 * m + (1 - beta1) * g
+                v[...] = beta2 * v + (1 - beta2) * g**2
+                m_hat = m / (1 - beta1**t)
+                v_hat = v / (1 - beta2**t)
+                p.data -= lr * (m_hat / (np.sqrt(v_hat) + eps) + weight_decay * p.data)
                 ### END SOLUTION
-
-    def _scratch(self, p: Parameter) -> np.ndarray:
-        """A view of one shared buffer, shaped like ``p`` (grown on demand)."""
-        if self._buf is None or self._buf.size < p.data.size or self._buf.dtype != p.dtype:
-            self._buf = np.empty(p.data.size, p.dtype)
-        return self._buf[: p.data.size].reshape(p.shape)
 
 
 def clip_grad_norm_(parameters: Iterable[Parameter], max_norm: float) -> float:
@@ -126,33 +111,42 @@ def clip_grad_norm_(parameters: Iterable[Parameter], max_norm: float) -> float:
     the backends clip identically). Returns the norm *before* clipping.
     """
     ### BEGIN SOLUTION ch09
-    ### TODO: norm = sqrt(sum of g^2 over every gradient); if norm > max_norm scale every
-    ###   gradient in place by max_norm / (norm + 1e-6); return the norm before clipping
+    ### TODO: norm = sqrt(sum of g^2 over every element of every gradient); if norm > max_norm,
+    ###   scale every gradient in place by max_norm / (norm + 1e-6); return the norm before
+    ###   clipping, a Python float
     grads = [p.grad for p in parameters]
-    total = math.sqrt(sum(float(np.dot(g.ravel(), g.ravel())) for g in grads))
-    coef = max_norm / (total + 1e-6)
-    if coef < 1.0:
+    total_norm = math.sqrt(sum(float((g**2).sum()) for g in grads))
+    clip_coef = max_norm / (total_norm + 1e-6)
+    if clip_coef < 1.0:
         for g in grads:
-            g *= coef
-    return total
+            g *= clip_coef  # in place: rescaling the gradients is this function's job
+    return total_norm
     ### END SOLUTION
 
 
-def cosine_lr(step: int, max_lr: float, min_lr: float, warmup_iters: int, lr_decay_iters: int):
-    """Learning rate at ``step``: linear warmup, cosine decay, then a floor (nanoGPT).
+def cosine_lr(
+    step: int, max_lr: float, min_lr: float, warmup_iters: int, lr_decay_iters: int
+) -> float:
+    """Learning rate at ``step``: linear warmup, cosine decay, then a floor (nanoGPT's get_lr).
 
     step <  warmup:          max_lr * (step + 1) / (warmup + 1)      (> 0 at step 0)
     warmup <= step <= decay: min_lr + (max_lr - min_lr) * (1 + cos(pi * r)) / 2,
                              r = (step - warmup) / (decay - warmup)
     step > decay:            min_lr
+
+    The cosine is SGDR's without restarts (Loshchilov & Hutter 2017, eq. 5).
+    Training sets ``group["lr"] = cosine_lr(step, ...)`` before each step, in
+    both backends: ``torch_impl.optim.cosine_lr`` is the same function.
     """
     ### BEGIN SOLUTION ch09
-    ### TODO: the three pieces of the docstring: warmup, cosine decay, floor
-    ###   (if lr_decay_iters == warmup_iters there is no decay: min_lr)
+    ### TODO: a Python float: warmup max_lr (step + 1) / (warmup_iters + 1) while step <
+    ###   warmup_iters; min_lr after lr_decay_iters; in between min_lr + 0.5 (1 + cos(pi r))
+    ###   (max_lr - min_lr), r going 0 .. 1. Hint: lr_decay_iters == warmup_iters has no decay
     if step < warmup_iters:
         return max_lr * (step + 1) / (warmup_iters + 1)
     if step > lr_decay_iters or lr_decay_iters == warmup_iters:
         return min_lr
-    ratio = (step - warmup_iters) / (lr_decay_iters - warmup_iters)
-    return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
+    decay_ratio = (step - warmup_iters) / (lr_decay_iters - warmup_iters)  # 0 .. 1
+    coeff = 0.5 * (1.0 + math.cos(math.pi * decay_ratio))  # 1 .. 0
+    return min_lr + coeff * (max_lr - min_lr)
     ### END SOLUTION

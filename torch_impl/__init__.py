@@ -32,13 +32,7 @@ from .kv_cache import KVCache, LayerKVCache
 from .linear import Linear
 from .loss import CrossEntropyLoss
 from .norm import LayerNorm, RMSNorm
-from .optim import (
-    AdamW,
-    clip_grad_norm_,
-    configure_param_groups,
-    make_lr_scheduler,
-    make_optimizer,
-)
+from .optim import AdamW, clip_grad_norm_, configure_param_groups, cosine_lr
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 from .rope import (
     RotaryEmbedding,
@@ -81,11 +75,10 @@ __all__ = [
     "check_token_ids",
     "clip_grad_norm_",
     "configure_param_groups",
+    "cosine_lr",
     "filter_logits",
     "flash_attention",
     "generate",
-    "make_lr_scheduler",
-    "make_optimizer",
     "sample_inverse_cdf",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_explicit",
