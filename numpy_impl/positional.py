@@ -7,24 +7,58 @@ import numpy as np
 from .module import Module, Parameter
 
 
+def _check_positions(T, start_pos: int, block_size: int) -> tuple[int, int]:
+    """Validate positions ``start_pos .. start_pos + T - 1`` of a table of ``block_size`` rows.
+
+    Returns:
+        ``(T, start_pos)`` as Python ints.
+
+    Raises:
+        TypeError: ``T`` or ``start_pos`` is not an integer (bools included).
+        ValueError: ``T < 1``, ``start_pos < 0``, or ``start_pos + T > block_size``.
+    """
+    if isinstance(T, bool) or not isinstance(T, (int, np.integer)):
+        raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
+    if isinstance(start_pos, bool) or not isinstance(start_pos, (int, np.integer)):
+        raise TypeError(f"start_pos: expected an int, got {type(start_pos).__name__}")
+    T, start_pos = int(T), int(start_pos)
+    if not 1 <= T <= block_size:
+        raise ValueError(f"T: sequence length must lie in [1, block_size={block_size}], got {T}")
+    if not 0 <= start_pos <= block_size - T:
+        raise ValueError(
+            f"start_pos: positions start_pos .. start_pos + T - 1 must lie in [0, "
+            f"block_size={block_size}), so start_pos in [0, {block_size - T}] for T={T}, "
+            f"got {start_pos}"
+        )
+    return T, start_pos
+
+
 class LearnedPositionalEmbedding(Module):
-    """One learned vector per position: pos[t] = weight[t], t = 0 .. T-1.
+    """One learned vector per position: pos[t] = weight[start_pos + t], t = 0 .. T-1
+    (GPT-2; Radford et al. 2019, sec. 2.3).
 
     Args:
         block_size: the longest sequence the model accepts.
         d_model: vector size.
+        dtype, rng: parameter dtype; generator for the N(0, 1) default init
+            (PyTorch's; the GPT re-initialises with N(0, 0.02)).
 
     Shapes:
-        forward: T (int) -> ``(T, d_model)``, broadcast over the batch by the caller.
+        forward: T (int), start_pos (int, default 0) -> ``(T, d_model)``, the rows of
+        positions ``start_pos .. start_pos + T - 1``, broadcast over the batch by the
+        caller (a KV cache passes the number of positions already cached).
         backward: dout ``(T, d_model)`` (already summed over the batch) -> None;
-        adds into rows ``0 .. T-1`` of dW ``(block_size, d_model)``.
+        adds into those same rows of dW ``(block_size, d_model)``.
+
+    Cache: start_pos.
 
     Raises:
-        TypeError: ``T`` is not an integer.
-        ValueError: a size below 1 (constructor); ``T`` is not in ``[1, block_size]``.
+        TypeError: ``T`` or ``start_pos`` is not an integer.
+        ValueError: a size below 1 (constructor); ``T`` not in ``[1, block_size]``;
+            ``start_pos < 0`` or ``start_pos + T > block_size``.
     """
 
-    def __init__(self, block_size, d_model, dtype=np.float32, rng=None):
+    def __init__(self, block_size, d_model, *, dtype=np.float32, rng=None):
         if block_size < 1 or d_model < 1:
             raise ValueError(
                 f"block_size and d_model must be positive, got block_size={block_size}, "
@@ -33,23 +67,23 @@ class LearnedPositionalEmbedding(Module):
         rng = np.random.default_rng() if rng is None else rng
         self.block_size, self.d_model = block_size, d_model
         self.weight = Parameter(rng.standard_normal((block_size, d_model)).astype(dtype))
+        self._start_pos = None
 
-    def forward(self, T: int) -> np.ndarray:
-        if isinstance(T, bool) or not isinstance(T, (int, np.integer)):
-            raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
-        if not 1 <= T <= self.block_size:
-            raise ValueError(
-                f"T: sequence length must lie in [1, block_size={self.block_size}], got {T}"
-            )
+    def forward(self, T: int, start_pos: int = 0) -> np.ndarray:
+        T, start_pos = _check_positions(T, start_pos, self.block_size)
+        self._start_pos = start_pos  # backward adds into the rows forward read
         ### BEGIN SOLUTION ch05
-        ### TODO: the vectors of positions 0 .. T-1: the first T rows of the table, (T, d_model)
-        return self.weight.data[:T]  # (T, d_model)
+        ### TODO: the vectors of positions start_pos .. start_pos + T - 1: T rows of the table,
+        ###   (block_size, d_model) -> (T, d_model)
+        return self.weight.data[start_pos : start_pos + T]  # (T, d_model)
         ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> None:
+        start_pos, T = self._start_pos, dout.shape[0]
         ### BEGIN SOLUTION ch05
-        ### TODO: ADD dout (T, d_model) into the first T rows of weight.grad; return None
-        self.weight.grad[: dout.shape[0]] += dout
+        ### TODO: ADD dout (T, d_model) into rows start_pos .. start_pos + T - 1 of weight.grad
+        ###   (the rows forward read); return None
+        self.weight.grad[start_pos : start_pos + T] += dout
         ### END SOLUTION
 
 
@@ -84,8 +118,9 @@ class SinusoidalPositionalEncoding(Module):
 
     The table is a buffer (``pe``, not a Parameter): it is in no state dict and
     gets no gradient. The same interface as :class:`LearnedPositionalEmbedding`,
-    so a model can use either: ``forward(T)`` returns the first T rows, added by
-    the caller to the token embeddings. Vaswani et al. chose it because
+    so a model can use either: ``forward(T, start_pos=0)`` returns the rows of
+    positions ``start_pos .. start_pos + T - 1``, added by the caller to the
+    token embeddings. Vaswani et al. chose it because
     PE[pos + k] is a fixed linear map (a rotation per frequency pair) of PE[pos],
     which may let the model attend by relative position, and because it is
     defined for any position, although this module, like the learned one, stops
@@ -98,16 +133,17 @@ class SinusoidalPositionalEncoding(Module):
         dtype: the buffer's dtype.
 
     Shapes:
-        forward: T (int) -> ``(T, d_model)``, broadcast over the batch by the caller.
+        forward: T (int), start_pos (int, default 0) -> ``(T, d_model)``, broadcast
+        over the batch by the caller.
         backward: dout ``(T, d_model)`` -> None (nothing to learn).
 
     Raises:
-        TypeError: ``T`` is not an integer.
+        TypeError: ``T`` or ``start_pos`` is not an integer.
         ValueError: ``block_size`` or ``d_model`` not positive; ``T`` not in
-            ``[1, block_size]``.
+            ``[1, block_size]``; ``start_pos < 0`` or ``start_pos + T > block_size``.
     """
 
-    def __init__(self, block_size, d_model, base=10000.0, dtype=np.float32):
+    def __init__(self, block_size, d_model, base=10000.0, *, dtype=np.float32):
         if block_size < 1 or d_model < 1:
             raise ValueError(
                 f"block_size and d_model must be positive, got block_size={block_size}, "
@@ -119,14 +155,9 @@ class SinusoidalPositionalEncoding(Module):
     def _on_astype(self, dtype: np.dtype) -> None:
         self.pe = self.pe.astype(dtype)
 
-    def forward(self, T: int) -> np.ndarray:
-        if isinstance(T, bool) or not isinstance(T, (int, np.integer)):
-            raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
-        if not 1 <= T <= self.block_size:
-            raise ValueError(
-                f"T: sequence length must lie in [1, block_size={self.block_size}], got {T}"
-            )
-        return self.pe[:T]  # (T, d_model), a view: callers add, never write
+    def forward(self, T: int, start_pos: int = 0) -> np.ndarray:
+        T, start_pos = _check_positions(T, start_pos, self.block_size)
+        return self.pe[start_pos : start_pos + T]  # (T, d_model), a view: callers add, never write
 
     def backward(self, dout: np.ndarray) -> None:
         return None  # a fixed table: no parameter, and positions are not an input

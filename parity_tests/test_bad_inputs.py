@@ -180,6 +180,27 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^T\b",
     ),
+    "LearnedPositionalEmbedding: start_pos + T > block_size": Row(
+        "ch05",
+        lambda: N.LearnedPositionalEmbedding(BLOCK, C)(2, BLOCK - 1),
+        lambda: T.LearnedPositionalEmbedding(BLOCK, C)(2, BLOCK - 1),
+        ValueError,
+        r"^start_pos\b.*block_size",
+    ),
+    "LearnedPositionalEmbedding: negative start_pos": Row(
+        "ch05",
+        lambda: N.LearnedPositionalEmbedding(BLOCK, C)(2, -1),
+        lambda: T.LearnedPositionalEmbedding(BLOCK, C)(2, -1),
+        ValueError,
+        r"^start_pos\b",
+    ),
+    "LearnedPositionalEmbedding: float start_pos": Row(
+        "ch05",
+        lambda: N.LearnedPositionalEmbedding(BLOCK, C)(2, 1.0),
+        lambda: T.LearnedPositionalEmbedding(BLOCK, C)(2, 1.0),
+        TypeError,
+        r"^start_pos: expected an int, got float",
+    ),
     # -- ch06: FFN, GELU, dropout -----------------------------------------------------------
     "GELU: unknown approximation": Row(
         "ch06",
@@ -740,6 +761,13 @@ ROWS: dict[str, Row] = {
         lambda: T.SinusoidalPositionalEncoding(BLOCK, C)(2.0),
         TypeError,
         r"^T\b",
+    ),
+    "SinusoidalPositionalEncoding: start_pos + T > block_size": Row(
+        "ch15",
+        lambda: N.SinusoidalPositionalEncoding(BLOCK, C)(BLOCK, 1),
+        lambda: T.SinusoidalPositionalEncoding(BLOCK, C)(BLOCK, 1),
+        ValueError,
+        r"^start_pos\b.*block_size",
     ),
     # -- ch15: padding masks, the encoder, the classifier ------------------------------------
     "SelfAttention: attn_mask of the wrong shape": Row(

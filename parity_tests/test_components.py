@@ -223,8 +223,8 @@ PAIRS = [
             st.fixed_dictionaries({"lead": leading_dims}),
             lambda c, dt, form=form: N.GELU(form),
             lambda c, dt, form=form: T.GELU(form),
-            # both tails and the curved middle; beyond -8 the tanh form's exp
-            # overflows in float32 (see test_gelu_large_inputs_no_overflow)
+            # both tails and the curved middle (the far tails:
+            # test_gelu_large_inputs_no_overflow)
             lambda c, rng, dt: rng.uniform((*c["lead"], 3), dt, bound=8.0),
             has_params=False,
         )
@@ -567,8 +567,10 @@ def test_causal_self_attention_ignores_the_future(impl, rng: SeededRng, B, T_, H
 @pytest.mark.ch06
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 def test_gelu_large_inputs_no_overflow(dtype):
-    """Far into the tails GELU is 0 (left) or x (right): no overflow warnings on the way."""
-    x = np.array([-100.0, -30.0, -12.0, -10.6, -8.0, 8.0, 10.6, 12.0, 30.0, 100.0], dtype)
+    """Far into the tails GELU is 0 (left) or x (right): no overflow warnings on the way
+    (at 1e13 the tanh form's x**3 is beyond float32: tanh(inf) = 1 is the right limit)."""
+    x = np.array([-1e13, -100.0, -30.0, -12.0, -10.6, -8.0, 8.0, 10.6, 12.0, 30.0, 100.0, 1e13])
+    x = x.astype(dtype)
     for form in ("tanh", "none"):
         numpy_mod = N.GELU(form)
         x_t = tensor(x, requires_grad=True)
@@ -580,3 +582,77 @@ def test_gelu_large_inputs_no_overflow(dtype):
             dx = numpy_mod.backward(np.ones_like(x))
         assert_close(f"GELU[{form}] far in the tails", out, out_t, dtype)
         assert_close(f"dx of GELU[{form}] far in the tails", dx, x_t.grad, dtype)
+
+
+@pytest.mark.ch05
+@given(
+    rng=rngs,
+    block_size=st.integers(1, 12),
+    data=st.data(),
+    dim=st.integers(1, 6),
+)
+def test_learned_positions_from_start_pos(rng: SeededRng, block_size, data, dim):
+    """forward(T, start_pos) reads rows start_pos .. start_pos + T - 1 (a KV cache's positions);
+    backward adds into exactly those rows, in both backends."""
+    T_ = data.draw(st.integers(1, block_size), label="T")
+    start_pos = data.draw(st.integers(0, block_size - T_), label="start_pos")
+    numpy_mod, torch_mod = build_pair(
+        BY_NAME["LearnedPositionalEmbedding"],
+        {"block_size": block_size, "dim": dim},
+        rng,
+        np.float64,
+    )
+    out = numpy_mod(T_, start_pos)
+    out_t = torch_mod(T_, start_pos)
+    np.testing.assert_array_equal(out, numpy_mod.weight.data[start_pos : start_pos + T_])
+    assert_close(f"positions {start_pos} .. {start_pos + T_ - 1}", out, out_t, np.float64)
+    dout = rng.normal(out.shape)
+    (out_t * tensor(dout)).sum().backward()
+    numpy_mod.zero_grad()
+    assert numpy_mod.backward(dout) is None
+    assert_param_grads_close(numpy_mod, torch_mod, np.float64, f"positions from {start_pos}")
+    untouched = np.delete(numpy_mod.weight.grad, np.s_[start_pos : start_pos + T_], axis=0)
+    assert not untouched.any(), "backward wrote into rows that forward did not read"
+
+
+@pytest.mark.ch13
+@pytest.mark.parametrize("start_pos", [0, 3])
+def test_sinusoidal_positions_from_start_pos(start_pos):
+    """The sinusoidal table answers forward(T, start_pos) like the learned one."""
+    numpy_mod = N.SinusoidalPositionalEncoding(8, 6, dtype=np.float64)
+    torch_mod = T.SinusoidalPositionalEncoding(8, 6, dtype=torch.float64)
+    expected = N.positional.sinusoidal_table(8, 6)[start_pos : start_pos + 5]
+    np.testing.assert_array_equal(numpy_mod(5, start_pos), expected)
+    assert_close(
+        f"sinusoidal positions from {start_pos}", numpy_mod(5, start_pos), torch_mod(5, start_pos)
+    )
+
+
+@pytest.mark.ch02
+@given(rng=rngs, n_q=st.integers(1, 5), n_kv=st.integers(1, 5), C=st.integers(1, 6))
+def test_linear_functions_on_row_blocks_of_one_weight(rng: SeededRng, n_q, n_kv, C):
+    """linear / linear_backward applied to row blocks of one packed (3C, C) weight, q from one
+    input and k, v from another (cross-attention's in-projection), against torch's autograd."""
+    from numpy_impl.linear import linear, linear_backward
+    from torch_impl.linear import linear as torch_linear
+
+    w, b = rng.normal((3 * C, C)), rng.normal((3 * C,))
+    x_q, x_kv = rng.normal((2, n_q, C)), rng.normal((2, n_kv, C))
+    q = linear(x_q, w[:C], b[:C])  # (2, n_q, C)
+    kv = linear(x_kv, w[C:], b[C:])  # (2, n_kv, 2C)
+    w_t, b_t = tensor(w, requires_grad=True), tensor(b, requires_grad=True)
+    xq_t, xkv_t = tensor(x_q, requires_grad=True), tensor(x_kv, requires_grad=True)
+    q_t = torch_linear(xq_t, w_t[:C], b_t[:C])
+    kv_t = torch_linear(xkv_t, w_t[C:], b_t[C:])
+    assert_close("q of the first row block", q, q_t)
+    assert_close("k, v of the other rows", kv, kv_t)
+
+    dq, dkv = rng.normal(q.shape), rng.normal(kv.shape)
+    ((q_t * tensor(dq)).sum() + (kv_t * tensor(dkv)).sum()).backward()
+    dx_q, dw_q, db_q = linear_backward(dq, x_q, w[:C], b[:C])
+    dx_kv, dw_kv, db_kv = linear_backward(dkv, x_kv, w[C:], b[C:])
+    assert_close("dx of the q input", dx_q, xq_t.grad)
+    assert_close("dx of the k, v input", dx_kv, xkv_t.grad)
+    assert_close("dweight, blocks stacked", np.concatenate([dw_q, dw_kv]), w_t.grad)
+    assert_close("dbias, blocks stacked", np.concatenate([db_q, db_kv]), b_t.grad)
+    assert linear_backward(dq, x_q, w[:C])[2] is None, "dbias must be None without a bias"

@@ -13,6 +13,31 @@ import torch
 from torch import nn
 
 
+def _check_positions(T, start_pos: int, block_size: int) -> tuple[int, int]:
+    """Validate positions ``start_pos .. start_pos + T - 1`` of a table of ``block_size`` rows.
+
+    Returns ``(T, start_pos)`` as Python ints; the NumPy twin's checks and messages.
+
+    Raises:
+        TypeError: ``T`` or ``start_pos`` is not an integer (bools included).
+        ValueError: ``T < 1``, ``start_pos < 0``, or ``start_pos + T > block_size``.
+    """
+    if isinstance(T, bool) or not isinstance(T, numbers.Integral):
+        raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
+    if isinstance(start_pos, bool) or not isinstance(start_pos, numbers.Integral):
+        raise TypeError(f"start_pos: expected an int, got {type(start_pos).__name__}")
+    T, start_pos = int(T), int(start_pos)
+    if not 1 <= T <= block_size:
+        raise ValueError(f"T: sequence length must lie in [1, block_size={block_size}], got {T}")
+    if not 0 <= start_pos <= block_size - T:
+        raise ValueError(
+            f"start_pos: positions start_pos .. start_pos + T - 1 must lie in [0, "
+            f"block_size={block_size}), so start_pos in [0, {block_size - T}] for T={T}, "
+            f"got {start_pos}"
+        )
+    return T, start_pos
+
+
 class LearnedPositionalEmbedding(nn.Module):
     """One learned ``d_model``-vector per position ``0 .. block_size - 1``.
 
@@ -27,15 +52,18 @@ class LearnedPositionalEmbedding(nn.Module):
             with standard deviation 0.02.
 
     Shapes:
-        forward(T) -> ``(T, d_model)``: the first ``T`` rows, which broadcast
-        against token embeddings of shape ``(B, T, d_model)``.
+        forward(T, start_pos=0) -> ``(T, d_model)``: the rows of positions
+        ``start_pos .. start_pos + T - 1``, which broadcast against token
+        embeddings of shape ``(B, T, d_model)`` (a KV cache passes the number of
+        positions already cached as ``start_pos``).
 
     Raises:
-        TypeError: if ``T`` is not an int.
-        ValueError: if ``T < 1`` or ``T > block_size``.
+        TypeError: ``T`` or ``start_pos`` is not an int.
+        ValueError: ``T`` not in ``[1, block_size]``; ``start_pos < 0`` or
+            ``start_pos + T > block_size``.
     """
 
-    def __init__(self, block_size: int, d_model: int, dtype: torch.dtype | None = None):
+    def __init__(self, block_size: int, d_model: int, *, dtype: torch.dtype | None = None):
         super().__init__()
         if block_size < 1 or d_model < 1:
             raise ValueError(
@@ -50,15 +78,10 @@ class LearnedPositionalEmbedding(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.normal_(self.weight)
 
-    def forward(self, T: int) -> torch.Tensor:
-        if isinstance(T, bool) or not isinstance(T, numbers.Integral):
-            raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
-        T = int(T)
-        if T < 1:
-            raise ValueError(f"T: sequence length must be at least 1, got T={T}")
-        if T > self.block_size:
-            raise ValueError(f"T: sequence length T={T} exceeds block_size={self.block_size}")
-        return self.weight[:T]  # (T, d_model); slicing keeps the gradient path to weight
+    def forward(self, T: int, start_pos: int = 0) -> torch.Tensor:
+        T, start_pos = _check_positions(T, start_pos, self.block_size)
+        # (T, d_model); slicing keeps the gradient path to those rows of weight
+        return self.weight[start_pos : start_pos + T]
 
     def extra_repr(self) -> str:
         return f"block_size={self.block_size}, d_model={self.d_model}"
@@ -89,7 +112,7 @@ class SinusoidalPositionalEncoding(nn.Module):
     The table is a non-persistent buffer, ``pe`` ``(block_size, d_model)``: it
     follows ``.to(device/dtype)`` but is neither a parameter nor in the state
     dict (it is recomputed, never loaded), exactly as on the NumPy side. Same
-    interface as :class:`LearnedPositionalEmbedding`.
+    interface as :class:`LearnedPositionalEmbedding`: ``forward(T, start_pos=0)``.
 
     Args:
         block_size: the longest sequence the model accepts.
@@ -98,11 +121,12 @@ class SinusoidalPositionalEncoding(nn.Module):
         dtype: the buffer's dtype (``None``: torch's default).
 
     Shapes:
-        forward(T) -> ``(T, d_model)``.
+        forward(T, start_pos=0) -> ``(T, d_model)``, positions ``start_pos .. start_pos + T - 1``.
 
     Raises:
-        TypeError: if ``T`` is not an int.
-        ValueError: non-positive sizes, ``T < 1`` or ``T > block_size``.
+        TypeError: ``T`` or ``start_pos`` is not an int.
+        ValueError: non-positive sizes, ``T < 1``, ``start_pos < 0`` or
+            ``start_pos + T > block_size``.
     """
 
     def __init__(
@@ -110,6 +134,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         block_size: int,
         d_model: int,
         base: float = 10000.0,
+        *,
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
@@ -122,15 +147,9 @@ class SinusoidalPositionalEncoding(nn.Module):
         table = sinusoidal_table(block_size, d_model, base)
         self.register_buffer("pe", table.to(dtype or torch.get_default_dtype()), persistent=False)
 
-    def forward(self, T: int) -> torch.Tensor:
-        if isinstance(T, bool) or not isinstance(T, numbers.Integral):
-            raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
-        T = int(T)
-        if not 1 <= T <= self.block_size:
-            raise ValueError(
-                f"T: sequence length must lie in [1, block_size={self.block_size}], got {T}"
-            )
-        return self.pe[:T]  # (T, d_model)
+    def forward(self, T: int, start_pos: int = 0) -> torch.Tensor:
+        T, start_pos = _check_positions(T, start_pos, self.block_size)
+        return self.pe[start_pos : start_pos + T]  # (T, d_model)
 
     def extra_repr(self) -> str:
         return f"block_size={self.block_size}, d_model={self.d_model}, base={self.base}"
