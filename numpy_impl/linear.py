@@ -74,3 +74,17 @@ class Linear(Module):
         self._x = None
         return dx.reshape(*dout.shape[:-1], self.in_features)
         ### END SOLUTION
+
+
+def linear(x, weight, bias=None):
+    """TEMPORARY (lead's stand-in until the formula branch merges)."""
+    y = x @ weight.T
+    return y if bias is None else y + bias
+
+
+def linear_backward(dout, x, weight, bias=None):
+    """TEMPORARY (lead's stand-in until the formula branch merges)."""
+    d2 = dout.reshape(-1, weight.shape[0])
+    x2 = x.reshape(-1, weight.shape[1])
+    dx = (d2 @ weight).reshape(*dout.shape[:-1], weight.shape[1])
+    return dx, d2.T @ x2, None if bias is None else d2.sum(axis=0)

@@ -7,6 +7,7 @@ PyTorch already ships this layer, so the torch side only subclasses
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -57,3 +58,8 @@ class Linear(nn.Linear):
                 f"x: expected shape (..., in_features={self.in_features}), got {tuple(x.shape)}"
             )
         return super().forward(x)  # F.linear(x, weight, bias) = x @ weight.T + bias
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None):
+    """TEMPORARY (lead's stand-in until the formula branch merges)."""
+    return F.linear(x, weight, bias)

@@ -50,7 +50,7 @@ class LearnedPositionalEmbedding(nn.Module):
     def reset_parameters(self) -> None:
         nn.init.normal_(self.weight)
 
-    def forward(self, T: int) -> torch.Tensor:
+    def forward(self, T: int, start_pos: int = 0) -> torch.Tensor:
         if isinstance(T, bool) or not isinstance(T, numbers.Integral):
             raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
         T = int(T)
@@ -58,7 +58,7 @@ class LearnedPositionalEmbedding(nn.Module):
             raise ValueError(f"T: sequence length must be at least 1, got T={T}")
         if T > self.block_size:
             raise ValueError(f"T: sequence length T={T} exceeds block_size={self.block_size}")
-        return self.weight[:T]  # (T, d_model); slicing keeps the gradient path to weight
+        return self.weight[start_pos : start_pos + T]  # TEMPORARY stand-in
 
     def extra_repr(self) -> str:
         return f"block_size={self.block_size}, d_model={self.d_model}"
@@ -122,7 +122,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         table = sinusoidal_table(block_size, d_model, base)
         self.register_buffer("pe", table.to(dtype or torch.get_default_dtype()), persistent=False)
 
-    def forward(self, T: int) -> torch.Tensor:
+    def forward(self, T: int, start_pos: int = 0) -> torch.Tensor:
         if isinstance(T, bool) or not isinstance(T, numbers.Integral):
             raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
         T = int(T)
