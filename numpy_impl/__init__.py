@@ -5,29 +5,26 @@ Never imports torch. Each module mirrors ``torch_impl`` file for file.
 
 from .activations import GELU, ReLU, SiLU
 from .attention import (
-    CausalSelfAttention,
-    MultiHeadAttention,
-    merge_qkv_state_dict,
+    SelfAttention,
+    merge_heads,
     scaled_dot_product_attention,
     scaled_dot_product_attention_backward,
-    split_qkv_state_dict,
+    softmax,
+    split_heads,
 )
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding
-from .encoder import (
-    EncoderBlock,
-    MeanPool,
-    SelfAttention,
-    TransformerClassifier,
-)
+from .encoder import ClassifierHead, Encoder, MeanPool, TransformerClassifier
 from .ffn import FeedForward, SwiGLUFeedForward, swiglu_hidden_dim
 from .flash_attention import flash_attention, flash_attention_backward
 from .gpt import GPT, GPTConfig
 from .kv_cache import KVCache, LayerKVCache
 from .linear import Linear
 from .loss import CrossEntropyLoss
+from .masks import causal_attn_mask, key_padding_attn_mask, to_attn_mask
 from .module import Module, ModuleList, Parameter
+from .multihead_attention import MultiHeadAttention, merge_qkv_state_dict, split_qkv_state_dict
 from .norm import LayerNorm, RMSNorm
 from .optim import AdamW, clip_grad_norm_, configure_param_groups, cosine_lr
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -39,59 +36,65 @@ from .rope import (
     rope_permutation,
 )
 from .sampling import filter_logits, generate
-from .seq2seq import CrossAttention, DecoderBlock, Seq2SeqTransformer
+from .seq2seq import Decoder, DecoderBlock, Seq2SeqTransformer
 from .tokenizer import BPETokenizer, CharTokenizer, DecodeStream
 
 __all__ = [
-    "GELU",
-    "GPT",
     "AdamW",
-    "BPETokenizer",
+    "apply_rope",
     "Block",
-    "CausalSelfAttention",
+    "BPETokenizer",
+    "causal_attn_mask",
     "CharTokenizer",
+    "ClassifierHead",
+    "clip_grad_norm_",
+    "configure_param_groups",
+    "cosine_lr",
     "CrossEntropyLoss",
+    "Decoder",
+    "DecoderBlock",
     "DecodeStream",
     "Dropout",
-    "CrossAttention",
-    "DecoderBlock",
     "Embedding",
-    "EncoderBlock",
-    "MeanPool",
-    "SelfAttention",
-    "Seq2SeqTransformer",
-    "SinusoidalPositionalEncoding",
-    "TransformerClassifier",
+    "Encoder",
     "FeedForward",
+    "filter_logits",
+    "flash_attention",
+    "flash_attention_backward",
+    "GELU",
+    "generate",
+    "GPT",
     "GPTConfig",
+    "key_padding_attn_mask",
     "KVCache",
     "LayerKVCache",
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "Linear",
+    "MeanPool",
+    "merge_heads",
+    "merge_qkv_state_dict",
     "Module",
     "ModuleList",
-    "Parameter",
-    "clip_grad_norm_",
-    "configure_param_groups",
-    "cosine_lr",
-    "filter_logits",
-    "flash_attention",
-    "flash_attention_backward",
-    "generate",
-    "scaled_dot_product_attention",
-    "scaled_dot_product_attention_backward",
-    "ReLU",
-    "SiLU",
     "MultiHeadAttention",
-    "merge_qkv_state_dict",
-    "split_qkv_state_dict",
-    "SwiGLUFeedForward",
-    "swiglu_hidden_dim",
-    "RMSNorm",
-    "RotaryEmbedding",
-    "apply_rope",
+    "Parameter",
     "permute_qkv_for_rope",
+    "ReLU",
+    "RMSNorm",
     "rope_cos_sin",
     "rope_permutation",
+    "RotaryEmbedding",
+    "scaled_dot_product_attention",
+    "scaled_dot_product_attention_backward",
+    "SelfAttention",
+    "Seq2SeqTransformer",
+    "SiLU",
+    "SinusoidalPositionalEncoding",
+    "softmax",
+    "split_heads",
+    "split_qkv_state_dict",
+    "swiglu_hidden_dim",
+    "SwiGLUFeedForward",
+    "to_attn_mask",
+    "TransformerClassifier",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import CausalSelfAttention
+from .attention import SelfAttention
 from .ffn import FeedForward, SwiGLUFeedForward
 from .module import Module
 from .norm import LayerNorm, RMSNorm
@@ -36,6 +36,10 @@ class Block(Module):
     "LayerNorm(x + Sublayer(x))", Vaswani et al. 2017, sec. 3.1) normalises the stream after each
     add: every gradient passes through every norm on its way down.
 
+    The same block serves the GPT (causal attention, the default) and the
+    encoder (``is_causal=False`` and a padding ``attn_mask``: every position
+    sees every real position, Devlin et al. 2019).
+
     Args:
         d_model, n_heads: width and head count of the attention.
         d_ff: FFN hidden width (default ``4 * d_model``; SwiGLU: 2/3 of that, rounded).
@@ -47,17 +51,15 @@ class Block(Module):
         norm_position: ``"pre"`` (default) or ``"post"``.
         rope: None or a RoPE layout for the attention (``"interleaved"``, ``"half"``).
         rope_base: RoPE's frequency base.
+        dtype, rng: parameter dtype; generator of the default init (NumPy only).
 
     The sub-modules are ``ln1``, ``attn``, ``ln2``, ``ffn`` whatever the options,
     so state-dict names only change inside them.
 
     Shapes:
-        forward: x ``(B, T, C)``, start_pos (int, for RoPE) -> ``(B, T, C)``;
+        forward: x ``(B, T, C)``; attn_mask, is_causal, start_pos, kv_cache as in
+        :class:`~numpy_impl.attention.SelfAttention` -> ``(B, T, C)``.
         backward: dout -> dx, same shape.
-
-    ``forward(x, start_pos=p, kv_cache=layer_cache)`` decodes with a
-    :class:`~numpy_impl.kv_cache.LayerKVCache` (x = the tokens at positions
-    ``p .. p + T - 1``); inference only.
 
     Raises:
         ValueError: an unknown option (named), or the sub-modules' errors.
@@ -71,13 +73,14 @@ class Block(Module):
         bias=True,
         dropout=0.0,
         gelu_approximate="tanh",
-        dtype=np.float32,
-        rng=None,
         norm="layernorm",
         ffn="gelu",
         norm_position="pre",
         rope=None,
         rope_base=10000.0,
+        *,
+        dtype=np.float32,
+        rng=None,
     ):
         check_block_options(norm, ffn, norm_position)
         self.norm_position = norm_position
@@ -88,35 +91,34 @@ class Block(Module):
             return LayerNorm(d_model, bias=bias, dtype=dtype)
 
         self.ln1 = make_norm()
-        self.attn = CausalSelfAttention(
-            d_model, n_heads, bias, dropout, dtype=dtype, rng=rng, rope=rope, rope_base=rope_base
+        self.attn = SelfAttention(
+            d_model, n_heads, bias, dropout, rope, rope_base, dtype=dtype, rng=rng
         )
         self.ln2 = make_norm()
         if ffn == "swiglu":
             self.ffn = SwiGLUFeedForward(d_model, d_ff, bias, dropout, dtype=dtype, rng=rng)
         else:
             self.ffn = FeedForward(
-                d_model, d_ff, bias, dropout, gelu_approximate, dtype, rng, activation=ffn
+                d_model, d_ff, bias, dropout, gelu_approximate, activation=ffn, dtype=dtype, rng=rng
             )
 
-    def forward(self, x: np.ndarray, start_pos: int = 0, kv_cache=None) -> np.ndarray:
-        if kv_cache is not None:  # decoding with a LayerKVCache (chapter 12): inference only
-            if self.norm_position == "post":
-                x = self.ln1(x + self.attn(x, start_pos, kv_cache))
-                return self.ln2(x + self.ffn(x))
-            x = x + self.attn(self.ln1(x), start_pos, kv_cache)
-            return x + self.ffn(self.ln2(x))
+    def forward(
+        self, x: np.ndarray, attn_mask=None, is_causal=True, start_pos=0, kv_cache=None
+    ) -> np.ndarray:
+        def attn(h):  # the attention sub-layer, with this call's mask, position and cache
+            return self.attn(h, None, attn_mask, is_causal, start_pos, kv_cache)
+
         if self.norm_position == "post":
             ### BEGIN SOLUTION ch14
-            ### TODO: post-norm: x = ln1(x + attn(x, start_pos)), then return ln2(x + ffn(x));
+            ### TODO: post-norm: x = ln1(x + attn(x)), then return ln2(x + ffn(x));
             ###   never modify x in place
-            x = self.ln1(x + self.attn(x, start_pos))  # the stream itself is normalised
+            x = self.ln1(x + attn(x))  # the stream itself is normalised
             return self.ln2(x + self.ffn(x))
             ### END SOLUTION
         ### BEGIN SOLUTION ch07
-        ### TODO: x = x + attn(ln1(x), start_pos), then x = x + ffn(ln2(x)); never modify x in
-        ###   place
-        x = x + self.attn(self.ln1(x), start_pos)  # read from the stream, write back
+        ### TODO: x = x + attn(ln1(x)) (attn, defined above, carries this call's mask and cache),
+        ###   then x = x + ffn(ln2(x)); never modify x in place
+        x = x + attn(self.ln1(x))  # read from the stream, write back
         x = x + self.ffn(self.ln2(x))
         return x
         ### END SOLUTION
@@ -135,8 +137,7 @@ class Block(Module):
         ### BEGIN SOLUTION ch07
         ### TODO: the forward in reverse: each residual add sends dout down both of its branches
         ###   (the identity and the sub-layer), so their gradients add up
-        # each residual add sends the gradient down both branches, so they sum
-        dx = dout + self.ln2.backward(self.ffn.backward(dout))
-        dx += self.ln1.backward(self.attn.backward(dx))
+        dx = dout + self.ln2.backward(self.ffn.backward(dout))  # both branches of the 2nd add
+        dx = dx + self.ln1.backward(self.attn.backward(dx))  # and of the 1st
         return dx
         ### END SOLUTION

@@ -1,11 +1,11 @@
 """The bidirectional (BERT-style) encoder and a transformer classifier on top of it.
 
-An encoder block is the GPT block without the causal mask: every position
-attends to every other real position of its sequence, in both directions
-(Devlin et al. 2019). Sequences of different lengths share a batch by padding;
-a key-padding mask keeps the padding out of every attention row and out of the
-pooled vector. The classifier follows seed 004 ("Getting Started with
-Transformers in PyTorch"):
+An encoder block is the GPT's :class:`~numpy_impl.block.Block` without the
+causal mask: every position attends to every other real position of its
+sequence, in both directions (Devlin et al. 2019). Sequences of different
+lengths share a batch by padding; a key-padding mask keeps the padding out of
+every attention row and out of the pooled vector. The classifier is the one of
+the source material's tutorial ("Getting Started with Transformers in PyTorch"):
 
     logits = head(mean_pool(ln_f(blocks(drop(tok_emb(idx) + PE)))))
 
@@ -24,17 +24,13 @@ import math
 
 import numpy as np
 
-from .attention import (
-    check_token_mask,
-    key_padding_attn_mask,
-    scaled_dot_product_attention,
-    scaled_dot_product_attention_backward,
-)
+from .activations import ReLU
+from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding
-from .ffn import FeedForward
 from .linear import Linear
-from .module import Module, ModuleList, check_ids, check_last_dim
+from .masks import check_token_mask, key_padding_attn_mask
+from .module import Module, ModuleList, check_ids
 from .norm import LayerNorm
 from .positional import SinusoidalPositionalEncoding
 
@@ -51,118 +47,24 @@ def check_model_sizes(**sizes) -> None:
         )
 
 
-class SelfAttention(Module):
-    """Multi-head self-attention with an optional mask: bidirectional unless told otherwise.
+class Encoder(Module):
+    """A stack of bidirectional pre-norm blocks and the final LayerNorm a pre-norm stack needs.
 
-    The layout of :class:`~numpy_impl.attention.CausalSelfAttention` (one
-    ``qkv_proj`` ``(3 d_model, d_model)`` split q, k, v; ``out_proj``), so the
-    weights of one load into the other; what changes is the mask, chosen per call.
-
-    Args:
-        d_model, n_heads: width C and head count; ``d_k = d_model // n_heads``.
-        bias: biases in both projections.
-        dropout: on the attention probabilities (training only) and on the output.
-
-    Shapes:
-        forward: x ``(B, T, C)``, attn_mask broadcastable to ``(B, n_heads, T, T)``
-        (bool True = attend, or float added) or None, is_causal -> ``(B, T, C)``.
-        backward: dout ``(B, T, C)`` -> dx ``(B, T, C)``.
-
-    Raises:
-        ValueError: ``d_model`` not divisible by ``n_heads``; x not ``(B, T>=1, C)``;
-            a mask of the wrong shape. TypeError: a mask neither bool nor float.
-    """
-
-    def __init__(self, d_model, n_heads, bias=True, dropout=0.0, dtype=np.float32, rng=None):
-        check_model_sizes(d_model=d_model, n_heads=n_heads)
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.dropout = dropout
-        self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias, dtype=dtype, rng=rng)
-        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
-        self.resid_dropout = Dropout(dropout)
-        self._rng = np.random.default_rng()
-        self._cache = None
-
-    def forward(self, x: np.ndarray, attn_mask=None, is_causal: bool = False) -> np.ndarray:
-        if x.ndim != 3 or x.shape[1] < 1:
-            raise ValueError(f"x: expected shape (B, T>=1, d_model={self.d_model}), got {x.shape}")
-        check_last_dim(x, self.d_model, "x", "d_model")
-        B, T, C = x.shape
-        H, d_k = self.n_heads, self.d_k
-        qkv = self.qkv_proj(x)  # (B, T, C) -> (B, T, 3C)
-        q, k, v = qkv.reshape(B, T, 3, H, d_k).transpose(2, 0, 3, 1, 4)  # 3 x (B, H, T, d_k)
-        p = self.dropout if self.training else 0.0
-        y, self._cache = scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=p, rng=self._rng
-        )  # (B, H, T, d_k); the mask is validated there, before any score is computed
-        y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # heads side by side again
-        return self.resid_dropout(self.out_proj(y))
-
-    def backward(self, dout: np.ndarray) -> np.ndarray:
-        B, T, C = dout.shape
-        H, d_k = self.n_heads, self.d_k
-        dy = self.out_proj.backward(self.resid_dropout.backward(dout))  # (B, T, C)
-        dy = dy.reshape(B, T, H, d_k).transpose(0, 2, 1, 3)  # (B, H, T, d_k)
-        dq, dk, dv = scaled_dot_product_attention_backward(dy, self._cache)
-        self._cache = None
-        dqkv = np.empty((B, T, 3, H, d_k), dtype=dout.dtype)
-        dqkv[:, :, 0] = dq.transpose(0, 2, 1, 3)
-        dqkv[:, :, 1] = dk.transpose(0, 2, 1, 3)
-        dqkv[:, :, 2] = dv.transpose(0, 2, 1, 3)
-        return self.qkv_proj.backward(dqkv.reshape(B, T, 3 * C))
-
-
-class EncoderBlock(Module):
-    """Pre-norm encoder block: x = x + attn(ln1(x), mask); x = x + ffn(ln2(x)).
-
-    The attention is bidirectional: position i sees every position j the mask
-    allows, before or after it (Devlin et al. 2019; the block of seed 004).
+    Each block is ``x = x + attn(ln1(x), mask); x = x + ffn(ln2(x))`` with
+    ``is_causal=False``: position i sees every position j the mask allows,
+    before or after it.
 
     Args:
+        n_layers: number of blocks.
         d_model, n_heads, d_ff (default ``4 * d_model``), bias, dropout: as in
             :class:`~numpy_impl.block.Block`.
-        gelu_approximate: ``"none"`` (exact GELU, ``nn.GELU()``'s default, as
-            seed 004) or ``"tanh"``.
+        gelu_approximate: ``"none"`` (exact GELU, ``nn.GELU()``'s default, as in
+            the tutorial) or ``"tanh"``.
+        dtype, rng: NumPy only.
 
     Shapes:
-        forward: x ``(B, T, C)``, attn_mask (see :class:`SelfAttention`) -> ``(B, T, C)``.
-        backward: dout -> dx, same shape.
-    """
-
-    def __init__(
-        self,
-        d_model,
-        n_heads,
-        d_ff=None,
-        bias=True,
-        dropout=0.0,
-        gelu_approximate="none",
-        dtype=np.float32,
-        rng=None,
-    ):
-        self.ln1 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.attn = SelfAttention(d_model, n_heads, bias, dropout, dtype=dtype, rng=rng)
-        self.ln2 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype, rng)
-
-    def forward(self, x: np.ndarray, attn_mask=None) -> np.ndarray:
-        x = x + self.attn(self.ln1(x), attn_mask=attn_mask)
-        return x + self.ffn(self.ln2(x))
-
-    def backward(self, dout: np.ndarray) -> np.ndarray:
-        dx = dout + self.ln2.backward(self.ffn.backward(dout))  # both branches of the add
-        dx += self.ln1.backward(self.attn.backward(dx))
-        return dx
-
-
-class Encoder(Module):
-    """A stack of :class:`EncoderBlock` and the final LayerNorm a pre-norm stack needs.
-
-    Args:
-        n_layers: number of blocks; the rest as in :class:`EncoderBlock`.
-
-    Shapes:
-        forward: x ``(B, T, C)``, attn_mask -> ``(B, T, C)``; backward: dout -> dx.
+        forward: x ``(B, T, C)``, attn_mask (broadcastable to ``(B, n_heads, T, T)``,
+        bool True = attend, or float added) -> ``(B, T, C)``; backward: dout -> dx.
     """
 
     def __init__(
@@ -174,19 +76,20 @@ class Encoder(Module):
         bias=True,
         dropout=0.0,
         gelu_approximate="none",
+        *,
         dtype=np.float32,
         rng=None,
     ):
         check_model_sizes(n_layers=n_layers, d_model=d_model, n_heads=n_heads)
         self.blocks = ModuleList(
-            EncoderBlock(d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype, rng)
+            Block(d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype=dtype, rng=rng)
             for _ in range(n_layers)
         )
         self.ln_f = LayerNorm(d_model, bias=bias, dtype=dtype)
 
     def forward(self, x: np.ndarray, attn_mask=None) -> np.ndarray:
         for block in self.blocks:
-            x = block(x, attn_mask=attn_mask)
+            x = block(x, attn_mask=attn_mask, is_causal=False)  # bidirectional
         return self.ln_f(x)
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
@@ -202,7 +105,7 @@ class MeanPool(Module):
         pooled_b = sum_t m_bt x_bt / max(n_b, 1),   n_b = sum_t m_bt
 
     so padding never dilutes the mean, and a row with no real token at all gives
-    zeros (not 0/0 = NaN). Without a mask, the plain mean over T (seed 004's
+    zeros (not 0/0 = NaN). Without a mask, the plain mean over T (the tutorial's
     ``x.mean(dim=1)``, which counts padding as tokens).
 
     Shapes:
@@ -245,10 +148,10 @@ class MeanPool(Module):
 
 
 class ClassifierHead(Module):
-    """Linear - ReLU - Dropout - Linear, from a pooled vector to class scores (seed 004).
+    """Linear - ReLU - Dropout - Linear, from a pooled vector to class scores (the tutorial's head).
 
     Args:
-        d_model: input width; hidden: the middle width (seed 004: ``d_model // 2``);
+        d_model: input width; hidden: the middle width (the tutorial: ``d_model // 2``);
         num_classes: output width; dropout: after the ReLU; bias: in both Linears.
 
     Shapes:
@@ -256,36 +159,32 @@ class ClassifierHead(Module):
     """
 
     def __init__(
-        self, d_model, hidden, num_classes, dropout=0.0, bias=True, dtype=np.float32, rng=None
+        self, d_model, hidden, num_classes, dropout=0.0, bias=True, *, dtype=np.float32, rng=None
     ):
         check_model_sizes(d_model=d_model, hidden=hidden, num_classes=num_classes)
         self.fc1 = Linear(d_model, hidden, bias=bias, dtype=dtype, rng=rng)
+        self.act = ReLU()
         self.dropout = Dropout(dropout)
         self.fc2 = Linear(hidden, num_classes, bias=bias, dtype=dtype, rng=rng)
-        self._active = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
-        h = self.fc1(x)  # (B, d_model) -> (B, hidden)
-        self._active = h > 0  # ReLU's derivative: 1 where the input was positive
-        h *= self._active  # ReLU, in place on fc1's fresh output
-        return self.fc2(self.dropout(h))  # (B, hidden) -> (B, num_classes)
+        h = self.dropout(self.act(self.fc1(x)))  # (B, d_model) -> (B, hidden)
+        return self.fc2(h)  # (B, hidden) -> (B, num_classes)
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
-        dh = self.dropout.backward(self.fc2.backward(dout))
-        dh = dh * self._active
-        self._active = None
-        return self.fc1.backward(dh)
+        dh = self.dropout.backward(self.fc2.backward(dout))  # (B, hidden)
+        return self.fc1.backward(self.act.backward(dh))  # (B, d_model)
 
 
 class TransformerClassifier(Module):
-    """Encoder-only transformer classifier (seed 004; Vaswani et al. 2017 encoder, pre-norm).
+    """Encoder-only transformer classifier (the tutorial's; Vaswani et al. 2017 encoder, pre-norm).
 
         x = drop(tok_emb(idx) + PE[:T])            (B, T, C)
         x = encoder(x, key-padding mask)           blocks, then ln_f
         logits = head(mean over the real tokens)   (B, num_classes)
 
     Initialisation (the same scheme in both backends; their generators differ):
-    token embedding N(0, 1) (``nn.Embedding``'s default, seed 004's, which puts
+    token embedding N(0, 1) (``nn.Embedding``'s default, the tutorial's, which puts
     tokens on the scale of the sinusoids), every Linear N(0, 0.02) with zero
     biases, and the projections that write into the residual stream
     (``attn.out_proj``, ``ffn.fc2``) N(0, 0.02 / sqrt(2 n_layers)), as GPT-2.
@@ -293,11 +192,11 @@ class TransformerClassifier(Module):
 
     Args:
         vocab_size, num_classes: input ids and output classes.
-        block_size: longest sequence (the sinusoid table's length; seed 004's max_len).
-        n_layers, n_heads, d_model, d_ff: the encoder (seed 004: 3, 4, 256, 512).
-        dropout: after the encoding, in every block, and in the head (seed 004: 0.1).
+        block_size: longest sequence (the sinusoid table's length; the tutorial's max_len).
+        n_layers, n_heads, d_model, d_ff: the encoder (the tutorial: 3, 4, 256, 512).
+        dropout: after the encoding, in every block, and in the head (the tutorial: 0.1).
         bias: biases in Linear and LayerNorm layers.
-        gelu_approximate: ``"none"`` (exact GELU, seed 004) or ``"tanh"``.
+        gelu_approximate: ``"none"`` (exact GELU, as the tutorial) or ``"tanh"``.
         seed, dtype: initial weights; float32 to train, float64 for parity tests.
 
     Shapes:
@@ -324,6 +223,7 @@ class TransformerClassifier(Module):
         dropout=0.1,
         bias=True,
         gelu_approximate="none",
+        *,
         seed=None,
         dtype=np.float32,
     ):
@@ -342,13 +242,14 @@ class TransformerClassifier(Module):
         self.pos_enc = SinusoidalPositionalEncoding(block_size, d_model, dtype=dtype)
         self.drop = Dropout(dropout)
         self.encoder = Encoder(
-            n_layers, d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype, rng
+            n_layers, d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype=dtype, rng=rng
         )
         self.pool = MeanPool()
+        head_width = max(1, d_model // 2)
         self.head = ClassifierHead(
-            d_model, max(1, d_model // 2), num_classes, dropout, bias, dtype, rng
+            d_model, head_width, num_classes, dropout, bias, dtype=dtype, rng=rng
         )
-        init_transformer_weights(self, rng, n_layers)
+        init_transformer_weights(self, n_layers, rng=rng)
 
     def forward(self, idx: np.ndarray, token_mask=None) -> np.ndarray:
         idx = check_sequence_ids(idx, self.vocab_size, self.block_size, "idx")
@@ -394,7 +295,7 @@ def check_sequence_ids(idx, vocab_size: int, block_size: int, name: str) -> np.n
     return check_ids(idx, vocab_size, name)
 
 
-def init_transformer_weights(model: Module, rng: np.random.Generator, n_layers: int) -> None:
+def init_transformer_weights(model: Module, n_layers: int, *, rng: np.random.Generator) -> None:
     """The initialisation of :class:`TransformerClassifier` (and of the seq2seq model).
 
     Embeddings N(0, 1); every Linear N(0, 0.02), biases 0; residual output

@@ -36,7 +36,8 @@ import math
 
 import numpy as np
 
-from .attention import _check_qkv
+from .attention import check_qkv
+from .masks import check_attn_mask
 
 
 def _check_tile(value, name: str) -> int:
@@ -52,28 +53,16 @@ def _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k):
     (a view, or None) and the two tile lengths."""
     # the explicit version's checks (4-D, same B and heads, one float dtype), as the torch
     # twin applies them: a 3-D q or a k of another batch size is a mistake, not a broadcast
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     lead = q.shape[:-2]
-    if attn_mask is not None and is_causal:
-        raise ValueError("attn_mask: cannot be combined with is_causal=True")
-    tile_q, tile_k = _check_tile(tile_q, "tile_q"), _check_tile(tile_k, "tile_k")
-    mask = None
+    target = (*lead, q.shape[-2], k.shape[-2])
     if attn_mask is not None:
         attn_mask = np.asarray(attn_mask)
-        if attn_mask.dtype != np.bool_ and not np.issubdtype(attn_mask.dtype, np.floating):
-            raise TypeError(
-                f"attn_mask: expected a bool or float array, got dtype {attn_mask.dtype}"
-            )
-        target = (*lead, q.shape[-2], k.shape[-2])
-        try:
-            ok = np.broadcast_shapes(attn_mask.shape, target) == target
-        except ValueError:
-            ok = False
-        if not ok:
-            raise ValueError(
-                f"attn_mask: expected a shape broadcastable to {target}, got {attn_mask.shape}"
-            )
-        mask = np.broadcast_to(attn_mask, target)  # a view: no (T_q, T_k) copy per batch
+        check_attn_mask(attn_mask, target, q.dtype)
+    if attn_mask is not None and is_causal:  # the tiles take one or the other
+        raise ValueError("attn_mask: cannot be combined with is_causal=True")
+    tile_q, tile_k = _check_tile(tile_q, "tile_q"), _check_tile(tile_k, "tile_k")
+    mask = None if attn_mask is None else np.broadcast_to(attn_mask, target)  # a view, no copy
     return lead, mask, tile_q, tile_k
 
 

@@ -103,21 +103,32 @@ class GPTConfig:
         check_block_options(self.norm, self.ffn, self.norm_position)
 
     def to_dict(self) -> dict:
+        """The fields as a plain, JSON-ready dict (field order preserved)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> GPTConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
+        """Build a config from :meth:`to_dict` output (or an older, shorter one).
+
+        Raises:
+            ValueError: keys that are not fields (all listed), a missing
+                ``vocab_size``, or any error of the field checks.
+        """
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(names))
         if unknown:
-            raise ValueError(f"config: unknown GPTConfig keys {unknown}")
+            raise ValueError(
+                f"GPTConfig.from_dict: unknown keys {unknown}; expected a subset of {names}"
+            )
+        if "vocab_size" not in d:
+            raise ValueError("GPTConfig.from_dict: missing required key 'vocab_size'")
         return cls(**d)
 
 
 class GPT(Module):
     """Decoder-only transformer language model.
 
-    logits = head(ln_f(blocks(tok_emb(idx) + pos_emb(T))))
+    logits = head(ln_f(blocks(drop(tok_emb(idx) + pos_emb(T)))))
 
     With ``pos_emb="rope"`` there is no ``pos_emb`` module (it is None): the
     positions enter each attention layer, which rotates q and k.
@@ -132,8 +143,8 @@ class GPT(Module):
 
     Args:
         config: a :class:`GPTConfig`.
-        seed: seed for the initial weights.
-        dtype: float32 to train, float64 for parity tests.
+        seed: seed for the initial weights and the dropout masks (NumPy only).
+        dtype: float32 to train, float64 for parity tests (NumPy only).
 
     Shapes:
         forward: idx ``(B, T)`` integer -> logits ``(B, T, vocab_size)``.
@@ -143,6 +154,8 @@ class GPT(Module):
     ``model.forward(idx, kv_cache=cache, start_pos=p)`` returns the logits of the
     tokens ``idx`` at positions ``p .. p + T - 1`` while the cache supplies the
     keys and values of positions ``0 .. p - 1`` (``start_pos=None``: append).
+    With learned absolute positions the cache stays valid only while the window
+    does not slide (see ``numpy_impl/sampling.py``).
 
     Raises:
         TypeError: idx is not an integer array; start_pos is not an int.
@@ -151,7 +164,7 @@ class GPT(Module):
             ``[0, kv_cache.length]`` or positions past ``block_size``.
     """
 
-    def __init__(self, config: GPTConfig, seed=None, dtype=np.float32):
+    def __init__(self, config: GPTConfig, *, seed=None, dtype=np.float32):
         self.config = config
         rng = np.random.default_rng(seed)
         c = config
@@ -169,13 +182,13 @@ class GPT(Module):
                 c.bias,
                 c.dropout,
                 c.gelu_approximate,
-                dtype,
-                rng,
-                norm=c.norm,
-                ffn=c.ffn,
-                norm_position=c.norm_position,
-                rope=rope,
-                rope_base=c.rope_base,
+                c.norm,
+                c.ffn,
+                c.norm_position,
+                rope,
+                c.rope_base,
+                dtype=dtype,
+                rng=rng,
             )
             for _ in range(c.n_layers)
         )
@@ -189,7 +202,7 @@ class GPT(Module):
             ### TODO: tie the LM head to the token embedding: one Parameter object, two uses
             self.head.weight = self.tok_emb.weight  # one Parameter, two uses
             ### END SOLUTION
-        self._init_weights(rng, dtype)
+        self._init_weights(rng)
         # Every dropout mask (the Dropout layers and attention's dropout_p: the modules with
         # an `_rng`) comes from one generator of the model's own, spawned from `seed` (so the
         # weights' stream is untouched): a seeded model drops the same units on every run,
@@ -200,7 +213,7 @@ class GPT(Module):
             if hasattr(mod, "_rng"):
                 mod._rng = self.dropout_rng
 
-    def _init_weights(self, rng: np.random.Generator, dtype) -> None:
+    def _init_weights(self, rng: np.random.Generator) -> None:
         for _, mod in self.named_modules():
             if isinstance(mod, (Linear, Embedding, LearnedPositionalEmbedding)):
                 mod.weight.data[...] = rng.normal(0.0, 0.02, mod.weight.shape)
@@ -222,42 +235,55 @@ class GPT(Module):
                 f"idx: sequence length T={T} must lie in [1, block_size={self.config.block_size}]"
             )
         idx = check_ids(idx, self.config.vocab_size, "idx")
-        if kv_cache is not None or start_pos is not None:
-            return self._forward_cached(idx, kv_cache, start_pos)
+        start_pos = self._check_decoding(T, kv_cache, start_pos)  # 0 without a cache
+        caches = [None] * len(self.blocks) if kv_cache is None else kv_cache.layers
         ### BEGIN SOLUTION ch08
-        ### TODO: token + position embeddings (no pos_emb when it is None: RoPE, chapter 13),
-        ###   drop, every block in order, ln_f, head: idx (B, T) -> logits (B, T, vocab_size)
-        x = self.tok_emb(idx)  # (B, T, C)
+        ### TODO: token + position embeddings (positions start_pos .. start_pos + T - 1; no pos_emb
+        ###   when it is None: RoPE, chapter 13), drop, every block in order (with is_causal=True,
+        ###   start_pos and its layer's cache from `caches`), ln_f, head
+        x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
         if self.pos_emb is not None:
-            x = x + self.pos_emb(T)  # (B, T, C) + (T, C) -> (B, T, C)
+            x = x + self.pos_emb(T, start_pos)  # (B, T, C) + (T, C) -> (B, T, C)
         x = self.drop(x)
-        for block in self.blocks:
-            x = block(x)
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x = block(x, is_causal=True, start_pos=start_pos, kv_cache=cache)
         x = self.ln_f(x)
         return self.head(x)  # (B, T, C) -> (B, T, vocab_size)
         ### END SOLUTION
 
+    def backward(self, dlogits: np.ndarray) -> None:
+        ### BEGIN SOLUTION ch08
+        ### TODO: the forward in reverse, down to both embeddings; the position vectors are shared
+        ###   by every sequence of the batch, so their gradient is summed over B; return None
+        dx = self.head.backward(dlogits)  # (B, T, V) -> (B, T, C)
+        dx = self.ln_f.backward(dx)
+        for block in reversed(self.blocks):
+            dx = block.backward(dx)
+        dx = self.drop.backward(dx)
+        if self.pos_emb is not None:
+            self.pos_emb.backward(dx.sum(axis=0))  # (B, T, C) -> (T, C): shared over the batch
+        self.tok_emb.backward(dx)
+        ### END SOLUTION
+
+    # -- decoding with a KV cache (chapter 12) ---------------------------------------------
     def new_kv_cache(self) -> KVCache:
         """An empty :class:`~numpy_impl.kv_cache.KVCache` for this model (one layer per block)."""
         return KVCache(self.config.n_layers, self.config.block_size)
 
-    def _forward_cached(self, idx: np.ndarray, kv_cache: KVCache, start_pos: int | None):
-        """Logits of the tokens ``idx`` at positions ``start_pos ..``, reusing ``kv_cache``.
+    def _check_decoding(self, T: int, kv_cache, start_pos) -> int:
+        """The position of idx's first token: 0 without a cache; validated with one.
 
         The cache holds the keys and values of positions ``0 .. start_pos - 1`` of
-        every block; it gains those of ``idx``. ``start_pos=None`` appends
-        (``kv_cache.length``); ``start_pos=0`` starts afresh (prefill). With learned
-        absolute positions a position's vector is fixed, so the cached keys stay
-        valid only while the window does not move: once generation passes
-        ``block_size`` the window slides, every token changes position, and the
-        cache has to be refilled from scratch (see ``generate``). Inference only.
+        every block; it gains those of idx. ``start_pos=None`` appends
+        (``kv_cache.length``); ``start_pos=0`` starts afresh (prefill).
         """
+        if kv_cache is None and start_pos is None:
+            return 0
         if not isinstance(kv_cache, KVCache) or len(kv_cache.layers) != len(self.blocks):
             raise ValueError(
                 f"kv_cache: expected a KVCache with n_layers={len(self.blocks)} "
                 "(model.new_kv_cache())"
             )
-        B, T = idx.shape
         start_pos = kv_cache.length if start_pos is None else start_pos
         if isinstance(start_pos, bool) or not isinstance(start_pos, (int, np.integer)):
             raise TypeError(f"start_pos: expected an int, got {type(start_pos).__name__}")
@@ -271,26 +297,4 @@ class GPT(Module):
                 f"idx: positions {start_pos} .. {start_pos + T - 1} exceed "
                 f"block_size={self.config.block_size}"
             )
-        # the position vectors of start_pos .. start_pos + T - 1: (T, C)
-        x = self.tok_emb(idx)
-        if self.pos_emb is not None:  # RoPE models rotate q and k in attention instead
-            x = x + self.pos_emb(start_pos + T)[start_pos:]
-        x = self.drop(x)
-        for block, layer_cache in zip(self.blocks, kv_cache.layers, strict=True):
-            x = block(x, kv_cache=layer_cache, start_pos=start_pos)
-        x = self.ln_f(x)
-        return self.head(x)  # (B, T, vocab_size)
-
-    def backward(self, dlogits: np.ndarray) -> None:
-        ### BEGIN SOLUTION ch08
-        ### TODO: the forward in reverse, down to both embeddings; the position vectors are shared
-        ###   by every sequence of the batch, so their gradient is summed over B; return None
-        dx = self.head.backward(dlogits)  # (B, T, V) -> (B, T, C)
-        dx = self.ln_f.backward(dx)
-        for block in reversed(self.blocks):
-            dx = block.backward(dx)
-        dx = self.drop.backward(dx)
-        if self.pos_emb is not None:
-            self.pos_emb.backward(dx.sum(axis=0))  # position vectors are shared over the batch
-        self.tok_emb.backward(dx)
-        ### END SOLUTION
+        return start_pos

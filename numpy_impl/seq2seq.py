@@ -1,4 +1,4 @@
-"""Cross-attention and the encoder-decoder Transformer (Vaswani et al. 2017, sec. 3.1).
+"""The encoder-decoder Transformer (Vaswani et al. 2017, sec. 3.1) and its cross-attention.
 
 The encoder reads the source sequence bidirectionally into a "memory"
 ``(B, S, C)``. The decoder reads the target sequence so far under a causal
@@ -6,7 +6,9 @@ mask and, in every block, attends from its positions (queries) to the memory
 (keys and values): cross-attention, the "encoder-decoder attention" of sec.
 3.2.3. Training is teacher-forced: the decoder gets the whole target shifted
 right by one (BOS first) and predicts every next token at once; decoding is
-greedy, one token per step.
+greedy, one token per step. The cross-attention is the one attention module
+of twinformer, :class:`~numpy_impl.attention.SelfAttention`, called with
+``kv=memory``: queries from the decoder, keys and values from the memory.
 
 Blocks are pre-norm (``x + f(LN(x))``, like the rest of twinformer) rather than
 the paper's post-norm; the encoder's final LayerNorm output is the memory.
@@ -22,127 +24,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import (
-    check_token_mask,
-    key_padding_attn_mask,
-    scaled_dot_product_attention,
-    scaled_dot_product_attention_backward,
-)
+from .attention import SelfAttention
 from .dropout import Dropout
 from .embedding import Embedding
-from .encoder import (
-    Encoder,
-    SelfAttention,
-    check_model_sizes,
-    check_sequence_ids,
-    init_transformer_weights,
-)
+from .encoder import Encoder, check_model_sizes, check_sequence_ids, init_transformer_weights
 from .ffn import FeedForward
 from .linear import Linear
-from .module import Module, ModuleList, check_last_dim
+from .masks import check_token_mask, key_padding_attn_mask
+from .module import Module, ModuleList
 from .norm import LayerNorm
 from .positional import SinusoidalPositionalEncoding
-
-
-class CrossAttention(Module):
-    """Multi-head attention from one sequence (queries) to another (keys and values).
-
-        q = x W_q^T,  [k, v] = memory W_kv^T,  out = concat_h(Attention(q_h, k_h, v_h)) W_o^T
-
-    (Vaswani et al. 2017, sec. 3.2.2-3.2.3). ``x`` and ``memory`` may have
-    different lengths T_q and T_k, so the scores are ``(B, H, T_q, T_k)``.
-
-    Args:
-        d_model, n_heads: width C (of both sequences) and head count.
-        bias: biases in the projections.
-        dropout: on the attention probabilities (training only) and on the output.
-
-    Parameters:
-        ``q_proj (d_model, d_model)``, ``kv_proj (2 d_model, d_model)`` (output
-        split k, v), ``out_proj (d_model, d_model)``.
-
-    Shapes:
-        forward: x ``(B, T_q, C)``, memory ``(B, T_k, C)``, attn_mask broadcastable to
-        ``(B, n_heads, T_q, T_k)`` (bool True = attend; usually the memory's
-        key-padding mask ``(B, 1, 1, T_k)``) -> ``(B, T_q, C)``.
-        backward: dout ``(B, T_q, C)`` -> ``(dx (B, T_q, C), dmemory (B, T_k, C))``.
-
-    Raises:
-        ValueError: ``d_model`` not divisible by ``n_heads``; x or memory not
-            ``(B, T>=1, C)`` with the same B; a mask of the wrong shape.
-        TypeError: a mask neither bool nor float.
-    """
-
-    def __init__(self, d_model, n_heads, bias=True, dropout=0.0, dtype=np.float32, rng=None):
-        check_model_sizes(d_model=d_model, n_heads=n_heads)
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.dropout = dropout
-        self.q_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
-        self.kv_proj = Linear(d_model, 2 * d_model, bias=bias, dtype=dtype, rng=rng)
-        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
-        self.resid_dropout = Dropout(dropout)
-        self._rng = np.random.default_rng()
-        self._cache = None
-
-    def forward(self, x: np.ndarray, memory: np.ndarray, attn_mask=None) -> np.ndarray:
-        for name, a in (("x", x), ("memory", memory)):
-            if a.ndim != 3 or a.shape[1] < 1:
-                raise ValueError(
-                    f"{name}: expected shape (B, T>=1, d_model={self.d_model}), got {a.shape}"
-                )
-            check_last_dim(a, self.d_model, name, "d_model")
-        if memory.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"memory: expected batch size B={x.shape[0]} (that of x), got {memory.shape}"
-            )
-        p = self.dropout if self.training else 0.0
-        ### BEGIN SOLUTION ch16
-        ### TODO: q from x (q_proj), k and v from memory (kv_proj, split in that order), each
-        ###   (B, H, T, d_k); scaled_dot_product_attention with attn_mask (dropout_p=p,
-        ###   rng=self._rng, its cache in self._cache); merge heads; out_proj, resid_dropout
-        B, T_q, C = x.shape
-        T_k = memory.shape[1]
-        H, d_k = self.n_heads, self.d_k
-        q = self.q_proj(x).reshape(B, T_q, H, d_k).transpose(0, 2, 1, 3)  # (B, H, T_q, d_k)
-        kv = self.kv_proj(memory)  # (B, T_k, C) -> (B, T_k, 2C)
-        k, v = kv.reshape(B, T_k, 2, H, d_k).transpose(2, 0, 3, 1, 4)  # 2 x (B, H, T_k, d_k)
-        y, self._cache = scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, dropout_p=p, rng=self._rng
-        )  # (B, H, T_q, T_k) scores inside; y (B, H, T_q, d_k)
-        y = y.transpose(0, 2, 1, 3).reshape(B, T_q, C)
-        return self.resid_dropout(self.out_proj(y))
-        ### END SOLUTION
-
-    def backward(self, dout: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ### BEGIN SOLUTION ch16
-        ### TODO: out_proj (and dropout) backward, split into heads, the attention backward;
-        ###   dq goes back through q_proj to x, dk and dv (in kv_proj's layout) to memory
-        B, T_q, C = dout.shape
-        H, d_k = self.n_heads, self.d_k
-        dy = self.out_proj.backward(self.resid_dropout.backward(dout))  # (B, T_q, C)
-        dy = dy.reshape(B, T_q, H, d_k).transpose(0, 2, 1, 3)  # (B, H, T_q, d_k)
-        dq, dk, dv = scaled_dot_product_attention_backward(dy, self._cache)
-        self._cache = None
-        T_k = dk.shape[2]
-        dx = self.q_proj.backward(dq.transpose(0, 2, 1, 3).reshape(B, T_q, C))
-        dkv = np.empty((B, T_k, 2, H, d_k), dtype=dout.dtype)  # the inverse of the split
-        dkv[:, :, 0] = dk.transpose(0, 2, 1, 3)
-        dkv[:, :, 1] = dv.transpose(0, 2, 1, 3)
-        dmemory = self.kv_proj.backward(dkv.reshape(B, T_k, 2 * C))
-        return dx, dmemory
-        ### END SOLUTION
 
 
 class DecoderBlock(Module):
     """Pre-norm decoder block of the encoder-decoder Transformer:
 
         x = x + self_attn(ln1(x), causal and target-padding mask)
-        x = x + cross_attn(ln2(x), memory, source-padding mask)
+        x = x + cross_attn(ln2(x), kv=memory, source-padding mask)
         x = x + ffn(ln3(x))
 
     Args:
         d_model, n_heads, d_ff, bias, dropout, gelu_approximate: as in
-            :class:`~numpy_impl.encoder.EncoderBlock`.
+            :class:`~numpy_impl.encoder.Encoder`.
+        dtype, rng: NumPy only.
 
     Shapes:
         forward: x ``(B, T, C)``, memory ``(B, S, C)``, self_mask (broadcastable to
@@ -159,27 +63,36 @@ class DecoderBlock(Module):
         bias=True,
         dropout=0.0,
         gelu_approximate="none",
+        *,
         dtype=np.float32,
         rng=None,
     ):
         self.ln1 = LayerNorm(d_model, bias=bias, dtype=dtype)
         self.self_attn = SelfAttention(d_model, n_heads, bias, dropout, dtype=dtype, rng=rng)
         self.ln2 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.cross_attn = CrossAttention(d_model, n_heads, bias, dropout, dtype=dtype, rng=rng)
+        self.cross_attn = SelfAttention(d_model, n_heads, bias, dropout, dtype=dtype, rng=rng)
         self.ln3 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype, rng)
+        self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype=dtype, rng=rng)
 
     def forward(self, x, memory, self_mask=None, memory_mask=None) -> np.ndarray:
+        ### BEGIN SOLUTION ch16
+        ### TODO: the three residual sub-layers of the docstring: causal self-attention with
+        ###   self_mask, cross-attention to kv=memory with memory_mask, the FFN
         x = x + self.self_attn(self.ln1(x), attn_mask=self_mask, is_causal=True)
-        x = x + self.cross_attn(self.ln2(x), memory, attn_mask=memory_mask)
+        x = x + self.cross_attn(self.ln2(x), kv=memory, attn_mask=memory_mask)
         return x + self.ffn(self.ln3(x))
+        ### END SOLUTION
 
     def backward(self, dout: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ### BEGIN SOLUTION ch16
+        ### TODO: the forward in reverse; the cross-attention's backward returns (dx, dmemory):
+        ###   dx joins the residual stream, dmemory is returned
         dx = dout + self.ln3.backward(self.ffn.backward(dout))
-        dh, dmemory = self.cross_attn.backward(dx)
+        dh, dmemory = self.cross_attn.backward(dx)  # (B, T, C), (B, S, C)
         dx = dx + self.ln2.backward(dh)
-        dx += self.ln1.backward(self.self_attn.backward(dx))
+        dx = dx + self.ln1.backward(self.self_attn.backward(dx))
         return dx, dmemory
+        ### END SOLUTION
 
 
 class Decoder(Module):
@@ -201,12 +114,15 @@ class Decoder(Module):
         bias=True,
         dropout=0.0,
         gelu_approximate="none",
+        *,
         dtype=np.float32,
         rng=None,
     ):
         check_model_sizes(n_layers=n_layers, d_model=d_model, n_heads=n_heads)
         self.blocks = ModuleList(
-            DecoderBlock(d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype, rng)
+            DecoderBlock(
+                d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype=dtype, rng=rng
+            )
             for _ in range(n_layers)
         )
         self.ln_f = LayerNorm(d_model, bias=bias, dtype=dtype)
@@ -269,6 +185,7 @@ class Seq2SeqTransformer(Module):
         dropout=0.0,
         bias=True,
         gelu_approximate="none",
+        *,
         seed=None,
         dtype=np.float32,
     ):
@@ -289,11 +206,11 @@ class Seq2SeqTransformer(Module):
         self.pos_enc = SinusoidalPositionalEncoding(block_size, d_model, dtype=dtype)
         self.src_drop = Dropout(dropout)
         self.tgt_drop = Dropout(dropout)
-        args = (d_model, n_heads, d_ff, bias, dropout, gelu_approximate, dtype, rng)
-        self.encoder = Encoder(n_encoder_layers, *args)
-        self.decoder = Decoder(n_decoder_layers, *args)
+        args = (d_model, n_heads, d_ff, bias, dropout, gelu_approximate)
+        self.encoder = Encoder(n_encoder_layers, *args, dtype=dtype, rng=rng)
+        self.decoder = Decoder(n_decoder_layers, *args, dtype=dtype, rng=rng)
         self.head = Linear(d_model, tgt_vocab_size, bias=False, dtype=dtype, rng=rng)
-        init_transformer_weights(self, rng, n_encoder_layers + n_decoder_layers)
+        init_transformer_weights(self, n_encoder_layers + n_decoder_layers, rng=rng)
 
     # -- the two halves ------------------------------------------------------------------
     @staticmethod

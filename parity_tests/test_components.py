@@ -64,7 +64,7 @@ class Pair:
     """One component, twice.
 
     Attributes:
-        name: test id, e.g. ``"CausalSelfAttention[sdpa]"``.
+        name: test id, e.g. ``"SelfAttention[causal, sdpa]"``.
         chapter: pytest marker of the chapter that builds it.
         config: strategy for a dict of hyperparameters and input shape.
         numpy_module: ``(config, np dtype) -> numpy_impl module``.
@@ -74,6 +74,7 @@ class Pair:
         has_params: the component has parameters (GELU has none).
         hints: ``(numpy module, input) -> {label: wrong output}`` for the failure
             message of the output comparison (see tolerances.assert_close).
+        call: keyword arguments of every forward call of both twins (``is_causal``).
     """
 
     name: str
@@ -85,6 +86,7 @@ class Pair:
     float_input: bool = True
     has_params: bool = True
     hints: Callable[[Any, Any], dict] | None = None
+    call: tuple[tuple[str, Any], ...] = ()
 
     def __repr__(self) -> str:  # what a failing example prints
         return f"<{self.name} pair>"
@@ -115,7 +117,7 @@ def _layernorm_input(c: dict, rng: SeededRng, dtype) -> np.ndarray:
 
 
 def attention_variant(module, x: np.ndarray, split=True, merge=True, causal=True):
-    """CausalSelfAttention's output computed plainly from ``module``'s weights, with a bug:
+    """Causal SelfAttention's output computed plainly from ``module``'s weights, with a bug:
     heads split (``split=False``) or merged (``merge=False``) by a bare reshape, where the
     head axis must be moved; or no causal mask."""
     sd = module.state_dict()
@@ -252,15 +254,16 @@ PAIRS = [
     ),
     *[
         Pair(
-            f"CausalSelfAttention[{impl}]",
+            f"SelfAttention[causal, {impl}]",
             "ch04",
             st.fixed_dictionaries({"bt": bt, "hc": heads_and_width(), "bias": st.booleans()}),
-            lambda c, dt: N.CausalSelfAttention(*c["hc"][::-1], bias=c["bias"], dtype=dt),
-            lambda c, dt, impl=impl: T.CausalSelfAttention(
+            lambda c, dt: N.SelfAttention(*c["hc"][::-1], bias=c["bias"], dtype=dt),
+            lambda c, dt, impl=impl: T.SelfAttention(
                 *c["hc"][::-1], bias=c["bias"], attn_impl=impl, dtype=dt
             ),
             lambda c, rng, dt: rng.uniform((*c["bt"], c["hc"][1]), dt, bound=2.0),
             hints=attention_hints,
+            call=(("is_causal", True),),
         )
         for impl in ("explicit", "sdpa")
     ],
@@ -329,7 +332,7 @@ PAIRS = [
     ),
     *[
         Pair(
-            f"CausalSelfAttention[rope, {impl}]",
+            f"SelfAttention[causal, rope, {impl}]",
             "ch13",
             st.fixed_dictionaries(
                 {
@@ -339,13 +342,14 @@ PAIRS = [
                     "layout": rope_layouts,
                 }
             ),
-            lambda c, dt: N.CausalSelfAttention(
+            lambda c, dt: N.SelfAttention(
                 c["hc"][1], c["hc"][0], bias=c["bias"], dtype=dt, rope=c["layout"]
             ),
-            lambda c, dt, impl=impl: T.CausalSelfAttention(
+            lambda c, dt, impl=impl: T.SelfAttention(
                 c["hc"][1], c["hc"][0], bias=c["bias"], attn_impl=impl, dtype=dt, rope=c["layout"]
             ),
             lambda c, rng, dt: rng.uniform((*c["bt"], c["hc"][1]), dt, bound=2.0),
+            call=(("is_causal", True),),
         )
         for impl in ("explicit", "sdpa")
     ],
@@ -447,8 +451,8 @@ def test_forward_backward_parity(pair: Pair, dtype, data, rng: SeededRng):
     x_np = x if isinstance(x, int) else np.array(x, copy=True)
     x_t = _to_torch_input(pair, x, requires_grad=True)
 
-    out_t = torch_mod(x_t)
-    out_np = numpy_mod(x_np)
+    out_t = torch_mod(x_t, **dict(pair.call))
+    out_np = numpy_mod(x_np, **dict(pair.call))
     assert isinstance(out_np, np.ndarray) and out_np.dtype == np.dtype(dtype), (
         f"{pair.name} forward returned {type(out_np).__name__} of dtype "
         f"{getattr(out_np, 'dtype', None)}, expected {np.dtype(dtype).name}"
@@ -481,8 +485,8 @@ def test_backward_accumulates(pair: Pair, data, rng: SeededRng):
     config = data.draw(pair.config, label="config")
     numpy_mod, torch_mod = build_pair(pair, config, rng, dtype)
     x = pair.make_input(config, rng, dtype)
-    out_t = torch_mod(_to_torch_input(pair, x, requires_grad=False))
-    out_np = numpy_mod(x)
+    out_t = torch_mod(_to_torch_input(pair, x, requires_grad=False), **dict(pair.call))
+    out_np = numpy_mod(x, **dict(pair.call))
     dout = rng.normal(out_np.shape)
     (out_t * tensor(dout)).sum().backward()
     before = {}
@@ -505,13 +509,13 @@ def test_finite_differences(pair: Pair, data, rng: SeededRng):
     numpy_mod = pair.numpy_module(config, np.float64)
     randomize_(numpy_mod, rng)
     x = pair.make_input(config, rng, np.float64)
-    out = numpy_mod(x)
+    out = numpy_mod(x, **dict(pair.call))
     dout = rng.normal(out.shape)
     numpy_mod.zero_grad()
     dx = numpy_mod.backward(dout)
 
     def forward():
-        return numpy_mod(x)
+        return numpy_mod(x, **dict(pair.call))
 
     if pair.float_input:
         finite_difference_check(f"dx of {pair.name}", forward, x, dx, dout, rng)
@@ -548,16 +552,16 @@ def test_layernorm_single_feature(rng: SeededRng, lead):
 def test_causal_self_attention_ignores_the_future(impl, rng: SeededRng, B, T_, H, d_k):
     """Changing tokens after position t leaves outputs 0..t unchanged, in both backends."""
     C = H * d_k
-    torch_mod = T.CausalSelfAttention(C, H, attn_impl=impl, dtype=torch.float64)
-    numpy_mod = N.CausalSelfAttention(C, H, dtype=np.float64)
+    torch_mod = T.SelfAttention(C, H, attn_impl=impl, dtype=torch.float64)
+    numpy_mod = N.SelfAttention(C, H, dtype=np.float64)
     copy_weights(randomize_(torch_mod, rng), numpy_mod)
     t = int(rng.gen.integers(0, T_ - 1))  # the last position that must not change
     x = rng.uniform((B, T_, C))
     x2 = x.copy()
     x2[:, t + 1 :] = rng.uniform(x2[:, t + 1 :].shape, bound=3.0)
     for side, f in (
-        ("NumPy", numpy_mod),
-        ("torch", lambda a: torch_mod(tensor(a)).detach().numpy()),
+        ("NumPy", lambda a: numpy_mod(a, is_causal=True)),
+        ("torch", lambda a: torch_mod(tensor(a), is_causal=True).detach().numpy()),
     ):
         a, b = f(x), f(x2)
         assert_close(f"{side} outputs 0..{t} with the future changed", b[:, : t + 1], a[:, : t + 1])

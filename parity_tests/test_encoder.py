@@ -174,8 +174,8 @@ def test_sinusoidal_encoding_parity_and_formula(block_size, d_model):
 
 @pytest.mark.ch13
 def test_sinusoidal_fixed_values_and_seed_formula():
-    """Position 0 is (0, 1, 0, 1, ...); position 1 starts sin 1, cos 1; the seeds'
-    exp/log form (seed 004's ``div_term``) gives the same table; float32 follows."""
+    """Position 0 is (0, 1, 0, 1, ...); position 1 starts sin 1, cos 1; the tutorial's
+    exp/log form (its ``div_term``) gives the same table; float32 follows."""
     d = 8
     pe = N.SinusoidalPositionalEncoding(16, d, dtype=np.float64).pe
     np.testing.assert_array_equal(pe[0], np.tile([0.0, 1.0], d // 2))
@@ -186,7 +186,7 @@ def test_sinusoidal_fixed_values_and_seed_formula():
     seed = torch.zeros(16, d, dtype=torch.float64)
     seed[:, 0::2] = torch.sin(position * div_term)
     seed[:, 1::2] = torch.cos(position * div_term)
-    assert_close("PE vs seed 004's PositionalEncoding", pe, seed, np.float64)
+    assert_close("PE vs the tutorial's PositionalEncoding", pe, seed, np.float64)
     enc32 = N.SinusoidalPositionalEncoding(16, d)  # float32 by default, like the models
     assert enc32(4).dtype == np.float32
     assert T.SinusoidalPositionalEncoding(16, d)(4).dtype == torch.float32
@@ -217,7 +217,7 @@ def self_attention_mask(kind: str, rng: SeededRng, B, H, T_, dtype):
     if kind == "none":
         return None, False
     if kind in ("padding", "padding+causal"):
-        return N.attention.key_padding_attn_mask(padding_mask(rng, B, T_)), kind.endswith("causal")
+        return N.key_padding_attn_mask(padding_mask(rng, B, T_)), kind.endswith("causal")
     if kind == "bool":
         return rng.mask((B, H, T_, T_), p_true=0.6), False
     mask = rng.uniform((B, 1, T_, T_), dtype)
@@ -286,16 +286,16 @@ def block_inputs(c: dict, rng: SeededRng, dtype):
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES)
 @given(rng=rngs, c=block_configs, n_layers=st.integers(1, 2))
 def test_encoder_parity(impl, dtype, rng, c, n_layers):
-    """EncoderBlock (float64, float32) and Encoder (blocks + ln_f; float64), with padding."""
+    """An encoder block (the GPT's Block with is_causal=False; float64, float32) and Encoder
+    (blocks + ln_f; float64), with padding."""
     H, C = c["hc"]
     x, mask = block_inputs(c, rng, dtype)
-    attn_mask = None if mask is None else N.attention.key_padding_attn_mask(mask)
+    attn_mask = None if mask is None else N.key_padding_attn_mask(mask)
     kwargs = {"d_ff": c["d_ff"], "bias": c["bias"], "gelu_approximate": c["gelu"]}
-    numpy_mod, torch_mod = twins(N.EncoderBlock, T.EncoderBlock, (C, H), kwargs, dtype, rng, impl)
-    what = f"EncoderBlock[{impl}, padding={c['padding']}]"
-    forward_backward_parity(
-        what, numpy_mod, torch_mod, {"x": x}, {"attn_mask": attn_mask}, dtype, rng
-    )
+    numpy_mod, torch_mod = twins(N.Block, T.Block, (C, H), kwargs, dtype, rng, impl)
+    what = f"Block[{impl}, bidirectional, padding={c['padding']}]"
+    extras = {"attn_mask": attn_mask, "is_causal": False}
+    forward_backward_parity(what, numpy_mod, torch_mod, {"x": x}, extras, dtype, rng)
     if dtype != np.float64:
         return  # the stack in float64 only: test_seq2seq.test_decoder_parity says why
     numpy_mod, torch_mod = twins(NE.Encoder, TE.Encoder, (n_layers, C, H), kwargs, dtype, rng, impl)
@@ -310,10 +310,11 @@ def test_encoder_parity(impl, dtype, rng, c, n_layers):
 def test_encoder_block_finite_differences(rng, c):
     H, C = c["hc"]
     x, mask = block_inputs(c, rng, np.float64)
-    attn_mask = None if mask is None else N.attention.key_padding_attn_mask(mask)
+    attn_mask = None if mask is None else N.key_padding_attn_mask(mask)
     kwargs = {"d_ff": c["d_ff"], "bias": c["bias"], "gelu_approximate": c["gelu"]}
-    numpy_mod = randomize_(N.EncoderBlock(C, H, **kwargs, dtype=np.float64), rng)
-    finite_differences("EncoderBlock", numpy_mod, {"x": x}, {"attn_mask": attn_mask}, rng, 3)
+    numpy_mod = randomize_(N.Block(C, H, **kwargs, dtype=np.float64), rng)
+    extras = {"attn_mask": attn_mask, "is_causal": False}
+    finite_differences("Block[bidirectional]", numpy_mod, {"x": x}, extras, rng, 3)
 
 
 # -- pooling and the head -------------------------------------------------------------------------

@@ -31,9 +31,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import numpy_impl as N
-import numpy_impl.attention as NA
+import numpy_impl.masks as NA
 import torch_impl as T
-import torch_impl.attention as TA
+import torch_impl.masks as TA
 from parity_tests.harness import finite_difference_check, tensor
 from parity_tests.strategies import (
     DTYPES,

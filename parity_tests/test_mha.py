@@ -5,7 +5,7 @@
   mask, causal, and with a boolean mask (True = may attend, passed straight to
   scaled_dot_product_attention); the NumPy backward against central differences.
 * The combined layout: ``split_qkv_state_dict`` / ``merge_qkv_state_dict`` move
-  weights between CausalSelfAttention and MultiHeadAttention, exactly, and the
+  weights between SelfAttention and MultiHeadAttention, exactly, and the
   two layers then compute the same function and the same gradients.
 * ``torch.nn.MultiheadAttention(batch_first=True)`` loaded with the same weights
   (its ``in_proj_weight`` is the combined q, k, v layout): the same outputs and
@@ -134,7 +134,7 @@ def test_mha_finite_differences(mask_kind, rng: SeededRng, B, T_q, T_k, hc, bias
 @given(rng=rngs, B=batch_sizes, T_=lengths, hc=heads_and_width(), bias=st.booleans())
 def test_separate_and_combined_layouts_are_the_same_layer(rng: SeededRng, B, T_, hc, bias):
     H, C = hc
-    csa_t = randomize_(T.CausalSelfAttention(C, H, bias=bias, dtype=torch.float64), rng)
+    csa_t = randomize_(T.SelfAttention(C, H, bias=bias, dtype=torch.float64), rng)
     csa_sd = {k: v.detach().numpy().copy() for k, v in csa_t.state_dict().items()}
     mha_sd = N.split_qkv_state_dict(csa_sd)
     assert sorted(mha_sd) == sorted(
@@ -152,20 +152,20 @@ def test_separate_and_combined_layouts_are_the_same_layer(rng: SeededRng, B, T_,
 
     mha = N.MultiHeadAttention(C, H, bias=bias, dtype=np.float64)
     mha.load_state_dict(mha_sd)
-    csa = N.CausalSelfAttention(C, H, bias=bias, dtype=np.float64)
+    csa = N.SelfAttention(C, H, bias=bias, dtype=np.float64)
     csa.load_state_dict(csa_sd)
     mha_t = T.MultiHeadAttention(C, H, bias=bias, dtype=torch.float64)
     mha_t.load_state_dict(mha_sd_t)
     x = rng.uniform((B, T_, C))
-    expected = csa(x)
+    expected = csa(x, is_causal=True)
     out, _ = mha(x, x, x, is_causal=True)
     assert_close(
-        "NumPy MultiHeadAttention(x, x, x, causal) vs CausalSelfAttention(x)", out, expected
+        "NumPy MultiHeadAttention(x, x, x, causal) vs SelfAttention(x, causal)", out, expected
     )
     with torch.no_grad():
         out_t, _ = mha_t(tensor(x), tensor(x), tensor(x), is_causal=True)
     assert_close(
-        "torch MultiHeadAttention(x, x, x, causal) vs CausalSelfAttention(x)", out_t, expected
+        "torch MultiHeadAttention(x, x, x, causal) vs SelfAttention(x, causal)", out_t, expected
     )
 
     dout = rng.normal(expected.shape)
@@ -173,11 +173,11 @@ def test_separate_and_combined_layouts_are_the_same_layer(rng: SeededRng, B, T_,
     dx = csa.backward(dout)
     mha.zero_grad()
     dq, dk, dv = mha.backward(dout)
-    assert_close("dquery + dkey + dvalue vs CausalSelfAttention's dx", dq + dk + dv, dx)
+    assert_close("dquery + dkey + dvalue vs SelfAttention's dx", dq + dk + dv, dx)
     merged_grads = N.merge_qkv_state_dict({n: p.grad for n, p in mha.named_parameters()})
     for name, p in csa.named_parameters():
         assert_close(
-            f"merged MultiHeadAttention grad vs CausalSelfAttention's {name}",
+            f"merged MultiHeadAttention grad vs SelfAttention's {name}",
             merged_grads[name],
             p.grad,
         )

@@ -235,7 +235,7 @@ def test_permutation_maps_planes_onto_planes(half):
 def test_permuted_weights_and_other_layout_give_the_same_attention(src, dst, rng, B, T_, hc, pos):
     H, C = hc
     x = rng.uniform((B, T_, C))
-    torch_src = randomize_(T.CausalSelfAttention(C, H, rope=src, dtype=torch.float64), rng)
+    torch_src = randomize_(T.SelfAttention(C, H, rope=src, dtype=torch.float64), rng)
     sd = {k: v.detach().numpy().copy() for k, v in torch_src.state_dict().items()}
     permuted = dict(sd)
     for kind in ("weight", "bias"):
@@ -243,25 +243,25 @@ def test_permuted_weights_and_other_layout_give_the_same_attention(src, dst, rng
     permuted_t = T.permute_qkv_for_rope(torch.from_numpy(sd["qkv_proj.weight"]), H, src, dst)
     np.testing.assert_array_equal(permuted["qkv_proj.weight"], permuted_t.numpy())
 
-    np_src = N.CausalSelfAttention(C, H, rope=src, dtype=np.float64)
+    np_src = N.SelfAttention(C, H, rope=src, dtype=np.float64)
     np_src.load_state_dict(sd)
-    np_dst = N.CausalSelfAttention(C, H, rope=dst, dtype=np.float64)
+    np_dst = N.SelfAttention(C, H, rope=dst, dtype=np.float64)
     np_dst.load_state_dict(permuted)
-    torch_dst = T.CausalSelfAttention(C, H, rope=dst, dtype=torch.float64)
+    torch_dst = T.SelfAttention(C, H, rope=dst, dtype=torch.float64)
     torch_dst.load_state_dict({k: torch.from_numpy(v) for k, v in permuted.items()})
-    reference = np_src(x, pos)
+    reference = np_src(x, is_causal=True, start_pos=pos)
     what = f"{src} -> {dst}, start_pos {pos}"
-    assert_close(f"NumPy attention, weights permuted {what}", np_dst(x, pos), reference)
+    assert_close(f"NumPy attention, weights permuted {what}", np_dst(x, is_causal=True, start_pos=pos), reference)
     with torch.no_grad():
         assert_close(
             f"torch attention, weights permuted {what}",
-            torch_dst(tensor(x), pos),
-            torch_src(tensor(x), pos),
+            torch_dst(tensor(x), is_causal=True, start_pos=pos),
+            torch_src(tensor(x), is_causal=True, start_pos=pos),
         )
     # the test can fail: the other layout with the *un*permuted weights is another model
     np_dst.load_state_dict(sd)
     if C // H > 2:  # with d_k = 2 the two layouts coincide
-        assert not np.allclose(np_dst(x, pos), reference)
+        assert not np.allclose(np_dst(x, is_causal=True, start_pos=pos), reference)
 
 
 # -- RoPE inside attention -------------------------------------------------------------------------
@@ -272,19 +272,19 @@ def test_a_common_shift_of_positions_changes_nothing(layout, rng, B, T_, hc, shi
     output with positions start_pos .. start_pos + T - 1 is the one with 0 .. T - 1."""
     H, C = hc
     x = rng.uniform((B, T_, C))
-    torch_mod = randomize_(T.CausalSelfAttention(C, H, rope=layout, dtype=torch.float64), rng)
-    numpy_mod = N.CausalSelfAttention(C, H, rope=layout, dtype=np.float64)
+    torch_mod = randomize_(T.SelfAttention(C, H, rope=layout, dtype=torch.float64), rng)
+    numpy_mod = N.SelfAttention(C, H, rope=layout, dtype=np.float64)
     copy_weights(torch_mod, numpy_mod)
     assert_close(
         f"NumPy RoPE[{layout}] attention, positions shifted by {shift}",
-        numpy_mod(x, shift),
-        numpy_mod(x, 0),
+        numpy_mod(x, is_causal=True, start_pos=shift),
+        numpy_mod(x, is_causal=True, start_pos=0),
     )
     with torch.no_grad():
         assert_close(
             f"torch RoPE[{layout}] attention, positions shifted by {shift}",
-            torch_mod(tensor(x), shift),
-            torch_mod(tensor(x), 0),
+            torch_mod(tensor(x), is_causal=True, start_pos=shift),
+            torch_mod(tensor(x), is_causal=True, start_pos=0),
         )
 
 
@@ -296,23 +296,23 @@ def test_values_are_not_rotated(layout, rng, B, hc, pos):
     rotated too."""
     H, C = hc
     x = rng.uniform((B, 1, C))
-    with_rope = randomize_(N.CausalSelfAttention(C, H, rope=layout, dtype=np.float64), rng)
-    without = N.CausalSelfAttention(C, H, dtype=np.float64)
+    with_rope = randomize_(N.SelfAttention(C, H, rope=layout, dtype=np.float64), rng)
+    without = N.SelfAttention(C, H, dtype=np.float64)
     without.load_state_dict(with_rope.state_dict())
     assert_close(
         f"NumPy RoPE[{layout}] attention of one token at position {pos}",
-        with_rope(x, pos),
-        without(x),
+        with_rope(x, is_causal=True, start_pos=pos),
+        without(x, is_causal=True),
     )
-    torch_mod = T.CausalSelfAttention(C, H, rope=layout, dtype=torch.float64)
+    torch_mod = T.SelfAttention(C, H, rope=layout, dtype=torch.float64)
     torch_mod.load_state_dict(
         {k: torch.from_numpy(v.copy()) for k, v in without.state_dict().items()}
     )
     with torch.no_grad():
         assert_close(
             f"torch RoPE[{layout}] attention of one token at position {pos}",
-            torch_mod(tensor(x), pos),
-            without(x),
+            torch_mod(tensor(x), is_causal=True, start_pos=pos),
+            without(x, is_causal=True),
         )
 
 
@@ -321,17 +321,17 @@ def test_values_are_not_rotated(layout, rng, B, hc, pos):
     rng=rngs, B=batch_sizes, T_=st.integers(2, 9), hc=even_heads_and_width(), pos=start_positions
 )
 def test_attention_with_rope_and_start_pos_every_gradient(layout, rng, B, T_, hc, pos):
-    """CausalSelfAttention with RoPE at a start_pos > 0 (a KV cache's decoding step),
+    """SelfAttention with RoPE at a start_pos > 0 (a KV cache's decoding step),
     NumPy vs torch: output and every gradient; the NumPy backward against central
     differences in the input."""
     H, C = hc
     x = rng.uniform((B, T_, C))
-    torch_mod = randomize_(T.CausalSelfAttention(C, H, rope=layout, dtype=torch.float64), rng)
-    numpy_mod = N.CausalSelfAttention(C, H, rope=layout, dtype=np.float64)
+    torch_mod = randomize_(T.SelfAttention(C, H, rope=layout, dtype=torch.float64), rng)
+    numpy_mod = N.SelfAttention(C, H, rope=layout, dtype=np.float64)
     copy_weights(torch_mod, numpy_mod)
     x_t = tensor(x, requires_grad=True)
-    out_t = torch_mod(x_t, pos)
-    out = numpy_mod(x, pos)
+    out_t = torch_mod(x_t, is_causal=True, start_pos=pos)
+    out = numpy_mod(x, is_causal=True, start_pos=pos)
     what = f"RoPE[{layout}] attention at start_pos {pos}"
     assert_close(f"output of {what}", out, out_t)
     dout = rng.normal(out.shape)
@@ -342,4 +342,4 @@ def test_attention_with_rope_and_start_pos_every_gradient(layout, rng, B, T_, hc
     params_t = dict(torch_mod.named_parameters())
     for name, p in numpy_mod.named_parameters():
         assert_close(f"grad of {name} in {what}", p.grad, params_t[name].grad)
-    finite_difference_check(f"dx of {what}", lambda: numpy_mod(x, pos), x, dx, dout, rng)
+    finite_difference_check(f"dx of {what}", lambda: numpy_mod(x, is_causal=True, start_pos=pos), x, dx, dout, rng)

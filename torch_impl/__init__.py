@@ -7,30 +7,25 @@ the two backends unchanged. Nothing here imports ``numpy_impl``.
 
 from .activations import GELU, ReLU, SiLU
 from .attention import (
-    CausalSelfAttention,
-    MultiHeadAttention,
-    attention_weights,
-    merge_qkv_state_dict,
+    SelfAttention,
+    merge_heads,
     scaled_dot_product_attention,
-    scaled_dot_product_attention_explicit,
-    split_qkv_state_dict,
+    softmax,
+    split_heads,
     use_sdpa_backend,
 )
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
-from .encoder import (
-    EncoderBlock,
-    MeanPool,
-    SelfAttention,
-    TransformerClassifier,
-)
+from .encoder import ClassifierHead, Encoder, MeanPool, TransformerClassifier
 from .ffn import FeedForward, SwiGLUFeedForward, swiglu_hidden_dim
 from .flash_attention import flash_attention
 from .gpt import GPT, GPTConfig
 from .kv_cache import KVCache, LayerKVCache
 from .linear import Linear
 from .loss import CrossEntropyLoss
+from .masks import causal_attn_mask, key_padding_attn_mask, to_attn_mask
+from .multihead_attention import MultiHeadAttention, merge_qkv_state_dict, split_qkv_state_dict
 from .norm import LayerNorm, RMSNorm
 from .optim import AdamW, clip_grad_norm_, configure_param_groups, cosine_lr
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
@@ -42,58 +37,62 @@ from .rope import (
     rope_permutation,
 )
 from .sampling import filter_logits, generate, sample_inverse_cdf
-from .seq2seq import CrossAttention, DecoderBlock, Seq2SeqTransformer
+from .seq2seq import Decoder, DecoderBlock, Seq2SeqTransformer
 from .tokenizer import BPETokenizer, DecodeStream
 
 __all__ = [
-    "GELU",
-    "GPT",
     "AdamW",
-    "BPETokenizer",
+    "apply_rope",
     "Block",
-    "CausalSelfAttention",
+    "BPETokenizer",
+    "causal_attn_mask",
+    "check_token_ids",
+    "ClassifierHead",
+    "clip_grad_norm_",
+    "configure_param_groups",
+    "cosine_lr",
     "CrossEntropyLoss",
+    "Decoder",
+    "DecoderBlock",
     "DecodeStream",
     "Dropout",
-    "CrossAttention",
-    "DecoderBlock",
     "Embedding",
-    "EncoderBlock",
-    "MeanPool",
-    "SelfAttention",
-    "Seq2SeqTransformer",
-    "SinusoidalPositionalEncoding",
-    "TransformerClassifier",
+    "Encoder",
     "FeedForward",
+    "filter_logits",
+    "flash_attention",
+    "GELU",
+    "generate",
+    "GPT",
     "GPTConfig",
+    "key_padding_attn_mask",
     "KVCache",
     "LayerKVCache",
     "LayerNorm",
     "LearnedPositionalEmbedding",
     "Linear",
-    "attention_weights",
-    "check_token_ids",
-    "clip_grad_norm_",
-    "configure_param_groups",
-    "cosine_lr",
-    "filter_logits",
-    "flash_attention",
-    "generate",
-    "sample_inverse_cdf",
-    "scaled_dot_product_attention",
-    "scaled_dot_product_attention_explicit",
-    "use_sdpa_backend",
-    "ReLU",
-    "SiLU",
-    "MultiHeadAttention",
+    "MeanPool",
+    "merge_heads",
     "merge_qkv_state_dict",
-    "split_qkv_state_dict",
-    "SwiGLUFeedForward",
-    "swiglu_hidden_dim",
-    "RMSNorm",
-    "RotaryEmbedding",
-    "apply_rope",
+    "MultiHeadAttention",
     "permute_qkv_for_rope",
+    "ReLU",
+    "RMSNorm",
     "rope_cos_sin",
     "rope_permutation",
+    "RotaryEmbedding",
+    "sample_inverse_cdf",
+    "scaled_dot_product_attention",
+    "SelfAttention",
+    "Seq2SeqTransformer",
+    "SiLU",
+    "SinusoidalPositionalEncoding",
+    "softmax",
+    "split_heads",
+    "split_qkv_state_dict",
+    "swiglu_hidden_dim",
+    "SwiGLUFeedForward",
+    "to_attn_mask",
+    "TransformerClassifier",
+    "use_sdpa_backend",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import CausalSelfAttention
+from .attention import SelfAttention
 from .ffn import FeedForward, SwiGLUFeedForward
 from .norm import LayerNorm, RMSNorm
 
@@ -42,23 +42,21 @@ class Block(nn.Module):
         bias: biases in the linear layers and LayerNorms.
         dropout: dropout probability used throughout, in ``[0, 1)``.
         gelu_approximate: ``"tanh"`` or ``"none"``.
-        attn_impl: ``"sdpa"`` or ``"explicit"`` (can be changed later on
-            ``block.attn.attn_impl``).
-        dtype: parameter dtype (``None``: torch's default).
         norm: ``"layernorm"`` (default) or ``"rmsnorm"``.
         ffn: ``"gelu"`` (default), ``"relu"`` or ``"swiglu"``.
         norm_position: ``"pre"`` (default) or ``"post"``.
         rope: None or a RoPE layout (``"interleaved"``, ``"half"``) for the attention.
         rope_base: RoPE's frequency base.
+        attn_impl: ``"sdpa"`` or ``"explicit"`` (PyTorch only; can be changed later on
+            ``block.attn.attn_impl``).
+        dtype: parameter dtype (PyTorch only; ``None``: torch's default).
 
     Submodules (in this order, whatever the options): ``ln1``, ``attn``, ``ln2``, ``ffn``.
 
     Shapes:
-        x: ``(B, T, d_model)``, start_pos (int, for RoPE) -> ``(B, T, d_model)``, x's dtype.
-
-    ``forward(x, kv_cache=layer_cache, start_pos=p)`` decodes with a
-    :class:`~torch_impl.kv_cache.LayerKVCache` (x = the tokens at positions
-    ``p .. p + T - 1``); inference only.
+        x: ``(B, T, d_model)``; attn_mask, is_causal (default True: the GPT; the
+        encoder passes False), start_pos, kv_cache as in
+        :class:`~torch_impl.attention.SelfAttention` -> ``(B, T, d_model)``, x's dtype.
 
     Raises:
         ValueError: bad hyperparameters (named; see also the submodules) or an
@@ -73,13 +71,14 @@ class Block(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         gelu_approximate: str = "tanh",
-        attn_impl: str = "sdpa",
-        dtype: torch.dtype | None = None,
         norm: str = "layernorm",
         ffn: str = "gelu",
         norm_position: str = "pre",
         rope: str | None = None,
         rope_base: float = 10000.0,
+        *,
+        attn_impl: str = "sdpa",
+        dtype: torch.dtype | None = None,
     ):
         super().__init__()
         check_block_options(norm, ffn, norm_position)
@@ -91,40 +90,36 @@ class Block(nn.Module):
             return LayerNorm(d_model, bias=bias, dtype=dtype)
 
         self.ln1 = make_norm()
-        self.attn = CausalSelfAttention(
-            d_model,
-            n_heads,
-            bias=bias,
-            dropout=dropout,
-            attn_impl=attn_impl,
-            dtype=dtype,
-            rope=rope,
-            rope_base=rope_base,
+        self.attn = SelfAttention(
+            d_model, n_heads, bias, dropout, rope, rope_base, attn_impl=attn_impl, dtype=dtype
         )
         self.ln2 = make_norm()
         if ffn == "swiglu":
-            self.ffn = SwiGLUFeedForward(d_model, d_ff, bias=bias, dropout=dropout, dtype=dtype)
+            self.ffn = SwiGLUFeedForward(d_model, d_ff, bias, dropout, dtype=dtype)
         else:
             self.ffn = FeedForward(
-                d_model,
-                d_ff,
-                bias=bias,
-                dropout=dropout,
-                gelu_approximate=gelu_approximate,
-                dtype=dtype,
-                activation=ffn,
+                d_model, d_ff, bias, dropout, gelu_approximate, activation=ffn, dtype=dtype
             )
 
-    def forward(self, x: torch.Tensor, start_pos: int = 0, kv_cache=None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = True,
+        start_pos: int = 0,
+        kv_cache=None,
+    ) -> torch.Tensor:
         d_model = self.attn.d_model
         if x.dim() != 3 or x.shape[-1] != d_model:
             raise ValueError(f"x: expected shape (B, T, d_model={d_model}), got {tuple(x.shape)}")
+
+        def attn(h: torch.Tensor) -> torch.Tensor:  # with this call's mask, position and cache
+            return self.attn(h, None, attn_mask, is_causal, start_pos, kv_cache)
+
         if self.norm_position == "post":
-            x = self.ln1(x + self.attn(x, start_pos, kv_cache))  # the stream itself is normalised
+            x = self.ln1(x + attn(x))  # the stream itself is normalised
             return self.ln2(x + self.ffn(x))
-        x = x + self.attn(
-            self.ln1(x), start_pos, kv_cache
-        )  # attention reads the stream, writes back
+        x = x + attn(self.ln1(x))  # attention reads the stream, writes back
         x = x + self.ffn(self.ln2(x))  # so does the feed-forward network
         return x
 

@@ -1,9 +1,10 @@
 """The bidirectional (BERT-style) encoder and a transformer classifier, twin of
 ``numpy_impl/encoder.py``.
 
-An encoder block is the GPT block without the causal mask: every position
-attends to every real position of its sequence, in both directions (Devlin et
-al. 2019). The classifier follows seed 004:
+An encoder block is the GPT's :class:`~torch_impl.block.Block` without the
+causal mask: every position attends to every real position of its sequence, in
+both directions (Devlin et al. 2019). The classifier is the one of the source
+material's tutorial:
 
     logits = head(mean_pool(ln_f(blocks(drop(tok_emb(idx) + PE)))))
 
@@ -17,19 +18,14 @@ import math
 import numbers
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from .attention import (
-    ATTN_IMPLS,
-    check_token_mask,
-    key_padding_attn_mask,
-    scaled_dot_product_attention,
-)
+from .activations import ReLU
+from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
-from .ffn import FeedForward
 from .linear import Linear
+from .masks import check_token_mask, key_padding_attn_mask
 from .norm import LayerNorm
 from .positional import SinusoidalPositionalEncoding
 
@@ -46,104 +42,12 @@ def check_model_sizes(**sizes) -> None:
         )
 
 
-class SelfAttention(nn.Module):
-    """Multi-head self-attention with an optional mask: bidirectional unless told otherwise.
-
-    The layout of :class:`~torch_impl.attention.CausalSelfAttention` (one
-    ``qkv_proj`` split q, k, v; ``out_proj``); the mask is chosen per call.
-
-    Args:
-        d_model, n_heads: width and head count (``d_k = d_model // n_heads``).
-        bias: biases in both projections.
-        dropout: on the attention probabilities (training only) and on the output.
-        attn_impl: ``"sdpa"`` (``F.scaled_dot_product_attention``) or
-            ``"explicit"``; see :func:`~torch_impl.attention.scaled_dot_product_attention`.
-        dtype: parameter dtype.
-
-    Shapes:
-        x ``(B, T, C)``, attn_mask broadcastable to ``(B, n_heads, T, T)`` (bool
-        True = attend, or float added) or None, is_causal -> ``(B, T, C)``.
-
-    Raises:
-        ValueError: ``d_model`` not divisible by ``n_heads``; x not ``(B, T>=1, C)``;
-            a mask of the wrong shape. TypeError: a mask neither bool nor float.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        bias: bool = True,
-        dropout: float = 0.0,
-        attn_impl: str = "sdpa",
-        dtype: torch.dtype | None = None,
-    ):
-        super().__init__()
-        check_model_sizes(d_model=d_model, n_heads=n_heads)
-        if attn_impl not in ATTN_IMPLS:
-            raise ValueError(f"attn_impl: expected one of {ATTN_IMPLS}, got {attn_impl!r}")
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.attn_impl = attn_impl
-        self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias, dtype=dtype)
-        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)
-        self.attn_dropout = Dropout(dropout)
-        self.resid_dropout = Dropout(dropout)
-
-    def forward(
-        self, x: torch.Tensor, attn_mask: torch.Tensor | None = None, is_causal: bool = False
-    ) -> torch.Tensor:
-        if x.dim() != 3 or x.shape[1] < 1 or x.shape[-1] != self.d_model:
-            raise ValueError(
-                f"x: expected shape (B, T>=1, d_model={self.d_model}), got {tuple(x.shape)}"
-            )
-        B, T, C = x.shape
-        H, d_k = self.n_heads, self.d_k
-        q, k, v = self.qkv_proj(x).split(C, dim=-1)  # 3 x (B, T, C)
-        q, k, v = (t.view(B, T, H, d_k).transpose(1, 2) for t in (q, k, v))  # (B, H, T, d_k)
-        p = self.attn_dropout.p if self.training else 0.0
-        y = scaled_dot_product_attention(
-            q, k, v, attn_mask=attn_mask, is_causal=is_causal, dropout_p=p, impl=self.attn_impl
-        )  # (B, H, T, d_k)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.out_proj(y))
-
-
-class EncoderBlock(nn.Module):
-    """Pre-norm encoder block: ``x = x + attn(ln1(x), mask)``; ``x = x + ffn(ln2(x))``.
-
-    Args:
-        d_model, n_heads, d_ff, bias, dropout: as in :class:`~torch_impl.block.Block`.
-        gelu_approximate: ``"none"`` (exact, seed 004) or ``"tanh"``.
-        attn_impl, dtype: see :class:`SelfAttention`.
-
-    Shapes:
-        x ``(B, T, C)``, attn_mask -> ``(B, T, C)``.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        d_ff: int | None = None,
-        bias: bool = True,
-        dropout: float = 0.0,
-        gelu_approximate: str = "none",
-        attn_impl: str = "sdpa",
-        dtype: torch.dtype | None = None,
-    ):
-        super().__init__()
-        self.ln1 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.attn = SelfAttention(d_model, n_heads, bias, dropout, attn_impl, dtype)
-        self.ln2 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype)
-
-    def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), attn_mask=attn_mask)
-        return x + self.ffn(self.ln2(x))
-
-
 class Encoder(nn.Module):
-    """A stack of :class:`EncoderBlock` and the final LayerNorm.
+    """A stack of bidirectional pre-norm blocks and the final LayerNorm.
+
+    Args:
+        n_layers, d_model, n_heads, d_ff, bias, dropout, gelu_approximate: as the NumPy twin.
+        attn_impl, dtype: PyTorch only (see :class:`~torch_impl.attention.SelfAttention`).
 
     Shapes: x ``(B, T, C)``, attn_mask -> ``(B, T, C)``.
     """
@@ -157,20 +61,30 @@ class Encoder(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         gelu_approximate: str = "none",
+        *,
         attn_impl: str = "sdpa",
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
         check_model_sizes(n_layers=n_layers, d_model=d_model, n_heads=n_heads)
         self.blocks = nn.ModuleList(
-            EncoderBlock(d_model, n_heads, d_ff, bias, dropout, gelu_approximate, attn_impl, dtype)
+            Block(
+                d_model,
+                n_heads,
+                d_ff,
+                bias,
+                dropout,
+                gelu_approximate,
+                attn_impl=attn_impl,
+                dtype=dtype,
+            )
             for _ in range(n_layers)
         )
         self.ln_f = LayerNorm(d_model, bias=bias, dtype=dtype)
 
     def forward(self, x: torch.Tensor, attn_mask: torch.Tensor | None = None) -> torch.Tensor:
         for block in self.blocks:
-            x = block(x, attn_mask=attn_mask)
+            x = block(x, attn_mask=attn_mask, is_causal=False)  # bidirectional
         return self.ln_f(x)
 
 
@@ -199,7 +113,7 @@ class MeanPool(nn.Module):
 
 
 class ClassifierHead(nn.Module):
-    """Linear - ReLU - Dropout - Linear (seed 004's classifier).
+    """Linear - ReLU - Dropout - Linear (the tutorial's classifier head).
 
     Shapes: x ``(B, d_model)`` -> logits ``(B, num_classes)``.
     """
@@ -211,20 +125,23 @@ class ClassifierHead(nn.Module):
         num_classes: int,
         dropout: float = 0.0,
         bias: bool = True,
+        *,
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
         check_model_sizes(d_model=d_model, hidden=hidden, num_classes=num_classes)
         self.fc1 = Linear(d_model, hidden, bias=bias, dtype=dtype)
+        self.act = ReLU()
         self.dropout = Dropout(dropout)
         self.fc2 = Linear(hidden, num_classes, bias=bias, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.dropout(F.relu(self.fc1(x))))
+        h = self.dropout(self.act(self.fc1(x)))  # (B, d_model) -> (B, hidden)
+        return self.fc2(h)  # (B, hidden) -> (B, num_classes)
 
 
 class TransformerClassifier(nn.Module):
-    """Encoder-only transformer classifier (seed 004), twin of the NumPy one.
+    """Encoder-only transformer classifier (the tutorial's), twin of the NumPy one.
 
         x = drop(tok_emb(idx) + PE[:T]);  x = encoder(x, key-padding mask)
         logits = head(mean over the real tokens)
@@ -258,6 +175,7 @@ class TransformerClassifier(nn.Module):
         dropout: float = 0.1,
         bias: bool = True,
         gelu_approximate: str = "none",
+        *,
         attn_impl: str = "sdpa",
         dtype: torch.dtype | None = None,
     ):
@@ -276,10 +194,19 @@ class TransformerClassifier(nn.Module):
         self.pos_enc = SinusoidalPositionalEncoding(block_size, d_model, dtype=dtype)
         self.drop = Dropout(dropout)
         self.encoder = Encoder(
-            n_layers, d_model, n_heads, d_ff, bias, dropout, gelu_approximate, attn_impl, dtype
+            n_layers,
+            d_model,
+            n_heads,
+            d_ff,
+            bias,
+            dropout,
+            gelu_approximate,
+            attn_impl=attn_impl,
+            dtype=dtype,
         )
         self.pool = MeanPool()
-        self.head = ClassifierHead(d_model, max(1, d_model // 2), num_classes, dropout, bias, dtype)
+        head_width = max(1, d_model // 2)
+        self.head = ClassifierHead(d_model, head_width, num_classes, dropout, bias, dtype=dtype)
         init_transformer_weights(self, n_layers)
 
     def forward(self, idx: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:

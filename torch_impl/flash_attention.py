@@ -12,9 +12,9 @@ side's backward is compared with ``out.backward(dout)``.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from .attention import _check_attention_inputs
+from .attention import check_qkv, fused_attention
+from .masks import check_attn_mask
 
 
 def _check_tile(value, name: str) -> int:
@@ -62,11 +62,12 @@ def flash_attention(
             floating dtype.
         RuntimeError: a kernel forced by ``use_sdpa_backend`` cannot take these inputs.
     """
-    _check_attention_inputs(q, k, v, attn_mask, is_causal, 0.0)
+    check_qkv(q, k, v)
+    if attn_mask is not None:
+        check_attn_mask(attn_mask, (*q.shape[:2], q.shape[-2], k.shape[-2]), q.dtype)
     if attn_mask is not None and is_causal:  # the NumPy twin's tiles take one or the other
         raise ValueError("attn_mask: cannot be combined with is_causal=True")
     _check_tile(tile_q, "tile_q")
     _check_tile(tile_k, "tile_k")
-    return F.scaled_dot_product_attention(
-        q, k, v, attn_mask=attn_mask, is_causal=is_causal, scale=scale
-    )
+    # the fused kernel, with the guard for queries that may see no key (zeros, not NaN)
+    return fused_attention(q, k, v, attn_mask, is_causal, scale)

@@ -83,21 +83,21 @@ class GPTConfig:
     norm_position: str = "pre"
 
     def __post_init__(self) -> None:
-        sizes = ["vocab_size", "block_size", "n_layers", "n_heads", "d_model"]
-        if self.d_ff is not None:
-            sizes.append("d_ff")
-        for name in sizes:
+        for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: must be a positive int, got {value!r}")
+                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+        if self.d_ff is not None and (
+            isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 1
+        ):
+            raise ValueError(f"d_ff: expected a positive integer or None, got {self.d_ff!r}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout: must lie in [0, 1), got {self.dropout!r}")
+            raise ValueError(f"dropout: expected a probability in [0, 1), got {self.dropout}")
         if self.gelu_approximate not in GELU_APPROXIMATIONS:
             raise ValueError(
-                f"gelu_approximate: expected one of {GELU_APPROXIMATIONS}, "
-                f"got {self.gelu_approximate!r}"
+                f"gelu_approximate: expected 'tanh' or 'none', got {self.gelu_approximate!r}"
             )
         if self.pos_emb not in POS_EMBS:
             raise ValueError(f"pos_emb: expected one of {POS_EMBS}, got {self.pos_emb!r}")
@@ -120,17 +120,17 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
-        """Build a config from :meth:`to_dict` output.
+        """Build a config from :meth:`to_dict` output (or an older, shorter one).
 
         Raises:
-            ValueError: if ``d`` has keys that are not fields (all listed), or
-                lacks ``vocab_size``; or any ``__post_init__`` error.
+            ValueError: keys that are not fields (all listed), a missing
+                ``vocab_size``, or any error of the field checks.
         """
-        fields = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(d) - set(fields))
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(set(d) - set(names))
         if unknown:
             raise ValueError(
-                f"GPTConfig.from_dict: unknown keys {unknown}; expected a subset of {fields}"
+                f"GPTConfig.from_dict: unknown keys {unknown}; expected a subset of {names}"
             )
         if "vocab_size" not in d:
             raise ValueError("GPTConfig.from_dict: missing required key 'vocab_size'")
@@ -184,7 +184,7 @@ class GPT(nn.Module):
     """
 
     def __init__(
-        self, config: GPTConfig, attn_impl: str = "sdpa", dtype: torch.dtype | None = None
+        self, config: GPTConfig, *, attn_impl: str = "sdpa", dtype: torch.dtype | None = None
     ):
         super().__init__()
         self.config = config
@@ -199,17 +199,17 @@ class GPT(nn.Module):
                 Block(
                     c.d_model,
                     c.n_heads,
-                    d_ff=c.d_ff,
-                    bias=c.bias,
-                    dropout=c.dropout,
-                    gelu_approximate=c.gelu_approximate,
+                    c.d_ff,
+                    c.bias,
+                    c.dropout,
+                    c.gelu_approximate,
+                    c.norm,
+                    c.ffn,
+                    c.norm_position,
+                    c.rope_layout if c.pos_emb == "rope" else None,
+                    c.rope_base,
                     attn_impl=attn_impl,
                     dtype=dtype,
-                    norm=c.norm,
-                    ffn=c.ffn,
-                    norm_position=c.norm_position,
-                    rope=c.rope_layout if c.pos_emb == "rope" else None,
-                    rope_base=c.rope_base,
                 )
                 for _ in range(c.n_layers)
             ]
@@ -265,45 +265,42 @@ class GPT(nn.Module):
         if idx.dim() != 2:
             raise ValueError(f"idx: expected shape (B, T), got {tuple(idx.shape)}")
         B, T = idx.shape
-        if T < 1:
-            raise ValueError(f"idx: sequence length T must be at least 1, got T={T}")
-        if T > self.config.block_size:
+        if not 1 <= T <= self.config.block_size:
             raise ValueError(
-                f"idx: sequence length T={T} exceeds block_size={self.config.block_size}"
+                f"idx: sequence length T={T} must lie in [1, block_size={self.config.block_size}]"
             )
         idx = check_token_ids(idx, self.config.vocab_size, bound="vocab_size")
-        if kv_cache is not None or start_pos is not None:
-            return self._forward_cached(idx, kv_cache, start_pos)
+        start_pos = self._check_decoding(T, kv_cache, start_pos)  # 0 without a cache
+        caches = [None] * len(self.blocks) if kv_cache is None else kv_cache.layers
 
-        x = self.tok_emb(idx)  # (B, T, d_model)
-        if self.pos_emb is not None:  # (T, d_model) positions broadcast over the batch
-            x = x + self.pos_emb(T)
+        x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
+        if self.pos_emb is not None:  # positions start_pos .. start_pos + T - 1, over the batch
+            x = x + self.pos_emb(T, start_pos)  # (B, T, C) + (T, C)
         x = self.drop(x)
-        for block in self.blocks:
-            x = block(x)  # (B, T, d_model) -> (B, T, d_model)
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x = block(x, is_causal=True, start_pos=start_pos, kv_cache=cache)
         x = self.ln_f(x)
-        return self.head(x)  # (B, T, d_model) -> (B, T, vocab_size)
+        return self.head(x)  # (B, T, C) -> (B, T, vocab_size)
 
+    # -- decoding with a KV cache (chapter 12) ---------------------------------------------
     def new_kv_cache(self) -> KVCache:
         """An empty :class:`~torch_impl.kv_cache.KVCache` for this model (one layer per block)."""
         return KVCache(self.config.n_layers, self.config.block_size)
 
-    def _forward_cached(
-        self, idx: torch.Tensor, kv_cache: KVCache | None, start_pos: int | None
-    ) -> torch.Tensor:
-        """Logits of the tokens ``idx`` at positions ``start_pos ..``, reusing ``kv_cache``.
+    def _check_decoding(self, T: int, kv_cache: KVCache | None, start_pos: int | None) -> int:
+        """The position of idx's first token: 0 without a cache; validated with one.
 
         As in the NumPy twin: the cache holds positions ``0 .. start_pos - 1`` of
         every block and gains those of ``idx``; ``start_pos=None`` appends,
-        ``start_pos=0`` starts afresh. With learned absolute positions the cache
-        stays valid only while the window does not slide (see ``generate``).
+        ``start_pos=0`` starts afresh.
         """
+        if kv_cache is None and start_pos is None:
+            return 0
         if not isinstance(kv_cache, KVCache) or len(kv_cache.layers) != len(self.blocks):
             raise ValueError(
                 f"kv_cache: expected a KVCache with n_layers={len(self.blocks)} "
                 "(model.new_kv_cache())"
             )
-        B, T = idx.shape
         start_pos = kv_cache.length if start_pos is None else start_pos
         if isinstance(start_pos, bool) or not isinstance(start_pos, numbers.Integral):
             raise TypeError(f"start_pos: expected an int, got {type(start_pos).__name__}")
@@ -317,15 +314,7 @@ class GPT(nn.Module):
                 f"idx: positions {start_pos} .. {start_pos + T - 1} exceed "
                 f"block_size={self.config.block_size}"
             )
-        # the position vectors of start_pos .. start_pos + T - 1: (T, d_model)
-        x = self.tok_emb(idx)
-        if self.pos_emb is not None:  # RoPE models rotate q and k in attention instead
-            x = x + self.pos_emb(start_pos + T)[start_pos:]
-        x = self.drop(x)
-        for block, layer_cache in zip(self.blocks, kv_cache.layers, strict=True):
-            x = block(x, kv_cache=layer_cache, start_pos=start_pos)
-        x = self.ln_f(x)
-        return self.head(x)  # (B, T, vocab_size)
+        return start_pos
 
     def num_parameters(self) -> int:
         """Number of scalar parameters; the tied embedding/head matrix is counted once."""

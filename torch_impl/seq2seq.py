@@ -1,4 +1,4 @@
-"""Cross-attention and the encoder-decoder Transformer (Vaswani et al. 2017, sec. 3.1),
+"""The encoder-decoder Transformer (Vaswani et al. 2017, sec. 3.1) and its cross-attention,
 twin of ``numpy_impl/seq2seq.py``.
 
 The encoder turns the source into a memory ``(B, S, C)``; each decoder block
@@ -15,89 +15,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .attention import ATTN_IMPLS, check_token_mask, key_padding_attn_mask
-from .attention import scaled_dot_product_attention as sdpa
+from .attention import SelfAttention
 from .dropout import Dropout
 from .embedding import Embedding
-from .encoder import (
-    Encoder,
-    SelfAttention,
-    check_model_sizes,
-    check_sequence_ids,
-    init_transformer_weights,
-)
+from .encoder import Encoder, check_model_sizes, check_sequence_ids, init_transformer_weights
 from .ffn import FeedForward
 from .linear import Linear
+from .masks import check_token_mask, key_padding_attn_mask
 from .norm import LayerNorm
 from .positional import SinusoidalPositionalEncoding
-
-
-class CrossAttention(nn.Module):
-    """Multi-head attention from x (queries) to memory (keys, values); Vaswani et al. 2017,
-    sec. 3.2.3.
-
-    Args:
-        d_model, n_heads, bias, dropout: as in :class:`~torch_impl.encoder.SelfAttention`.
-        attn_impl: ``"sdpa"`` or ``"explicit"``.
-        dtype: parameter dtype.
-
-    Parameters:
-        ``q_proj (d_model, d_model)``, ``kv_proj (2 d_model, d_model)`` (split k, v),
-        ``out_proj (d_model, d_model)``.
-
-    Shapes:
-        x ``(B, T_q, C)``, memory ``(B, T_k, C)``, attn_mask broadcastable to
-        ``(B, n_heads, T_q, T_k)`` -> ``(B, T_q, C)``.
-
-    Raises:
-        ValueError: as the NumPy twin. TypeError: a mask neither bool nor float.
-    """
-
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        bias: bool = True,
-        dropout: float = 0.0,
-        attn_impl: str = "sdpa",
-        dtype: torch.dtype | None = None,
-    ):
-        super().__init__()
-        check_model_sizes(d_model=d_model, n_heads=n_heads)
-        if attn_impl not in ATTN_IMPLS:
-            raise ValueError(f"attn_impl: expected one of {ATTN_IMPLS}, got {attn_impl!r}")
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.attn_impl = attn_impl
-        self.q_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)
-        self.kv_proj = Linear(d_model, 2 * d_model, bias=bias, dtype=dtype)
-        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)
-        self.attn_dropout = Dropout(dropout)
-        self.resid_dropout = Dropout(dropout)
-
-    def forward(
-        self, x: torch.Tensor, memory: torch.Tensor, attn_mask: torch.Tensor | None = None
-    ) -> torch.Tensor:
-        for name, a in (("x", x), ("memory", memory)):
-            if a.dim() != 3 or a.shape[1] < 1 or a.shape[-1] != self.d_model:
-                raise ValueError(
-                    f"{name}: expected shape (B, T>=1, d_model={self.d_model}), "
-                    f"got {tuple(a.shape)}"
-                )
-        if memory.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"memory: expected batch size B={x.shape[0]} (that of x), got {tuple(memory.shape)}"
-            )
-        B, T_q, C = x.shape
-        T_k = memory.shape[1]
-        H, d_k = self.n_heads, self.d_k
-        q = self.q_proj(x).view(B, T_q, H, d_k).transpose(1, 2)  # (B, H, T_q, d_k)
-        k, v = self.kv_proj(memory).split(C, dim=-1)  # 2 x (B, T_k, C)
-        k = k.view(B, T_k, H, d_k).transpose(1, 2)  # (B, H, T_k, d_k)
-        v = v.view(B, T_k, H, d_k).transpose(1, 2)
-        p = self.attn_dropout.p if self.training else 0.0
-        y = sdpa(q, k, v, attn_mask=attn_mask, dropout_p=p, impl=self.attn_impl)
-        y = y.transpose(1, 2).contiguous().view(B, T_q, C)
-        return self.resid_dropout(self.out_proj(y))
 
 
 class DecoderBlock(nn.Module):
@@ -115,20 +41,22 @@ class DecoderBlock(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         gelu_approximate: str = "none",
+        *,
         attn_impl: str = "sdpa",
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
+        kw = {"attn_impl": attn_impl, "dtype": dtype}
         self.ln1 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.self_attn = SelfAttention(d_model, n_heads, bias, dropout, attn_impl, dtype)
+        self.self_attn = SelfAttention(d_model, n_heads, bias, dropout, **kw)
         self.ln2 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.cross_attn = CrossAttention(d_model, n_heads, bias, dropout, attn_impl, dtype)
+        self.cross_attn = SelfAttention(d_model, n_heads, bias, dropout, **kw)
         self.ln3 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype)
+        self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype=dtype)
 
     def forward(self, x, memory, self_mask=None, memory_mask=None) -> torch.Tensor:
         x = x + self.self_attn(self.ln1(x), attn_mask=self_mask, is_causal=True)
-        x = x + self.cross_attn(self.ln2(x), memory, attn_mask=memory_mask)
+        x = x + self.cross_attn(self.ln2(x), kv=memory, attn_mask=memory_mask)
         return x + self.ffn(self.ln3(x))
 
 
@@ -144,13 +72,23 @@ class Decoder(nn.Module):
         bias: bool = True,
         dropout: float = 0.0,
         gelu_approximate: str = "none",
+        *,
         attn_impl: str = "sdpa",
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
         check_model_sizes(n_layers=n_layers, d_model=d_model, n_heads=n_heads)
         self.blocks = nn.ModuleList(
-            DecoderBlock(d_model, n_heads, d_ff, bias, dropout, gelu_approximate, attn_impl, dtype)
+            DecoderBlock(
+                d_model,
+                n_heads,
+                d_ff,
+                bias,
+                dropout,
+                gelu_approximate,
+                attn_impl=attn_impl,
+                dtype=dtype,
+            )
             for _ in range(n_layers)
         )
         self.ln_f = LayerNorm(d_model, bias=bias, dtype=dtype)
@@ -186,6 +124,7 @@ class Seq2SeqTransformer(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         gelu_approximate: str = "none",
+        *,
         attn_impl: str = "sdpa",
         dtype: torch.dtype | None = None,
     ):
@@ -206,9 +145,9 @@ class Seq2SeqTransformer(nn.Module):
         self.pos_enc = SinusoidalPositionalEncoding(block_size, d_model, dtype=dtype)
         self.src_drop = Dropout(dropout)
         self.tgt_drop = Dropout(dropout)
-        args = (d_model, n_heads, d_ff, bias, dropout, gelu_approximate, attn_impl, dtype)
-        self.encoder = Encoder(n_encoder_layers, *args)
-        self.decoder = Decoder(n_decoder_layers, *args)
+        args = (d_model, n_heads, d_ff, bias, dropout, gelu_approximate)
+        self.encoder = Encoder(n_encoder_layers, *args, attn_impl=attn_impl, dtype=dtype)
+        self.decoder = Decoder(n_decoder_layers, *args, attn_impl=attn_impl, dtype=dtype)
         self.head = Linear(d_model, tgt_vocab_size, bias=False, dtype=dtype)
         init_transformer_weights(self, n_encoder_layers + n_decoder_layers)
 

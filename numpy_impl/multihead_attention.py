@@ -1,0 +1,153 @@
+"""Multi-head attention with separate q, k, v projections: ``torch.nn.MultiheadAttention``'s form.
+
+The tutorial of the source material writes multi-head attention with three
+projections ``W_q``, ``W_k``, ``W_v`` and returns the attention weights next to
+the output, as ``torch.nn.MultiheadAttention`` does. :class:`MultiHeadAttention`
+is that interface over the core of :class:`~numpy_impl.attention.SelfAttention`
+(the same attention, heads and output projection); only the projections differ.
+:func:`split_qkv_state_dict` and :func:`merge_qkv_state_dict` move weights
+between the two layouts.
+
+Twin of ``torch_impl/multihead_attention.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .attention import SelfAttention, check_sizes, merge_heads, split_heads
+from .linear import Linear
+
+
+class MultiHeadAttention(SelfAttention):
+    """:class:`SelfAttention`'s core behind three separate projections, and its weights returned.
+
+    The form of the tutorial's layer and of ``torch.nn.MultiheadAttention``:
+    ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` (each ``(C, C)``), query, key
+    and value passed separately, and the attention weights returned next to the
+    output. Loading ``in_proj_weight = concat(q_proj, k_proj, v_proj)`` (and the
+    biases, and ``out_proj``) into ``nn.MultiheadAttention(batch_first=True)``
+    gives the same function, with the mask inverted (True = masked there).
+    :func:`merge_qkv_state_dict` and :func:`split_qkv_state_dict` convert weights
+    to and from :class:`SelfAttention`'s packed layout.
+
+    Args:
+        d_model, n_heads, bias: as in :class:`SelfAttention`.
+        dropout: on the attention probabilities only (no dropout on the output).
+        dtype, rng: NumPy only.
+
+    Shapes:
+        forward: query ``(B, T_q, C)``, key and value ``(B, T_k, C)``, attn_mask,
+        is_causal -> ``(out (B, T_q, C), weights)``: weights ``(B, n_heads, T_q, T_k)``
+        (the probabilities before dropout), ``(B, T_q, T_k)`` averaged over the heads
+        with ``average_attn_weights``, or None without ``need_weights``.
+        backward: dout ``(B, T_q, C)`` -> ``(dquery, dkey, dvalue)``; no gradient
+        flows back through the returned weights.
+
+    Raises:
+        ValueError: bad sizes; inputs that are not ``(B, T>=1, C)`` with matching B
+            and T_k; the mask errors of :func:`scaled_dot_product_attention`.
+    """
+
+    def __init__(self, d_model, n_heads, bias=True, dropout=0.0, *, dtype=np.float32, rng=None):
+        check_sizes(d_model, n_heads)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout: must lie in [0, 1), got {dropout}")
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.dropout = dropout
+        self.q_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.k_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.v_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.rope = None
+        self._rng = np.random.default_rng()
+        self._cache = None
+
+    def forward(
+        self,
+        query: np.ndarray,
+        key: np.ndarray,
+        value: np.ndarray,
+        attn_mask: np.ndarray | None = None,
+        is_causal: bool = False,
+        need_weights: bool = True,
+        average_attn_weights: bool = False,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        for name, a in (("query", query), ("key", key), ("value", value)):
+            if a.ndim != 3 or a.shape[1] < 1 or a.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"{name}: expected shape (B, T>=1, d_model={self.d_model}), got {a.shape}"
+                )
+        if key.shape[0] != query.shape[0] or value.shape[:2] != key.shape[:2]:
+            raise ValueError(
+                f"key, value: expected shapes (B={query.shape[0]}, T_k, d_model) with the same "
+                f"T_k, got {key.shape} and {value.shape}"
+            )
+        H = self.n_heads
+        q = split_heads(self.q_proj(query), H)  # (B, H, T_q, d_k)
+        k = split_heads(self.k_proj(key), H)  # (B, H, T_k, d_k)
+        v = split_heads(self.v_proj(value), H)
+        out, weights = self.attend(q, k, v, attn_mask, is_causal, need_weights=need_weights)
+        if weights is not None and average_attn_weights:
+            weights = weights.mean(axis=1)  # (B, H, T_q, T_k) -> (B, T_q, T_k)
+        return out, weights
+
+    def backward(self, dout: np.ndarray):
+        dq, dk, dv = self.attend_backward(dout)
+        return (
+            self.q_proj.backward(merge_heads(dq)),
+            self.k_proj.backward(merge_heads(dk)),
+            self.v_proj.backward(merge_heads(dv)),
+        )
+
+
+def split_qkv_state_dict(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A :class:`SelfAttention` state dict -> the :class:`MultiHeadAttention` one.
+
+    ``qkv_proj.weight (3C, C)`` is three stacked ``(C, C)`` blocks, q then k then v
+    (and likewise its bias): they become ``q_proj``, ``k_proj``, ``v_proj``.
+    ``out_proj`` and any other key pass through. Arrays are copies.
+
+    Raises:
+        ValueError: ``qkv_proj.weight`` missing or its first axis not divisible by 3.
+    """
+    w = state_dict.get("qkv_proj.weight")
+    if w is None or w.ndim != 2 or w.shape[0] % 3:
+        raise ValueError(
+            "state_dict: expected 'qkv_proj.weight' of shape (3 d_model, d_model), got "
+            f"{None if w is None else w.shape}"
+        )
+    out = {}
+    for key, value in state_dict.items():
+        if key.startswith("qkv_proj."):
+            kind = key.removeprefix("qkv_proj.")  # weight or bias
+            for name, part in zip(("q", "k", "v"), np.split(value, 3, axis=0), strict=True):
+                out[f"{name}_proj.{kind}"] = part.copy()
+        else:
+            out[key] = np.array(value, copy=True)
+    return out
+
+
+def merge_qkv_state_dict(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """A :class:`MultiHeadAttention` state dict -> the :class:`SelfAttention` one.
+
+    The inverse of :func:`split_qkv_state_dict`: ``q_proj``, ``k_proj``, ``v_proj``
+    rows stacked into ``qkv_proj`` in the order q, k, v. Other keys pass through.
+
+    Raises:
+        ValueError: some of the q/k/v projections present and others missing.
+    """
+    out = {}
+    for kind in ("weight", "bias"):
+        parts = [state_dict.get(f"{n}_proj.{kind}") for n in ("q", "k", "v")]
+        if all(p is None for p in parts):
+            continue
+        if any(p is None for p in parts):
+            raise ValueError(f"state_dict: q_proj, k_proj and v_proj must all have a {kind}")
+        out[f"qkv_proj.{kind}"] = np.concatenate(parts, axis=0)
+    if "qkv_proj.weight" not in out:
+        raise ValueError("state_dict: expected 'q_proj.weight', 'k_proj.weight', 'v_proj.weight'")
+    for key, value in state_dict.items():
+        if key.split(".")[0] not in ("q_proj", "k_proj", "v_proj"):
+            out[key] = np.array(value, copy=True)
+    return out
