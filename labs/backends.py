@@ -2,16 +2,21 @@
 
 Read :class:`NumpyBackend` and :class:`TorchBackend` side by side: each method
 does the same job, once by hand and once with PyTorch's machinery. The NumPy
-training step spells out what ``loss.backward()`` and the scheduler hide::
+training step spells out what ``loss.backward()`` hides::
 
     NumPy                                  PyTorch
-    lr = cosine_lr(step, ...)              lr = optimizer.param_groups[0]["lr"]
+    group["lr"] = cosine_lr(step, ...)     group["lr"] = cosine_lr(step, ...)
     model.zero_grad()                      optimizer.zero_grad()
     logits = model.forward(x)              logits = model(x)
     loss = loss_fn.forward(logits, y)      loss = loss_fn(logits, y)
     model.backward(loss_fn.backward())     loss.backward()
     clip_grad_norm_(params, clip)          clip_grad_norm_(params, clip)
-    optimizer.step()                       optimizer.step(); scheduler.step()
+    optimizer.step()                       optimizer.step()
+
+Both build the optimizer the same way, ``AdamW(configure_param_groups(model,
+weight_decay), lr=..., betas=(beta1, beta2), eps=...)``, and take the learning
+rate from the same function, nanoGPT's, set before each step: a resumed run
+needs nothing but its step count to continue the schedule.
 
 Everything crossing this boundary is NumPy: int64 batches in, state dicts
 and optimizer moments out (in the model's dtype, so a float64 run saves and
@@ -23,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import math
-import warnings
 
 import numpy as np
 
@@ -161,7 +165,6 @@ class NumpyBackend:
             lr=tc["lr"],
             betas=(tc["beta1"], tc["beta2"]),
             eps=ADAM_EPS,
-            weight_decay=tc["weight_decay"],
         )
         self._params = self.model.parameters()  # walked once, not at every step
         self.step = 0
@@ -342,7 +345,7 @@ class TorchBackend:
 
         from torch_impl.gpt import GPT, GPTConfig
         from torch_impl.loss import CrossEntropyLoss
-        from torch_impl.optim import make_lr_scheduler, make_optimizer
+        from torch_impl.optim import AdamW, configure_param_groups
 
         self.torch = torch
         self.config = GPTConfig(**dict(model_config))
@@ -353,17 +356,13 @@ class TorchBackend:
         torch.manual_seed(seed)  # the initial weights come from torch's global generator
         self.model = GPT(self.config, attn_impl=attn_impl, dtype=self.dtype).to(self.device)
         self.loss_fn = CrossEntropyLoss()
-        self.optimizer = make_optimizer(
-            self.model,
+        self.optimizer = AdamW(
+            configure_param_groups(self.model, tc["weight_decay"]),
             lr=tc["lr"],
             betas=(tc["beta1"], tc["beta2"]),
             eps=ADAM_EPS,
-            weight_decay=tc["weight_decay"],
+            foreach=False,  # one tensor at a time, in the NumPy twin's order
         )
-        self._make_scheduler = lambda: make_lr_scheduler(
-            self.optimizer, tc["warmup_iters"], tc["lr_decay_iters"], tc["min_lr"]
-        )
-        self.scheduler = self._make_scheduler()
         self.step = 0
         self._ddp = None  # the DistributedDataParallel wrapper, once distribute() is called
 
@@ -386,7 +385,12 @@ class TorchBackend:
 
     def current_lr(self) -> float:
         """The learning rate the next :meth:`train_step` will use."""
-        return float(self.optimizer.param_groups[0]["lr"])
+        from torch_impl.optim import cosine_lr
+
+        tc = self.train_config
+        return cosine_lr(
+            self.step, tc["lr"], tc["min_lr"], tc["warmup_iters"], tc["lr_decay_iters"]
+        )
 
     def train_step(self, x: np.ndarray, y: np.ndarray) -> dict:
         """As :meth:`NumpyBackend.train_step`."""
@@ -395,6 +399,8 @@ class TorchBackend:
         torch = self.torch
         x, y = torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
         lr = self.current_lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         model = self.model if self._ddp is None else self._ddp
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -428,7 +434,6 @@ class TorchBackend:
             )
             raise NonFiniteError(self.step, loss_value, grad_norm, _first_nonfinite(named))
         self.optimizer.step()
-        self.scheduler.step()  # the next step's learning rate
         self.step += 1
         return {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
 
@@ -539,8 +544,7 @@ class TorchBackend:
         return state
 
     def load_optimizer_state(self, state: dict[str, np.ndarray]) -> None:
-        """As :meth:`NumpyBackend.load_optimizer_state`; also moves the
-        learning-rate schedule to ``step``."""
+        """As :meth:`NumpyBackend.load_optimizer_state`."""
         torch = self.torch
         step = int(state["step"])
         self.optimizer.state.clear()
@@ -552,17 +556,7 @@ class TorchBackend:
                     "exp_avg": torch.from_numpy(np.array(state[f"exp_avg.{name}"])).to(p),
                     "exp_avg_sq": torch.from_numpy(np.array(state[f"exp_avg_sq.{name}"])).to(p),
                 }
-        # A fresh scheduler, advanced `step` times: whatever scheduler
-        # make_lr_scheduler builds, this lands on the rate of step `step`.
-        for group in self.optimizer.param_groups:
-            group["lr"] = group.get("initial_lr", group["lr"])
-            group.pop("initial_lr", None)
-        self.scheduler = self._make_scheduler()
-        with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()"
-            warnings.simplefilter("ignore", UserWarning)
-            for _ in range(step):
-                self.scheduler.step()
-        self.step = step
+        self.step = step  # the learning rate is cosine_lr(step, ...): nothing else to restore
 
     def generate(
         self,

@@ -394,28 +394,23 @@ class TaskModel:
             self.model = cls(**model_kwargs, seed=seed, dtype=np.dtype(dtype))
             self.loss_fn = N.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
             self.optimizer = AdamW(
-                configure_param_groups(self.model, weight_decay),
-                lr=lr,
-                betas=betas,
-                weight_decay=weight_decay,
+                configure_param_groups(self.model, weight_decay), lr=lr, betas=betas
             )
             self._params = self.model.parameters()
         elif backend == "torch":
             import torch
 
             import torch_impl as T
-            from torch_impl.optim import make_lr_scheduler, make_optimizer
+            from torch_impl.optim import AdamW, configure_param_groups
 
             self.torch = torch
             torch.manual_seed(seed)
             cls = T.TransformerClassifier if kind == "classifier" else T.Seq2SeqTransformer
             self.model = cls(**model_kwargs, attn_impl=attn_impl, dtype=getattr(torch, dtype))
             self.loss_fn = T.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
-            self.optimizer = make_optimizer(
-                self.model, lr=lr, betas=betas, weight_decay=weight_decay
+            self.optimizer = AdamW(
+                configure_param_groups(self.model, weight_decay), lr=lr, betas=betas, foreach=False
             )
-            W, D = self.schedule[2], self.schedule[3]
-            self.scheduler = make_lr_scheduler(self.optimizer, W, D, min_lr)
         else:
             raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
 
@@ -428,10 +423,11 @@ class TaskModel:
         """One AdamW step on ``loss(model(**inputs), targets)``; returns the loss before it."""
         if self.backend == "numpy":
             from numpy_impl.optim import clip_grad_norm_, cosine_lr
-
-            lr = cosine_lr(self.step, *self.schedule)
-            for group in self.optimizer.param_groups:
-                group["lr"] = lr
+        else:
+            from torch_impl.optim import clip_grad_norm_, cosine_lr
+        for group in self.optimizer.param_groups:  # nanoGPT's schedule, set before each step
+            group["lr"] = cosine_lr(self.step, *self.schedule)
+        if self.backend == "numpy":
             self.model.train()
             self.optimizer.zero_grad()
             loss = self.loss_fn(self.model(**inputs), targets)
@@ -440,8 +436,6 @@ class TaskModel:
                 clip_grad_norm_(self._params, self.grad_clip)
             self.optimizer.step()
         else:
-            from torch_impl.optim import clip_grad_norm_
-
             torch = self.torch
             self.model.train()
             self.optimizer.zero_grad(set_to_none=True)
@@ -451,7 +445,6 @@ class TaskModel:
             if self.grad_clip > 0:
                 clip_grad_norm_(self.model.parameters(), self.grad_clip)
             self.optimizer.step()
-            self.scheduler.step()
             loss = loss_t.item()
         self.step += 1
         return float(loss)

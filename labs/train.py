@@ -210,8 +210,8 @@ def _check_args(args: argparse.Namespace) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.warmup_iters < 0 or args.sample_tokens < 0:
         raise UserError("--warmup-iters and --sample-tokens must be >= 0")
-    # checked here, not by each backend: the NumPy schedule took a negative --min-lr that the
-    # torch scheduler refuses, and a negative or NaN --grad-clip silently meant "no clipping"
+    # checked here, not by each backend: cosine_lr would take a negative --min-lr as the
+    # floor, and a negative or NaN --grad-clip silently meant "no clipping"
     if not (math.isfinite(args.min_lr) and args.min_lr >= 0):
         raise UserError(f"--min-lr must be a finite number >= 0, got {args.min_lr}")
     if not (math.isfinite(args.grad_clip) and args.grad_clip >= 0):
@@ -227,7 +227,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 def _decay_iters(args: argparse.Namespace) -> int:
     # When max_iters <= warmup_iters the run ends inside the warmup; any decay
-    # point after it gives the same rates, and the schedulers need decay > warmup.
+    # point after it gives the same rates (and decay > warmup keeps a cosine phase).
     if args.lr_decay_iters is not None:
         return args.lr_decay_iters
     return max(args.max_iters, args.warmup_iters + 1)

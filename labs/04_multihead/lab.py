@@ -192,7 +192,7 @@ tok = N.CharTokenizer.from_text(text)
 cfg = {"vocab_size": tok.vocab_size, "block_size": 32, "n_layers": 1, "n_heads": 4, "d_model": 32}
 torch.manual_seed(0)
 model_t = T.GPT(T.GPTConfig(**cfg))
-opt = T.make_optimizer(model_t, lr=1e-2, weight_decay=0.0)
+opt = T.AdamW(model_t.parameters(), lr=1e-2, betas=(0.9, 0.99), weight_decay=0.0)
 loss_fn = T.CrossEntropyLoss()
 batches = BatchSampler(tok.encode_array(text), cfg["block_size"], 16, seed=0)
 for step in range(STEPS + 1):

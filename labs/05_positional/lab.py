@@ -132,7 +132,7 @@ cfg = {"vocab_size": tok.vocab_size, "block_size": 32, "n_layers": 1, "n_heads":
 torch.manual_seed(0)
 model_t = T.GPT(T.GPTConfig(**cfg))
 table_at_init = model_t.pos_emb.weight.detach().numpy().copy()  # GPT-2 init: N(0, 0.02)
-opt = T.make_optimizer(model_t, lr=1e-2, weight_decay=0.0)
+opt = T.AdamW(model_t.parameters(), lr=1e-2, betas=(0.9, 0.99), weight_decay=0.0)
 loss_fn = T.CrossEntropyLoss()
 batches = BatchSampler(tok.encode_array(text), cfg["block_size"], 16, seed=0)
 for step in range(STEPS + 1):
@@ -243,10 +243,11 @@ save(fig, "position_similarity.png")
 #
 # The table has `block_size` rows, so a longer sequence has no position
 # vector to use; both twins raise `ValueError` rather than silently using
-# fewer rows. The forward is a slice, `weight[:T]` `(T, d_model)`; the
-# caller broadcasts it over the batch. Its backward adds the upstream
-# gradient, already summed over the batch by the caller `(T, d_model)`, into
-# rows `0 .. T-1` of `weight.grad`; rows `T ..` stay untouched.
+# fewer rows. The forward is a slice, `weight[start_pos : start_pos + T]`
+# `(T, d_model)` (`start_pos` is 0 except when a KV cache continues a
+# sequence, chapter 12); the caller broadcasts it over the batch. Its backward
+# adds the upstream gradient, already summed over the batch by the caller
+# `(T, d_model)`, into those rows of `weight.grad`; the other rows stay untouched.
 
 # %%
 block_size, d = 6, 3
@@ -263,9 +264,10 @@ T_, B = 4, 5
 dout = rng.standard_normal((B, T_, d))  # the gradient reaching tok_emb + pos_emb
 out_t = pe_t(T_)
 (out_t * torch.from_numpy(dout)).sum().backward()  # autograd sums over the batch itself
+out_np = pe_np(T_)  # forward first: backward adds into the rows it read
 pe_np.zero_grad()
 pe_np.backward(dout.sum(axis=0))  # the GPT's backward does this sum before calling
-print(f"forward {pe_np(T_).shape}, NumPy vs torch {max_diff(pe_np(T_), out_t):.1e}")
+print(f"forward {out_np.shape}, NumPy vs torch {max_diff(out_np, out_t):.1e}")
 print(f"grad NumPy vs torch: {max_diff(pe_np.weight.grad, pe_t.weight.grad):.1e}")
 print("weight.grad (rows 4 and 5 were not used):")
 print(pe_np.weight.grad)

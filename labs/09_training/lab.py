@@ -147,26 +147,15 @@ for betas in ((0.9, 0.99), (0.9, 0.999)):
 # ## 3. The learning-rate schedule
 #
 # Linear warmup from max_lr / (warmup + 1) (not 0: step 0 already moves the
-# weights), cosine decay to min_lr at `lr_decay_iters`, then flat. NumPy
-# computes it with `cosine_lr(step, ...)`; PyTorch chains three of its
-# schedulers (`LinearLR`, `CosineAnnealingLR`, a constant `LambdaLR`).
-# Overlaid, for the default `python -m labs train` settings and for the short
+# weights), cosine decay to min_lr at `lr_decay_iters`, then flat: nanoGPT's
+# `get_lr`. Both backends call the same function, `cosine_lr(step, ...)`
+# (in `numpy_impl/optim.py` and `torch_impl/optim.py`), and set every
+# `group["lr"]` to it before each step, so a resumed run needs only its step
+# count. For the default `python -m labs train` settings and for the short
 # run below:
 
 
 # %%
-def torch_schedule(max_lr, min_lr, warmup, decay, steps):
-    """The rate each step uses, read from a torch optimizer driven by make_lr_scheduler."""
-    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=max_lr)
-    sched = T.make_lr_scheduler(opt, warmup, decay, min_lr)
-    lrs = []
-    for _ in range(steps):
-        lrs.append(opt.param_groups[0]["lr"])
-        opt.step()
-        sched.step()
-    return np.array(lrs)
-
-
 STEPS = 150
 TRAIN = {
     **DEFAULT_TRAIN_CONFIG,
@@ -190,13 +179,13 @@ for ax, (title, (max_lr, min_lr, warmup, decay, steps)) in zip(
     axes, schedules.items(), strict=True
 ):
     ours = np.array([N.cosine_lr(s, max_lr, min_lr, warmup, decay) for s in range(steps)])
-    theirs = torch_schedule(max_lr, min_lr, warmup, decay, steps)
+    theirs = np.array([T.cosine_lr(s, max_lr, min_lr, warmup, decay) for s in range(steps)])
     print(
         f"{title}: lr at step 0 = {ours[0]:.3e} (> 0), peak {ours.max():.1e} at step "
         f"{ours.argmax()}, NumPy vs torch max |diff| {np.abs(ours - theirs).max():.1e}"
     )
     ax.plot(ours, lw=3, alpha=0.5, label="NumPy cosine_lr")
-    ax.plot(theirs, "k--", lw=1, label="torch make_lr_scheduler")
+    ax.plot(theirs, "k--", lw=1, label="torch_impl cosine_lr")
     ax.axvline(warmup, color="0.5", lw=0.8, ls=":")
     ax.axvline(decay, color="0.5", lw=0.8, ls=":")
     ax.set(title=title, xlabel="step", ylabel="learning rate")
