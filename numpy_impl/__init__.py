@@ -13,6 +13,7 @@ from .attention import (
     split_qkv_state_dict,
 )
 from .block import Block
+from .char_tokenizer import CharTokenizer
 from .dropout import Dropout
 from .embedding import Embedding
 from .encoder import (
@@ -40,7 +41,8 @@ from .rope import (
 )
 from .sampling import filter_logits, generate
 from .seq2seq import CrossAttention, DecoderBlock, Seq2SeqTransformer
-from .tokenizer import BPETokenizer, CharTokenizer, DecodeStream
+from .tokenizer import BPETokenizer
+from .tokenizer_files import DecodeStream
 
 __all__ = [
     "GELU",
