@@ -103,7 +103,7 @@ def run(args: argparse.Namespace) -> dict:
     Raises:
         UserError: a missing corpus or bad arguments.
     """
-    from numpy_impl.tokenizer import CharTokenizer
+    from numpy_impl.char_tokenizer import CharTokenizer
 
     if args.block_size is None:
         args.block_size = 64 if args.tokenizer == "word" else 128

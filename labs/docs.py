@@ -63,7 +63,7 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
         "tokens",
         (
             Part(
-                "tokenizer",
+                "char_tokenizer",
                 ("CharTokenizer",),
                 note="CharTokenizer has no PyTorch twin: both backends share this one, "
                 "so only the NumPy column is shown (chapter 11's byte-level BPE has one).",
@@ -91,19 +91,19 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
         (
             Part(
                 "tokenizer",
-                (
-                    "bytes_to_unicode",
-                    "token_to_str",
-                    "str_to_token",
-                    "pre_tokenize",
-                    "get_pair_counts",
-                    "merge",
-                    "train_bpe_plain",
-                    "train_bpe",
-                    "BPETokenizer",
-                    "DecodeStream",
-                ),
+                ("get_pair_counts", "merge", "train_bpe_plain", "BPETokenizer"),
                 "Byte-level BPE: from scratch on the left, HF tokenizers on the right.",
+            ),
+            Part(
+                "byte_level",
+                ("bytes_to_unicode", "token_to_str", "str_to_token", "pre_tokenize"),
+                "The bytes, their printable spelling, GPT-2's pre-tokenization.",
+            ),
+            Part("bpe_trainer", ("train_bpe",), "The fast trainer; HF's BpeTrainer on the right."),
+            Part(
+                "tokenizer_files",
+                ("tokenizer_to_json", "write_atomically", "parse_tokenizer_json", "DecodeStream"),
+                "tokenizer.json, and decoding a stream of ids.",
             ),
         ),
     ),

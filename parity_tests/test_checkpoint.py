@@ -16,7 +16,7 @@ import torch
 import numpy_impl as N
 import torch_impl as T
 from labs.checkpoint import load_checkpoint, save_checkpoint
-from numpy_impl.tokenizer import CharTokenizer
+from numpy_impl.char_tokenizer import CharTokenizer
 from parity_tests.harness import randomize_, tensor
 from parity_tests.strategies import SeededRng
 from parity_tests.tolerances import assert_close

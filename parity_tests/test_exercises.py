@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: chapter -> file -> the functions that hold its regions (one entry per region).
 FENCES = {
-    "01": {"tokenizer.py": ["CharTokenizer.encode", "CharTokenizer.decode"]},
+    "01": {"char_tokenizer.py": ["CharTokenizer.encode", "CharTokenizer.decode"]},
     "02": {
         "embedding.py": ["Embedding.forward", "Embedding.backward"],
         "linear.py": ["Linear.forward", "Linear.backward"],

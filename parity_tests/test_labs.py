@@ -18,7 +18,7 @@ import pytest
 
 from labs import data
 from labs.checkpoint import CONFIG_FILE, MODEL_FILE, load_checkpoint
-from numpy_impl.tokenizer import CharTokenizer
+from numpy_impl.char_tokenizer import CharTokenizer
 
 # No chapter marker but the tokenizer's (ch01): the rest is plumbing, not an exercise.
 ROOT = Path(__file__).resolve().parent.parent

@@ -30,7 +30,7 @@ import numpy_impl as N
 import torch_impl as T
 from labs.checkpoint import CONFIG_FILE, expected_shapes, load_checkpoint, save_checkpoint
 from labs.train import ARCHS, matched_d_ff
-from numpy_impl.tokenizer import CharTokenizer
+from numpy_impl.char_tokenizer import CharTokenizer
 from parity_tests.harness import (
     assert_param_grads_close,
     copy_weights,

@@ -28,7 +28,7 @@ from labs.tasks import (
     random_crops,
     speaker_dataset,
 )
-from numpy_impl.tokenizer import CharTokenizer
+from numpy_impl.char_tokenizer import CharTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -54,7 +54,7 @@ import numpy_impl as N
 import torch_impl as T
 from labs.backends import DEFAULT_TRAIN_CONFIG, make_backend
 from labs.data import BatchSampler, fixed_eval_batches, train_val_split
-from numpy_impl.tokenizer import CharTokenizer
+from numpy_impl.char_tokenizer import CharTokenizer
 
 np.set_printoptions(precision=4, suppress=True)
 

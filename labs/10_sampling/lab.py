@@ -55,8 +55,8 @@ import numpy_impl as N
 import torch_impl as T
 from labs.backends import make_backend
 from labs.data import BatchSampler, train_val_split
+from numpy_impl.char_tokenizer import CharTokenizer
 from numpy_impl.sampling import softmax
-from numpy_impl.tokenizer import CharTokenizer
 
 np.set_printoptions(precision=3, suppress=True)
 
