@@ -2,7 +2,7 @@
 
 ``python -m parity_tests.checkpoint_writer DIR VALUE`` saves the checkpoint of
 :func:`state` ``(VALUE)`` (step ``VALUE``) into DIR. It imports only NumPy and
-``labs.checkpoint``, so the child process starts fast.
+``labs.plumbing.checkpoint``, so the child process starts fast.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 
 import numpy as np
 
-from labs import checkpoint as ck
+from labs.plumbing import checkpoint as ck
 
 CFG = {"vocab_size": 5, "block_size": 4, "n_layers": 1, "n_heads": 1, "d_model": 2}
 CONFIG = {"model": CFG, "tokenizer": {"type": "char", "chars": "abcde"}}

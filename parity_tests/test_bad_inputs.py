@@ -31,8 +31,8 @@ import numpy_impl as N
 import numpy_impl.sampling as NS
 import torch_impl as T
 from labs import UserError
-from labs.backends import make_backend
-from labs.checkpoint import (
+from labs.plumbing.backends import make_backend
+from labs.plumbing.checkpoint import (
     CONFIG_FILE,
     MODEL_FILE,
     CheckpointError,
@@ -916,7 +916,7 @@ def bpe_json_with(**fields) -> str:
 
 # -- labs/ plumbing: the command line, checkpoints, backends ---------------------------------
 # Each backend is driven the way a learner drives it: `python -m labs train|sample` (in this
-# process, so the exception itself is seen) and the adapters of labs/backends.py.
+# process, so the exception itself is seen) and the adapters of labs/plumbing/backends.py.
 _FILES = tempfile.TemporaryDirectory(prefix="twinformer-bad-inputs-")  # removed at exit
 CHARS = "abcdefg"  # V = 7 characters
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from labs import diff, docs
 from labs.__main__ import main
+from labs.learner import diff, docs
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "ci-artifacts"

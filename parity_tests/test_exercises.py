@@ -1,4 +1,4 @@
-"""The exercises (labs/exercises.py, docs/exercises.md): stubs generated from the reference.
+"""The exercises (labs/learner/exercises.py, docs/exercises.md): stubs generated from the reference.
 
 For every chapter (01..10, 13, 14):
 
@@ -27,8 +27,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labs import UserError, exercises
-from labs.exercises import (
+from labs import UserError
+from labs.learner import exercises
+from labs.learner.exercises import (
     CHAPTERS,
     Reference,
     Workspace,

@@ -12,7 +12,7 @@
   step and the first parameter whose gradient is non-finite, before the
   update, and the last good checkpoint stays as it was.
 
-No chapter marker: this is the plumbing of ``labs/`` (checkpoint.py, train.py).
+No chapter marker: this is the plumbing of ``labs/`` (plumbing/checkpoint.py, commands/train.py).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import numpy as np
 import pytest
 import torch
 
-from labs import checkpoint as ck
-from labs.backends import NonFiniteError, make_backend
+from labs.plumbing import checkpoint as ck
+from labs.plumbing.backends import NonFiniteError, make_backend
 from parity_tests.checkpoint_writer import CONFIG, state
 from parity_tests.test_labs import TEXT
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labs.tasks import (
+from labs.plumbing.tasks import (
     BOS,
     EOS,
     IGNORE_INDEX,

@@ -40,7 +40,7 @@ ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from labs.notebook import figure_saver, limit_threads, max_diff, plot_to_files
+from labs.learner.notebook import figure_saver, limit_threads, max_diff, plot_to_files
 
 save = figure_saver(ROOT / "labs" / "02_embeddings" / "figures")  # save(fig, "name.png")
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead

@@ -42,7 +42,7 @@ ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from labs.notebook import figure_saver, limit_threads, load_text, max_diff, plot_to_files
+from labs.learner.notebook import figure_saver, limit_threads, load_text, max_diff, plot_to_files
 
 save = figure_saver(ROOT / "labs" / "04_multihead" / "figures")  # save(fig, "name.png")
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
@@ -54,7 +54,7 @@ import torch
 
 import numpy_impl as N
 import torch_impl as T
-from labs.data import BatchSampler
+from labs.plumbing.data import BatchSampler
 
 np.set_printoptions(precision=3, suppress=True, linewidth=100)
 rng = np.random.default_rng(0)

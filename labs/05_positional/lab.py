@@ -43,7 +43,7 @@ ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from labs.notebook import (
+from labs.learner.notebook import (
     CORIOLANUS,
     figure_saver,
     limit_threads,
@@ -62,7 +62,7 @@ import torch
 
 import numpy_impl as N
 import torch_impl as T
-from labs.data import BatchSampler
+from labs.plumbing.data import BatchSampler
 
 np.set_printoptions(precision=3, suppress=True, linewidth=100)
 rng = np.random.default_rng(0)

@@ -41,7 +41,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 CHECKPOINT = ROOT / "runs" / "numpy"
 
-from labs.notebook import SONNETS, figure_saver, limit_threads, load_text, plot_to_files
+from labs.learner.notebook import SONNETS, figure_saver, limit_threads, load_text, plot_to_files
 
 save = figure_saver(ROOT / "labs" / "10_sampling" / "figures")  # save(fig, "name.png")
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
@@ -53,8 +53,8 @@ import torch
 
 import numpy_impl as N
 import torch_impl as T
-from labs.backends import make_backend
-from labs.data import BatchSampler, train_val_split
+from labs.plumbing.backends import make_backend
+from labs.plumbing.data import BatchSampler, train_val_split
 from numpy_impl.sampling import softmax
 from numpy_impl.tokenizer import CharTokenizer
 
@@ -176,7 +176,7 @@ print(f"greedy (temperature 0) picks token {logits.argmax()} = {tokens[logits.ar
 def load_or_train():
     """(backend, tokenizer, model_config, where the weights came from)."""
     if (CHECKPOINT / "config.json").is_file():
-        from labs.checkpoint import load_checkpoint
+        from labs.plumbing.checkpoint import load_checkpoint
 
         state, config, _ = load_checkpoint(CHECKPOINT)
         backend = make_backend("numpy", config["model"])

@@ -42,7 +42,7 @@ ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from labs.notebook import HAMLET, figure_saver, load_text, plot_to_files
+from labs.learner.notebook import HAMLET, figure_saver, load_text, plot_to_files
 
 save = figure_saver(ROOT / "labs" / "11_tokenization" / "figures")  # save(fig, "name.png")
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter

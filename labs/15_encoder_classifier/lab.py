@@ -39,7 +39,7 @@ ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from labs.notebook import figure_saver, limit_threads, load_text, plot_to_files
+from labs.learner.notebook import figure_saver, limit_threads, load_text, plot_to_files
 
 save = figure_saver(ROOT / "labs" / "15_encoder_classifier" / "figures")  # save(fig, "name.png")
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
@@ -53,7 +53,7 @@ import numpy_impl as N
 import numpy_impl.attention as NA
 import torch_impl as T
 import torch_impl.attention as TA
-from labs.tasks import (
+from labs.plumbing.tasks import (
     TaskModel,
     WordTokenizer,
     encode_padded,

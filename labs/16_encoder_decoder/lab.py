@@ -37,7 +37,7 @@ ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from labs.notebook import figure_saver, limit_threads, plot_to_files
+from labs.learner.notebook import figure_saver, limit_threads, plot_to_files
 
 save = figure_saver(ROOT / "labs" / "16_encoder_decoder" / "figures")  # save(fig, "name.png")
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
@@ -50,7 +50,7 @@ import torch
 import numpy_impl as N
 import numpy_impl.attention as NA
 import torch_impl as T
-from labs.tasks import BOS, EOS, SequenceTask, TaskModel
+from labs.plumbing.tasks import BOS, EOS, SequenceTask, TaskModel
 
 np.set_printoptions(precision=2, suppress=True)
 

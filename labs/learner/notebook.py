@@ -4,7 +4,7 @@ A lab (a jupytext percent script, ``labs/NN_topic/lab.py``) finds the repository
 root and puts it on ``sys.path`` itself (``import labs`` cannot work before
 that), then takes the rest from here, in this order::
 
-    from labs.notebook import figure_saver, limit_threads, max_diff, plot_to_files
+    from labs.learner.notebook import figure_saver, limit_threads, max_diff, plot_to_files
 
     limit_threads()  # before NumPy and torch load
     plot_to_files()  # before matplotlib.pyplot loads
@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # Shakespeare, sonnets 18 and 116: labs 09 and 10 train on them without a corpus.
 SONNETS = """\
@@ -167,13 +167,13 @@ def load_text(fallback: str, fallback_source: str, notice: str) -> tuple[str, st
     """The corpus and where it came from, ``(text, source)``; never downloads.
 
     Reads Tiny Shakespeare from ``$TWINFORMER_DATA`` or from the cache that
-    ``python -m labs train`` fills (``labs.data.cache_path()``). Only then is
-    ``labs.data.resolve_corpus()`` called: with nothing local it would download.
+    ``python -m labs train`` fills (``labs.plumbing.data.cache_path()``). Only then is
+    ``labs.plumbing.data.resolve_corpus()`` called: with nothing local it would download.
     Without either, or when the file cannot be read, prints why and ``notice``
     (what the lab does instead, e.g. "training on a built-in passage") and
     returns ``(fallback, fallback_source)``.
     """
-    from labs.data import (
+    from labs.plumbing.data import (
         DATA_ENV_VAR,
         CorpusUnavailableError,
         cache_path,

@@ -38,9 +38,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from . import UserError
+from .. import UserError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 REFERENCE = REPO / "numpy_impl"
 PACKAGE = "numpy_impl"
 #: Both read by parity_tests/conftest.py too: test this workspace, write this report.

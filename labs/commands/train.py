@@ -39,9 +39,9 @@ import sys
 import time
 from pathlib import Path
 
-from . import UserError
-from .backends import BACKENDS, NonFiniteError, make_backend
-from .checkpoint import (
+from .. import UserError
+from ..plumbing.backends import BACKENDS, NonFiniteError, make_backend
+from ..plumbing.checkpoint import (
     CONFIG_FILE,
     MODEL_FILE,
     OPTIMIZER_FILE,
@@ -50,7 +50,7 @@ from .checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from .data import (
+from ..plumbing.data import (
     DATA_ENV_VAR,
     BatchSampler,
     CorpusUnavailableError,
@@ -59,7 +59,7 @@ from .data import (
     resolve_corpus,
     train_val_split,
 )
-from .tokenization import (
+from ..plumbing.tokenization import (
     KINDS,
     bits_per_byte,
     build_tokenizer,

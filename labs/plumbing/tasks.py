@@ -10,8 +10,8 @@
   that training never draws from.
 * :class:`TaskModel`: one model, its loss and its AdamW, for either backend:
   ``train_step(inputs, targets)`` and ``predict`` / ``generate``, NumPy arrays
-  in and out, so the training loops in ``labs/classify.py`` and
-  ``labs/seq2seq.py`` do not care which backend runs.
+  in and out, so the training loops in ``labs/commands/classify.py`` and
+  ``labs/commands/seq2seq.py`` do not care which backend runs.
 
 Everything here is NumPy; a given seed yields the same data for both backends.
 """
@@ -495,7 +495,7 @@ def fmt_seconds(s: float) -> str:
 
 def check_positive(args, names: tuple[str, ...]) -> None:
     """Raise ``UserError`` naming the first option in ``names`` that is < 1."""
-    from . import UserError
+    from .. import UserError
 
     for name in names:
         value = getattr(args, name)

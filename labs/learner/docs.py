@@ -28,7 +28,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import UserError
+from .. import UserError
 from .diff import (
     NUMPY_DIR,
     ROOT,

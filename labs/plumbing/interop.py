@@ -274,7 +274,7 @@ def _check_keys(what: str, present: set[str], wanted: set[str]) -> None:
 def from_gpt2(hf_model) -> tuple[dict, dict[str, np.ndarray]]:
     """``(model_config, state_dict)`` of a ``GPT2LMHeadModel``, ready for
     ``make_backend(name, model_config).load_state_dict(state_dict)`` or
-    :func:`labs.checkpoint.save_checkpoint`.
+    :func:`labs.plumbing.checkpoint.save_checkpoint`.
 
     Raises:
         ValueError: as :func:`from_gpt2_config` and :func:`from_gpt2_state`.
@@ -325,7 +325,7 @@ _LLAMA_BLOCK_KEYS = (
     ("ffn.w2.weight", "mlp.down_proj.weight"),  # w2: back to d_model
 )
 _LLAMA_QKV = ("q_proj", "k_proj", "v_proj")  # the row order inside our qkv_proj
-#: GPTConfig fields that make the GPT a Llama (labs.train.ARCHS["llama"] plus pre-norm).
+#: GPTConfig fields that make the GPT a Llama (labs.commands.train.ARCHS["llama"] plus pre-norm).
 _LLAMA_ARCH = {
     "pos_emb": "rope",
     "norm": "rmsnorm",
@@ -576,7 +576,7 @@ def to_llama_state(state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
 def from_llama(hf_model, rope_layout: str = "half") -> tuple[dict, dict[str, np.ndarray]]:
     """``(model_config, state_dict)`` of a ``LlamaForCausalLM``, ready for
     ``make_backend(name, model_config).load_state_dict(state_dict)`` or
-    :func:`labs.checkpoint.save_checkpoint`.
+    :func:`labs.plumbing.checkpoint.save_checkpoint`.
 
     Args:
         hf_model: a ``LlamaForCausalLM``.

@@ -1,6 +1,6 @@
 """``python -m labs classify``: who says this speech? A TransformerClassifier on Tiny Shakespeare.
 
-The labelled task is built from the corpus itself (:func:`labs.tasks.speaker_dataset`):
+The labelled task is built from the corpus itself (:func:`labs.plumbing.tasks.speaker_dataset`):
 the speeches of the N most frequent speakers (N = 4: GLOUCESTER, DUKE
 VINCENTIO, MENENIUS, ROMEO, from four plays), split by speech into a training
 set and a held-out set (80 / 20, stratified per speaker). The model reads the
@@ -27,10 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
-from . import UserError
-from .backends import BACKENDS
-from .data import DATA_ENV_VAR, CorpusUnavailableError, load_corpus, resolve_corpus
-from .tasks import (
+from .. import UserError
+from ..plumbing.backends import BACKENDS
+from ..plumbing.data import DATA_ENV_VAR, CorpusUnavailableError, load_corpus, resolve_corpus
+from ..plumbing.tasks import (
     TaskModel,
     WordTokenizer,
     add_model_and_optimizer_arguments,

@@ -37,9 +37,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import UserError
+from .. import UserError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NUMPY_DIR = ROOT / "numpy_impl"
 TORCH_DIR = ROOT / "torch_impl"
 
