@@ -53,8 +53,8 @@ import numpy_impl as N
 import numpy_impl.attention as NA
 import torch_impl as T
 import torch_impl.attention as TA
-from labs.plumbing.tasks import (
-    TaskModel,
+from labs.plumbing.tasks import TaskModel
+from labs.plumbing.tasks_speakers import (
     WordTokenizer,
     encode_padded,
     parse_speeches,

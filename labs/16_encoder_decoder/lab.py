@@ -50,7 +50,8 @@ import torch
 import numpy_impl as N
 import numpy_impl.attention as NA
 import torch_impl as T
-from labs.plumbing.tasks import BOS, EOS, SequenceTask, TaskModel
+from labs.plumbing.tasks import TaskModel
+from labs.plumbing.tasks_sequence import BOS, EOS, SequenceTask
 
 np.set_printoptions(precision=2, suppress=True)
 
