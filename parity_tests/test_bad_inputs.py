@@ -32,13 +32,8 @@ import numpy_impl.sampling as NS
 import torch_impl as T
 from labs import UserError
 from labs.plumbing.backends import make_backend
-from labs.plumbing.checkpoint import (
-    CONFIG_FILE,
-    MODEL_FILE,
-    CheckpointError,
-    load_checkpoint,
-    save_checkpoint,
-)
+from labs.plumbing.checkpoint import load_checkpoint, save_checkpoint
+from labs.plumbing.checkpoint_format import CONFIG_FILE, MODEL_FILE, CheckpointError
 
 V, BLOCK, C, H = 7, 6, 8, 2  # a tiny GPT: vocabulary, block_size, d_model, heads
 GPT_CONFIG = {"vocab_size": V, "block_size": BLOCK, "n_layers": 1, "n_heads": H, "d_model": C}

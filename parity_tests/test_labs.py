@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from labs.plumbing import data
-from labs.plumbing.checkpoint import CONFIG_FILE, MODEL_FILE, load_checkpoint
+from labs.plumbing.checkpoint import load_checkpoint
+from labs.plumbing.checkpoint_format import CONFIG_FILE, MODEL_FILE, expected_shapes
 from numpy_impl.tokenizer import CharTokenizer
 
 # No chapter marker but the tokenizer's (ch01): the rest is plumbing, not an exercise.
@@ -208,14 +209,14 @@ def test_interrupted_checkpoint_write_is_never_mixed(tmp_path, monkeypatch):
     from labs.plumbing import checkpoint as ck
 
     cfg = {"vocab_size": 5, "block_size": 4, "n_layers": 1, "n_heads": 1, "d_model": 2}
-    shapes = ck.expected_shapes(cfg)
+    shapes = expected_shapes(cfg)
     config = {"model": cfg, "tokenizer": {"type": "char", "chars": "abcde"}}
     state = {k: np.zeros(s, np.float32) for k, s in shapes.items()}
     ck.save_checkpoint(tmp_path, state, config, meta={"step": 1})
     real_replace = os.replace
 
     def crash_before_config(src, dst):
-        if Path(dst).name == ck.CONFIG_FILE:
+        if Path(dst).name == CONFIG_FILE:
             raise OSError("simulated crash")
         real_replace(src, dst)
 

@@ -29,7 +29,8 @@ from hypothesis import strategies as st
 import numpy_impl as N
 import torch_impl as T
 from labs.commands.train import ARCHS, matched_d_ff
-from labs.plumbing.checkpoint import CONFIG_FILE, expected_shapes, load_checkpoint, save_checkpoint
+from labs.plumbing.checkpoint import load_checkpoint, save_checkpoint
+from labs.plumbing.checkpoint_format import CONFIG_FILE, expected_shapes
 from numpy_impl.tokenizer import CharTokenizer
 from parity_tests.harness import (
     assert_param_grads_close,

@@ -41,14 +41,13 @@ from pathlib import Path
 
 from .. import UserError
 from ..plumbing.backends import BACKENDS, NonFiniteError, make_backend
-from ..plumbing.checkpoint import (
+from ..plumbing.checkpoint import load_checkpoint, save_checkpoint
+from ..plumbing.checkpoint_format import (
     CONFIG_FILE,
     MODEL_FILE,
     OPTIMIZER_FILE,
     CheckpointError,
     expected_shapes,
-    load_checkpoint,
-    save_checkpoint,
 )
 from ..plumbing.data import (
     DATA_ENV_VAR,

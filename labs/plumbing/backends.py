@@ -29,7 +29,7 @@ import math
 
 import numpy as np
 
-from .checkpoint import CheckpointError
+from .checkpoint_format import CheckpointError
 
 BACKENDS = ("numpy", "torch")
 
