@@ -306,14 +306,14 @@ def test_train_arch_llama_with_either_backend(tmp_path, corpus):
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_same_logits_as_hugging_face_llama(layout):
-    """LlamaForCausalLM with our weights, exported by ``labs.plumbing.interop.to_llama``. HF's
+    """LlamaForCausalLM with our weights, exported by ``labs.plumbing.interop_llama.to_llama``. HF's
     layout is "half"; "interleaved" (Meta's) weights go through permute_qkv_for_rope
     first, as HF's conversion script does. HF computes its RoPE angles and RMSNorm in
     float32 whatever the model's dtype, so the comparison uses the float32 tolerance
     although both models are float64 (parity_tests/test_interop.py patches those two
     and reaches FLOAT64)."""
     pytest.importorskip("transformers")
-    from labs.plumbing.interop import to_llama, to_llama_state
+    from labs.plumbing.interop_llama import to_llama, to_llama_state
 
     rng = SeededRng(3)
     V, L, H, C, F, Tb = 29, 2, 2, 16, 40, 12

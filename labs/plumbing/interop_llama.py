@@ -1,0 +1,349 @@
+"""Hugging Face interop, Llama: its weights into the project's layout and back.
+
+``transformers`` is needed by :func:`to_llama` and :func:`llama_config` only
+(``pip install -e ".[interop]"``); the conversions work on NumPy arrays.
+
+Llama (Touvron et al. 2023) as ``LlamaForCausalLM`` names it, and here (the
+GPT configured with ``pos_emb="rope", norm="rmsnorm", ffn="swiglu", bias=False``)::
+
+    model.embed_tokens.weight                 tok_emb.weight          (V, C)
+    model.layers.N.input_layernorm.weight     blocks.N.ln1.weight     RMSNorm gain
+    model.layers.N.self_attn.q_proj.weight    blocks.N.attn.qkv_proj.weight rows 0 .. C-1
+    model.layers.N.self_attn.k_proj.weight    blocks.N.attn.qkv_proj.weight rows C .. 2C-1
+    model.layers.N.self_attn.v_proj.weight    blocks.N.attn.qkv_proj.weight rows 2C .. 3C-1
+    model.layers.N.self_attn.o_proj.weight    blocks.N.attn.out_proj.weight
+    model.layers.N.post_attention_layernorm.* blocks.N.ln2.*
+    model.layers.N.mlp.gate_proj.weight       blocks.N.ffn.w1.weight  (d_ff, C), SiLU'd
+    model.layers.N.mlp.up_proj.weight         blocks.N.ffn.w3.weight  (d_ff, C)
+    model.layers.N.mlp.down_proj.weight       blocks.N.ffn.w2.weight  (C, d_ff)
+    model.norm.weight                         ln_f.weight
+    lm_head.weight                            head.weight             (untied by default)
+
+Every weight is an ``nn.Linear`` ``(out, in)`` on both sides: nothing is
+transposed. Two things differ. HF keeps q, k and v in three matrices, this
+project in one ``qkv_proj`` (rows q, k, v, each split into heads the same way).
+And the RoPE layout: HF rotates the feature pairs (i, i + d_k/2) of each head
+(``rotate_half``, the "half" layout), Meta's checkpoints and this project's
+default the pairs (2i, 2i + 1) ("interleaved"). The two are the same model up
+to a fixed permutation of each head's q and k rows
+(:func:`numpy_impl.rope.permute_qkv_for_rope`, the ``permute`` of HF's
+convert_llama_weights_to_hf.py), applied here on the way in and out.
+
+The architectures agree when Llama's config asks for what this project builds:
+as many key/value heads as query heads (no grouped-query attention), the
+default RoPE (no ``rope_scaling``), ``head_dim = hidden_size /
+num_attention_heads``, SiLU, no biases, RMSNorm epsilon 1e-5 (Llama 2's; note
+``LlamaConfig``'s default is 1e-6) and no attention dropout.
+:func:`from_llama_config` refuses the rest, naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from .interop import _check_keys, _get, _numpy, _optional
+
+#: (our name, Llama's name without "model.layers.N.") for block N; q, k, v are apart.
+_LLAMA_BLOCK_KEYS = (
+    ("ln1.weight", "input_layernorm.weight"),
+    ("attn.out_proj.weight", "self_attn.o_proj.weight"),
+    ("ln2.weight", "post_attention_layernorm.weight"),
+    ("ffn.w1.weight", "mlp.gate_proj.weight"),  # Meta's w1: the gate, SiLU'd
+    ("ffn.w3.weight", "mlp.up_proj.weight"),  # w3: the linear "up" value
+    ("ffn.w2.weight", "mlp.down_proj.weight"),  # w2: back to d_model
+)
+_LLAMA_QKV = ("q_proj", "k_proj", "v_proj")  # the row order inside our qkv_proj
+#: GPTConfig fields that make the GPT a Llama (labs.commands.train.ARCHS["llama"] plus pre-norm).
+_LLAMA_ARCH = {
+    "pos_emb": "rope",
+    "norm": "rmsnorm",
+    "ffn": "swiglu",
+    "bias": False,
+    "norm_position": "pre",
+}
+_RMS_NORM_EPS = 1e-5  # numpy_impl/torch_impl RMSNorm's eps, which GPTConfig does not change
+
+
+def _llama_key_table(n_layers: int, tied: bool) -> list[tuple[str, str]]:
+    """(our key, Llama's key) for every parameter but the fused qkv_proj."""
+    table = [("tok_emb.weight", "model.embed_tokens.weight")]
+    for n in range(n_layers):
+        table += [(f"blocks.{n}.{ours}", f"model.layers.{n}.{theirs}") for ours, theirs in
+                  _LLAMA_BLOCK_KEYS]  # fmt: skip
+    table.append(("ln_f.weight", "model.norm.weight"))
+    if not tied:
+        table.append(("head.weight", "lm_head.weight"))
+    return table
+
+
+def _qkv_keys(n: int) -> tuple[str, list[str]]:
+    """Our fused key of block n and Llama's three, in the order q, k, v."""
+    return f"blocks.{n}.attn.qkv_proj.weight", [
+        f"model.layers.{n}.self_attn.{p}.weight" for p in _LLAMA_QKV
+    ]
+
+
+def _rope_base(hf_config) -> float:
+    """RoPE's base from a LlamaConfig, refusing any scaled RoPE.
+
+    transformers 5 keeps it in ``rope_parameters`` (``{"rope_type", "rope_theta", ...}``),
+    4.x in ``rope_theta`` next to ``rope_scaling``.
+    """
+    params = _optional(hf_config, "rope_parameters")
+    if params:
+        rope_type = params.get("rope_type", params.get("type", "default"))
+        if rope_type != "default":
+            raise ValueError(
+                f"rope_parameters: this GPT has the plain RoPE (rope_type 'default'), "
+                f"got rope_type {rope_type!r}"
+            )
+        return float(params["rope_theta"])
+    scaling = _optional(hf_config, "rope_scaling")
+    if scaling is not None:
+        raise ValueError(f"rope_scaling: this GPT has the plain RoPE (None), got {scaling!r}")
+    return float(_get(hf_config, "rope_theta"))
+
+
+def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
+    """The GPTConfig fields (a dict) of the Llama-style model a Llama config describes.
+
+    Args:
+        hf_config: a ``transformers.LlamaConfig`` or its ``to_dict()``.
+        rope_layout: the layout of the returned model. ``"half"`` is HF's own
+            (the weights load unchanged); ``"interleaved"`` (Meta's, this
+            project's default) has :func:`from_llama_state` permute q and k.
+
+    Returns:
+        ``{"vocab_size", "block_size", "n_layers", "n_heads", "d_model", "d_ff",
+        "dropout", "bias", "tie_weights", "pos_emb", "rope_layout", "rope_base",
+        "norm", "ffn", "norm_position"}``.
+
+    Raises:
+        ValueError: a setting this project's GPT does not have (named):
+            ``num_key_value_heads != num_attention_heads`` (grouped-query
+            attention), a scaled RoPE (``rope_scaling`` / ``rope_parameters``),
+            ``head_dim`` other than ``hidden_size / num_attention_heads``,
+            ``hidden_act`` other than SiLU, ``attention_bias`` or ``mlp_bias``,
+            ``rms_norm_eps`` other than 1e-5, ``attention_dropout`` other than 0
+            (this GPT's one dropout acts elsewhere too), ``pretraining_tp`` other
+            than 1; an unknown ``rope_layout``.
+    """
+    if rope_layout not in ("interleaved", "half"):
+        raise ValueError(f"rope_layout: expected 'interleaved' or 'half', got {rope_layout!r}")
+    d_model = int(_get(hf_config, "hidden_size"))
+    n_heads = int(_get(hf_config, "num_attention_heads"))
+    kv_heads = _optional(hf_config, "num_key_value_heads")
+    if kv_heads is not None and kv_heads != n_heads:
+        raise ValueError(
+            f"num_key_value_heads: this GPT has no grouped-query attention, so it must equal "
+            f"num_attention_heads={n_heads}, got {kv_heads}"
+        )
+    head_dim = _optional(hf_config, "head_dim")
+    if head_dim is not None and head_dim * n_heads != d_model:
+        raise ValueError(
+            f"head_dim: this GPT's heads split hidden_size={d_model} in num_attention_heads="
+            f"{n_heads}, so head_dim must be {d_model // n_heads}, got {head_dim}"
+        )
+    act = _get(hf_config, "hidden_act")
+    if act not in ("silu", "swish"):
+        raise ValueError(f"hidden_act: this GPT's SwiGLU gate uses 'silu', got {act!r}")
+    for name, wanted in (
+        ("attention_bias", False),
+        ("mlp_bias", False),
+        ("attention_dropout", 0.0),
+        ("pretraining_tp", 1),
+    ):
+        value = _optional(hf_config, name, wanted)
+        if value != wanted:
+            raise ValueError(f"{name}: this GPT needs {wanted!r}, got {value!r}")
+    eps = _get(hf_config, "rms_norm_eps")
+    if eps != _RMS_NORM_EPS:
+        raise ValueError(
+            f"rms_norm_eps: this GPT's RMSNorm uses {_RMS_NORM_EPS} (Llama 2's), got {eps}"
+        )
+    tied = _optional(hf_config, "tie_word_embeddings", False)
+    return {
+        "vocab_size": int(_get(hf_config, "vocab_size")),
+        "block_size": int(_get(hf_config, "max_position_embeddings")),
+        "n_layers": int(_get(hf_config, "num_hidden_layers")),
+        "n_heads": n_heads,
+        "d_model": d_model,
+        "d_ff": int(_get(hf_config, "intermediate_size")),
+        "dropout": 0.0,
+        "tie_weights": bool(tied),
+        "rope_layout": rope_layout,
+        "rope_base": _rope_base(hf_config),
+        **_LLAMA_ARCH,
+    }
+
+
+def llama_config(model_config: dict):
+    """The ``transformers.LlamaConfig`` of a model with these GPTConfig fields.
+
+    ``dropout`` is not carried: Llama's config has an attention dropout only, and
+    the exported model is for inference (its dropout is off in eval mode anyway).
+
+    Raises:
+        ImportError: transformers is not installed (``pip install -e ".[interop]"``).
+        ValueError: a model that is not Llama-style, naming the field (``pos_emb``
+            "rope", ``norm`` "rmsnorm", ``ffn`` "swiglu", ``bias`` False and
+            ``norm_position`` "pre" are needed).
+    """
+    from transformers import LlamaConfig
+
+    from numpy_impl.ffn import swiglu_hidden_dim
+
+    defaults = {"pos_emb": "learned", "norm": "layernorm", "ffn": "gelu", "bias": True,
+                "norm_position": "pre"}  # fmt: skip
+    for name, wanted in _LLAMA_ARCH.items():
+        value = model_config.get(name, defaults[name])
+        if value != wanted:
+            raise ValueError(f"{name}: a Llama needs {wanted!r}, this model has {value!r}")
+    d_model = model_config.get("d_model", 128)
+    d_ff = model_config.get("d_ff")
+    return LlamaConfig(
+        vocab_size=model_config["vocab_size"],
+        hidden_size=d_model,
+        intermediate_size=swiglu_hidden_dim(d_model) if d_ff is None else d_ff,
+        num_hidden_layers=model_config.get("n_layers", 4),
+        num_attention_heads=model_config.get("n_heads", 4),
+        num_key_value_heads=model_config.get("n_heads", 4),
+        max_position_embeddings=model_config.get("block_size", 64),
+        rms_norm_eps=_RMS_NORM_EPS,
+        rope_theta=float(model_config.get("rope_base", 10000.0)),
+        hidden_act="silu",
+        attention_bias=False,
+        mlp_bias=False,
+        attention_dropout=0.0,
+        tie_word_embeddings=model_config.get("tie_weights", True),
+        bos_token_id=None,  # Llama's 1 and 2 are its SentencePiece ids; a char vocabulary has none
+        eos_token_id=None,
+        pad_token_id=None,
+    )
+
+
+def _permute_qk(qkv: np.ndarray, model_config: dict, from_layout: str, to_layout: str):
+    from numpy_impl.rope import permute_qkv_for_rope  # numpy only: labs never needs torch here
+
+    return permute_qkv_for_rope(qkv, model_config.get("n_heads", 4), from_layout, to_layout)
+
+
+def from_llama_state(hf_state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
+    """Llama's state dict (``LlamaForCausalLM.state_dict()``, torch tensors or
+    arrays) as this project's state dict.
+
+    q, k and v are stacked into ``qkv_proj`` (rows q, k, v); with
+    ``model_config["rope_layout"] == "interleaved"`` the q and k rows of each
+    head are then permuted from HF's "half" layout. Nothing is transposed (both
+    sides are ``nn.Linear``, ``(out, in)``). With tied weights, ``head.weight``
+    is the ``tok_emb.weight`` array.
+
+    Raises:
+        ValueError: keys missing or unexpected (all listed; the rotary
+            embedding's ``inv_freq`` buffer, kept by old transformers versions,
+            is ignored).
+    """
+    tied = model_config.get("tie_weights", True)
+    n_layers = model_config.get("n_layers", 4)
+    table = _llama_key_table(n_layers, tied)
+    wanted = {theirs for _, theirs in table}
+    wanted |= {k for n in range(n_layers) for k in _qkv_keys(n)[1]}
+    present = {k for k in hf_state if not k.endswith("rotary_emb.inv_freq")}
+    if tied:
+        present.discard("lm_head.weight")  # the same tensor as embed_tokens
+    _check_keys("Llama state dict", present, wanted)
+    state = {ours: np.ascontiguousarray(_numpy(hf_state[theirs])) for ours, theirs in table}
+    for n in range(n_layers):
+        ours, theirs = _qkv_keys(n)
+        qkv = np.concatenate([_numpy(hf_state[k]) for k in theirs], axis=0)  # (3C, C)
+        state[ours] = _permute_qk(qkv, model_config, "half", model_config["rope_layout"])
+    if tied:
+        state["head.weight"] = state["tok_emb.weight"]
+    return {k: state[k] for k in _llama_order(n_layers, tied)}
+
+
+def _llama_order(n_layers: int, tied: bool) -> list[str]:
+    """Our keys in the backends' state-dict order (qkv_proj after ln1)."""
+    block = ("ln1", "attn.qkv_proj", "attn.out_proj", "ln2", "ffn.w1", "ffn.w2", "ffn.w3")
+    keys = ["tok_emb.weight"]
+    keys += [f"blocks.{n}.{k}.weight" for n in range(n_layers) for k in block]
+    return keys + ["ln_f.weight", "head.weight"]
+
+
+def to_llama_state(state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
+    """The inverse of :func:`from_llama_state`: this project's state dict as
+    Llama's (``qkv_proj`` permuted to the "half" layout if the model's is
+    "interleaved", then split into q, k, v; with tied weights ``lm_head.weight``
+    is ``model.embed_tokens.weight``).
+
+    Raises:
+        ValueError: keys missing or unexpected (all listed); a ``qkv_proj`` whose
+            rows do not split into ``n_heads`` heads.
+    """
+    tied = model_config.get("tie_weights", True)
+    n_layers = model_config.get("n_layers", 4)
+    table = _llama_key_table(n_layers, tied)
+    wanted = {ours for ours, _ in table} | {_qkv_keys(n)[0] for n in range(n_layers)}
+    _check_keys("state dict", set(state) - ({"head.weight"} if tied else set()), wanted)
+    hf_state = {theirs: np.ascontiguousarray(_numpy(state[ours])) for ours, theirs in table}
+    layout = model_config.get("rope_layout", "interleaved")
+    for n in range(n_layers):
+        ours, theirs = _qkv_keys(n)
+        qkv = _permute_qk(_numpy(state[ours]), model_config, layout, "half")
+        for key, rows in zip(theirs, np.split(qkv, 3, axis=0), strict=True):
+            hf_state[key] = np.ascontiguousarray(rows)
+    if tied:
+        hf_state["lm_head.weight"] = hf_state["model.embed_tokens.weight"]
+    return hf_state
+
+
+def from_llama(hf_model, rope_layout: str = "half") -> tuple[dict, dict[str, np.ndarray]]:
+    """``(model_config, state_dict)`` of a ``LlamaForCausalLM``, ready for
+    ``make_backend(name, model_config).load_state_dict(state_dict)`` or
+    :func:`labs.plumbing.checkpoint.save_checkpoint`.
+
+    Args:
+        hf_model: a ``LlamaForCausalLM``.
+        rope_layout: of the returned model; ``"half"`` (HF's, the default) or
+            ``"interleaved"`` (q and k rows permuted; the same function).
+
+    Raises:
+        ValueError: as :func:`from_llama_config` and :func:`from_llama_state`.
+    """
+    model_config = from_llama_config(hf_model.config, rope_layout)
+    return model_config, from_llama_state(hf_model.state_dict(), model_config)
+
+
+def to_llama(model_config: dict, state: Mapping, dtype=None):
+    """A ``transformers.LlamaForCausalLM`` holding this project's weights, in eval mode.
+
+    A model with ``rope_layout="interleaved"`` has its q and k rows permuted to
+    HF's "half" layout (:func:`to_llama_state`): the logits are the same.
+
+    Args:
+        model_config: GPTConfig fields of a Llama-style model.
+        state: a state dict from either backend (or a checkpoint).
+        dtype: torch dtype of the HF model (default: the weights' dtype).
+
+    Raises:
+        ImportError: transformers is not installed.
+        ValueError: as :func:`llama_config` and :func:`to_llama_state`.
+    """
+    import torch
+    from transformers import LlamaForCausalLM
+
+    hf_config = llama_config(model_config)
+    hf_state = to_llama_state(state, model_config)
+    if dtype is None:
+        dtype = torch.from_numpy(np.zeros(0, hf_state["model.embed_tokens.weight"].dtype)).dtype
+    model = LlamaForCausalLM(hf_config).to(dtype)
+    tensors = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in hf_state.items()}
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    missing = [k for k in missing if not k.endswith("rotary_emb.inv_freq")]
+    if missing or unexpected:
+        raise ValueError(f"Llama model: missing keys {missing}, unexpected keys {unexpected}")
+    if model_config.get("tie_weights", True):
+        model.tie_weights()
+    return model.eval()
