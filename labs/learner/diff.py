@@ -5,359 +5,40 @@
     python -m labs diff attention --method forward      # one method only
     python -m labs diff gpt --no-color | less
 
-Both files are parsed with :mod:`ast` and cut into pieces: the module preamble
-(docstring, imports, constants), each top-level function, and each class as its
-header (``class`` line, docstring, class attributes) followed by one piece per
-method. Pieces are paired by qualified name (``CausalSelfAttention.forward``)
-and shown in the NumPy file's order; a piece with no twin (``backward`` exists
-only on the NumPy side, helpers differ) faces blank space, and PyTorch-only
-pieces are slotted in where the PyTorch file has them. The shorter side of each
-pair is padded, so the next pair starts on the same row on both sides, and
-within a pair the ``def`` lines face each other.
-
 Layout: the terminal's width (``shutil.get_terminal_size``, at least 2 x 60
 columns), one column per file, line numbers from the real files. A line too
 long for its column is wrapped, never cut: its continuation rows carry ``↪``
 in the line-number gutter. Colour (Pygments' ``TerminalFormatter``) is on when
 stdout is a terminal; Pygments is optional, and without it the output is plain.
 
-The pairing (:func:`load_source`, :func:`pair_sources`) is shared with
-``python -m labs docs``, which renders the same pairs as HTML.
+The pieces and their pairs come from ``diff_pairs.py``; this module lays them
+out in two columns.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import os
 import shutil
 import sys
 import unicodedata
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from .. import UserError
+from .diff_pairs import (
+    NUMPY_DIR,
+    TORCH_DIR,
+    Pair,
+    Segment,
+    Source,
+    Tokens,
+    load_source,
+    pair_sources,
+    resolve_component,
+    select_method,
+)
 
-ROOT = Path(__file__).resolve().parents[2]
-NUMPY_DIR = ROOT / "numpy_impl"
-TORCH_DIR = ROOT / "torch_impl"
-
-#: Qualified name of the piece before the first function or class.
-MODULE = "<module>"
 MIN_COLUMN = 60  # narrowest column, in characters: the output is at least 2 x 60 wide
-TAB = 4
-
-Tokens = list[tuple[object, str]]  # (Pygments token type or None, text), one source line
-
-
-# -- parsing: a file cut into named pieces ---------------------------------------------------
-@dataclass(frozen=True)
-class Segment:
-    """A run of lines of one file: ``start`` .. ``end`` (1-based, inclusive).
-
-    ``def_line`` is the ``def``/``class`` line (after decorators and comments
-    above it), so that the two sides of a pair can be aligned on it.
-    """
-
-    qualname: str  # "<module>", "attention_weights", "CausalSelfAttention", "...forward"
-    kind: str  # "module" | "function" | "class" | "method"
-    start: int
-    end: int
-    def_line: int
-    decorators: tuple[str, ...] = ()
-
-    @property
-    def length(self) -> int:
-        return self.end - self.start + 1
-
-
-@dataclass
-class _Item:
-    """A top-level function or class (with its methods), or a method."""
-
-    name: str
-    kind: str
-    seg: Segment  # for a class: its header only
-    whole: Segment  # for a class: header and methods
-    methods: list[_Item] = field(default_factory=list)
-
-
-@dataclass
-class Source:
-    """One implementation file: its text, lines and pieces."""
-
-    path: Path
-    label: str  # "numpy_impl/attention.py"
-    lines: list[str]
-    preamble: Segment | None
-    items: list[_Item]
-    _tokens: list[Tokens] | None = None
-
-    def line_tokens(self) -> list[Tokens]:
-        """Pygments tokens of every line (lexed as one file, so docstrings stay strings).
-
-        Without Pygments each line is a single untyped token.
-        """
-        if self._tokens is None:
-            try:
-                from pygments.lexers import PythonLexer
-            except ImportError:
-                self._tokens = [[(None, line)] for line in self.lines]
-            else:
-                lexer = PythonLexer(stripnl=False, ensurenl=True)
-                self._tokens = _split_lines(lexer.get_tokens("\n".join(self.lines) + "\n"))
-                # the lexer keeps every character, so the line count must agree
-                del self._tokens[len(self.lines) :]
-                self._tokens += [[] for _ in range(len(self.lines) - len(self._tokens))]
-        return self._tokens
-
-
-def _split_lines(tokens: Iterable[tuple[object, str]]) -> list[Tokens]:
-    lines: list[Tokens] = [[]]
-    for ttype, value in tokens:
-        parts = value.split("\n")
-        for i, part in enumerate(parts):
-            if i:
-                lines.append([])
-            if part:
-                lines[-1].append((ttype, part))
-    return lines
-
-
-def load_source(path: Path, label: str | None = None) -> Source:
-    """Read and cut one Python file into its pieces."""
-    text = path.read_text(encoding="utf-8").expandtabs(TAB)
-    lines = text.splitlines()
-    tree = ast.parse(text, filename=str(path))
-    items = _items(tree.body, lines, len(lines), prefix="")
-    first = items[0].whole.start if items else len(lines) + 1
-    end = _trim_end(lines, 1, first - 1)
-    preamble = Segment(MODULE, "module", 1, end, 1) if end >= 1 else None
-    try:
-        label = label or path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        label = path.name
-    return Source(path, label, lines, preamble, items)
-
-
-def _start(node: ast.AST, lines: list[str]) -> int:
-    """First line of a definition: its decorators and the comments just above it."""
-    s = min([d.lineno for d in getattr(node, "decorator_list", [])] + [node.lineno])
-    while s > 1 and lines[s - 2].strip().startswith("#"):
-        s -= 1
-    return s
-
-
-def _trim_end(lines: list[str], start: int, end: int) -> int:
-    while end >= start and not lines[end - 1].strip():
-        end -= 1
-    return end
-
-
-_DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
-
-
-def _items(body: list[ast.stmt], lines: list[str], limit: int, prefix: str) -> list[_Item]:
-    """The definitions among ``body``; each runs up to the next one (or ``limit``).
-
-    Statements between two definitions (a constant, an ``if __name__``) stay
-    with the definition above them.
-    """
-    defs = [n for n in body if isinstance(n, _DEFS)]
-    starts = [_start(n, lines) for n in defs]
-    out = []
-    for i, node in enumerate(defs):
-        start = starts[i]
-        stop = starts[i + 1] - 1 if i + 1 < len(defs) else max(limit, node.end_lineno)
-        end = _trim_end(lines, start, stop)
-        qual = prefix + node.name
-        decos = tuple("@" + ast.unparse(d) for d in getattr(node, "decorator_list", []))
-        whole_kind = "method" if prefix else "function"
-        if isinstance(node, ast.ClassDef) and not prefix:
-            methods = _items(node.body, lines, end, prefix=qual + ".")
-            head_end = _trim_end(lines, start, methods[0].whole.start - 1) if methods else end
-            seg = Segment(qual, "class", start, head_end, node.lineno)
-            whole = Segment(qual, "class", start, end, node.lineno)
-            out.append(_Item(node.name, "class", seg, whole, methods))
-        else:
-            kind = "class" if isinstance(node, ast.ClassDef) else whole_kind
-            seg = Segment(qual, kind, start, end, node.lineno, decos)
-            out.append(_Item(node.name, kind, seg, seg))
-    return out
-
-
-# -- pairing ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Pair:
-    """One row block: a piece of the NumPy file and its PyTorch twin (either may be None)."""
-
-    key: str  # qualified name, "#2" appended to a repeated one (a property's setter)
-    left: Segment | None
-    right: Segment | None
-
-    @property
-    def qualname(self) -> str:
-        return self.key.split("#")[0]
-
-    @property
-    def anchor(self) -> str:
-        """``CausalSelfAttention-forward``; ``module`` for the preamble."""
-        if self.key == MODULE:
-            return "module"
-        return self.key.replace(".", "-").replace("#", "-")
-
-    @property
-    def label(self) -> str:
-        if self.key == MODULE:
-            return "module docstring and imports"
-        seg = self.left or self.right
-        prefix = "class " if seg.kind == "class" else ""
-        suffix = ""
-        if "#" in self.key:  # a repeated name: say which, by its decorator if it has one
-            suffix = f" ({seg.decorators[0] if seg.decorators else self.key.split('#')[1]})"
-        return prefix + self.qualname + suffix
-
-
-def _keys(names: list[str]) -> list[str]:
-    """Names made unique by occurrence: ``["f", "f"]`` -> ``["f", "f#2"]``."""
-    seen: dict[str, int] = {}
-    out = []
-    for n in names:
-        seen[n] = seen.get(n, 0) + 1
-        out.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
-    return out
-
-
-def _merge(left: list[str], right: list[str]) -> list[tuple[int | None, int | None]]:
-    """Walk ``left`` in order, pairing equal keys; right-only keys are slotted in
-    just before the next paired key that follows them on the right."""
-    rpos = {k: j for j, k in enumerate(right)}
-    lset = set(left)
-    done: set[int] = set()
-    out: list[tuple[int | None, int | None]] = []
-    for i, k in enumerate(left):
-        j = rpos.get(k)
-        if j is None:
-            out.append((i, None))
-            continue
-        for jj in range(j):
-            if jj not in done and right[jj] not in lset:
-                out.append((None, jj))
-                done.add(jj)
-        out.append((i, j))
-        done.add(j)
-    out += [(None, j) for j in range(len(right)) if j not in done and right[j] not in lset]
-    return out
-
-
-def _select(items: list[_Item], only) -> list[_Item]:
-    if only is None:
-        return items
-    if only == "functions":
-        return [it for it in items if it.kind == "function"]
-    if only == "classes":
-        return [it for it in items if it.kind == "class"]
-    return [it for it in items if it.name in only]
-
-
-def pair_sources(left: Source | None, right: Source | None, only=None) -> list[Pair]:
-    """The pieces of two twin files, paired by qualified name, in the left file's order.
-
-    ``only``: ``None`` (everything), ``"functions"``, ``"classes"``, or a
-    collection of top-level names; the module preamble is always included.
-    """
-    pairs = []
-    lpre = left.preamble if left else None
-    rpre = right.preamble if right else None
-    if lpre or rpre:
-        pairs.append(Pair(MODULE, lpre, rpre))
-    litems = _select(left.items, only) if left else []
-    ritems = _select(right.items, only) if right else []
-    pairs += _pair_items(litems, ritems, prefix="")
-    return pairs
-
-
-def _one_sided(item: _Item, key: str, side: str) -> Iterator[Pair]:
-    def make(k, seg):
-        return Pair(k, seg, None) if side == "left" else Pair(k, None, seg)
-
-    yield make(key, item.seg)
-    for mkey, m in zip(_keys([m.name for m in item.methods]), item.methods, strict=True):
-        yield make(f"{key}.{mkey}", m.seg)
-
-
-def _pair_items(litems: list[_Item], ritems: list[_Item], prefix: str) -> list[Pair]:
-    lkeys, rkeys = _keys([it.name for it in litems]), _keys([it.name for it in ritems])
-    out: list[Pair] = []
-    for i, j in _merge(lkeys, rkeys):
-        if j is None:
-            out += _one_sided(litems[i], prefix + lkeys[i], "left")
-        elif i is None:
-            out += _one_sided(ritems[j], prefix + rkeys[j], "right")
-        else:
-            a, b, key = litems[i], ritems[j], prefix + lkeys[i]
-            if a.kind == b.kind == "class":
-                out.append(Pair(key, a.seg, b.seg))
-                out += _pair_items(a.methods, b.methods, prefix=key + ".")
-            else:  # a class against a function: compare them whole
-                out.append(Pair(key, a.whole, b.whole))
-    return out
-
-
-# -- components -------------------------------------------------------------------------------
-def _stems(directory: Path) -> set[str]:
-    return {p.stem for p in directory.glob("*.py") if not p.stem.startswith("__")}
-
-
-def components() -> list[str]:
-    """File stems present in both ``numpy_impl/`` and ``torch_impl/``."""
-    return sorted(_stems(NUMPY_DIR) & _stems(TORCH_DIR))
-
-
-def _defined_names(path: Path) -> list[str]:
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return []
-    return [n.name for n in tree.body if isinstance(n, _DEFS) and not n.name.startswith("_")]
-
-
-def resolve_component(name: str) -> str:
-    """A component's file stem from a stem (``norm``), a path (``numpy_impl/norm.py``)
-    or a public class or function name (``LayerNorm``, ``filter_logits``)."""
-    valid = components()
-    stem = Path(name).stem if name.endswith(".py") else name
-    if stem in valid:
-        return stem
-    if stem.lower() in valid:
-        return stem.lower()
-    for comp in valid:
-        for directory in (NUMPY_DIR, TORCH_DIR):
-            if name in _defined_names(directory / f"{comp}.py"):
-                return comp
-    only_numpy = _stems(NUMPY_DIR) - _stems(TORCH_DIR)
-    hint = " (NumPy only: it has no PyTorch twin)" if stem in only_numpy else ""
-    raise UserError(
-        f"unknown component {name!r}{hint}; choose one of: {', '.join(valid)} "
-        "(or a class name such as LayerNorm)"
-    )
-
-
-def select_method(pairs: list[Pair], method: str) -> list[Pair]:
-    """The pairs named ``method``: a qualified name (``CausalSelfAttention.forward``)
-    or its last part (``forward``) when that is unambiguous."""
-    exact = [p for p in pairs if p.key == method or p.qualname == method]
-    if exact:
-        return exact
-    tail = [p for p in pairs if p.qualname.rsplit(".", 1)[-1] == method]
-    owners = sorted({p.qualname for p in tail})
-    if len(owners) == 1:
-        return tail
-    names = sorted({p.qualname for p in pairs if p.key != MODULE})
-    if owners:
-        raise UserError(f"--method {method!r} is ambiguous; choose one of: {', '.join(owners)}")
-    raise UserError(f"no method or function {method!r} here; choose one of: {', '.join(names)}")
 
 
 # -- terminal rendering -----------------------------------------------------------------------
