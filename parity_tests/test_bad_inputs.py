@@ -911,7 +911,7 @@ def bpe_json_with(**fields) -> str:
 
 # -- labs/ plumbing: the command line, checkpoints, backends ---------------------------------
 # Each backend is driven the way a learner drives it: `python -m labs train|sample` (in this
-# process, so the exception itself is seen) and the adapters of labs/plumbing/backends.py.
+# process, so the exception itself is seen) and the adapters of labs/plumbing/backends*.py.
 _FILES = tempfile.TemporaryDirectory(prefix="twinformer-bad-inputs-")  # removed at exit
 CHARS = "abcdefg"  # V = 7 characters
 

@@ -21,7 +21,7 @@ from parity_tests.harness import randomize_, tensor
 from parity_tests.strategies import SeededRng
 from parity_tests.tolerances import assert_close
 
-# No chapter marker: checkpoints are plumbing (labs/plumbing/checkpoint.py), not an exercise.
+# No chapter marker: checkpoints are plumbing (labs/plumbing/checkpoint*.py), not an exercise.
 BACKENDS = ["numpy", "torch"]
 CONFIG = {"vocab_size": 23, "block_size": 10, "n_layers": 2, "n_heads": 2, "d_model": 12}
 

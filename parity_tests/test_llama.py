@@ -5,8 +5,8 @@
   with or without biases and tied head; the NumPy backward against central differences;
 * what the Llama configuration builds: no position table, no biases, RMSNorm gains at
   1, the residual projections' smaller init, the parameter count;
-* ``labs/plumbing/checkpoint.py`` knows every option's parameter names and shapes, a Llama
-  checkpoint crosses between backends, and a config.json written before the new
+* ``labs/plumbing/checkpoint_format.py`` knows every option's parameter names and shapes, a
+  Llama checkpoint crosses between backends, and a config.json written before the new
   fields existed still loads (as the GPT-2 model it described);
 * ``python -m labs train --arch llama`` with either backend, sampled with the other;
 * Hugging Face's ``LlamaForCausalLM`` (slow; skipped without ``transformers``) loaded

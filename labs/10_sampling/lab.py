@@ -28,22 +28,19 @@
 
 # %%
 import math
-import sys
 import time
-from pathlib import Path
 
-try:
-    _start = Path(__file__).resolve().parent
-except NameError:  # inside a notebook kernel: no __file__, start from the working directory
-    _start = Path.cwd()
-ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-CHECKPOINT = ROOT / "runs" / "numpy"
+from labs.learner.notebook import (
+    SONNETS,
+    figure_saver,
+    limit_threads,
+    load_text,
+    plot_to_files,
+    repository_path,
+)
 
-from labs.learner.notebook import SONNETS, figure_saver, limit_threads, load_text, plot_to_files
-
-save = figure_saver(ROOT / "labs" / "10_sampling" / "figures")  # save(fig, "name.png")
+CHECKPOINT = repository_path("runs", "numpy")  # python -m labs train --backend numpy
+save = figure_saver("10_sampling")  # save(fig, "name.png") into figures/
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
