@@ -191,7 +191,7 @@ def test_trainer_learns_hfs_merges_in_order(text, extra):
 def test_trainer_matches_hf_on_a_slice_of_tiny_shakespeare():
     """The first 200,000 characters, vocab 1,000: every merge identical, in order.
     (The whole corpus at 1,000 and 10,000: ``python -m labs bench-tokenizer``.)"""
-    from labs.data import DATA_ENV_VAR, cache_path, load_corpus
+    from labs.plumbing.data import DATA_ENV_VAR, cache_path, load_corpus
 
     path = os.environ.get(DATA_ENV_VAR) or (cache_path() if cache_path().is_file() else None)
     if path is None:

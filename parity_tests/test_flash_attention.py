@@ -135,9 +135,7 @@ def test_flash_parity_with_torch_fused_kernels(sdpa_backend, mask_kind, data, rn
     with T.use_sdpa_backend(sdpa_backend):
         out_t = T.flash_attention(qt, kt, vt, mask_t, is_causal, scale, tile_q, tile_k)
     assert_close(f"output of {what}", out, out_t, np.float64)
-    explicit = T.scaled_dot_product_attention(
-        qt, kt, vt, mask_t, is_causal, scale, impl="explicit"
-    )
+    explicit = T.scaled_dot_product_attention(qt, kt, vt, mask_t, is_causal, scale, impl="explicit")
     assert_close(f"torch explicit vs sdpa_backend={sdpa_backend}", explicit, out_t, np.float64)
 
     dout = rng.normal(out.shape)

@@ -251,7 +251,11 @@ def test_permuted_weights_and_other_layout_give_the_same_attention(src, dst, rng
     torch_dst.load_state_dict({k: torch.from_numpy(v) for k, v in permuted.items()})
     reference = np_src(x, is_causal=True, start_pos=pos)
     what = f"{src} -> {dst}, start_pos {pos}"
-    assert_close(f"NumPy attention, weights permuted {what}", np_dst(x, is_causal=True, start_pos=pos), reference)
+    assert_close(
+        f"NumPy attention, weights permuted {what}",
+        np_dst(x, is_causal=True, start_pos=pos),
+        reference,
+    )
     with torch.no_grad():
         assert_close(
             f"torch attention, weights permuted {what}",
@@ -342,4 +346,6 @@ def test_attention_with_rope_and_start_pos_every_gradient(layout, rng, B, T_, hc
     params_t = dict(torch_mod.named_parameters())
     for name, p in numpy_mod.named_parameters():
         assert_close(f"grad of {name} in {what}", p.grad, params_t[name].grad)
-    finite_difference_check(f"dx of {what}", lambda: numpy_mod(x, is_causal=True, start_pos=pos), x, dx, dout, rng)
+    finite_difference_check(
+        f"dx of {what}", lambda: numpy_mod(x, is_causal=True, start_pos=pos), x, dx, dout, rng
+    )

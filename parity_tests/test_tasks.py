@@ -16,12 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labs.tasks import (
-    BOS,
-    EOS,
-    IGNORE_INDEX,
-    PAD,
-    SequenceTask,
+from labs.plumbing.tasks import IGNORE_INDEX
+from labs.plumbing.tasks_sequence import BOS, EOS, PAD, SequenceTask
+from labs.plumbing.tasks_speakers import (
     WordTokenizer,
     encode_padded,
     parse_speeches,

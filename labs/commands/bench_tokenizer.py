@@ -29,8 +29,8 @@ import math
 import os
 import time
 
-from . import UserError
-from .data import CorpusUnavailableError, load_corpus, resolve_corpus
+from .. import UserError
+from ..plumbing.data import CorpusUnavailableError, load_corpus, resolve_corpus
 
 MB = 1e6
 
