@@ -1,12 +1,14 @@
-"""Labs: the plumbing shared by both backends, and the learner's command line.
+"""Labs: the course, and the command line and plumbing around it.
 
-``python -m labs train|sample|bench`` (see ``labs/__main__.py``).
+``python -m labs COMMAND`` (the parser: ``labs/__main__.py``). The package's rooms:
 
-* ``data.py``: the Tiny Shakespeare corpus, the train/val split, batches.
-* ``checkpoint.py``: safetensors + JSON checkpoints, identical for both backends.
-* ``backends.py``: one adapter per backend (NumPy, PyTorch), one interface.
-* ``train.py``, ``sample.py``, ``bench.py``: the commands.
-* ``notebook.py``: the set-up the chapters' ``lab.py`` scripts share.
+* ``01_tokens/`` ... ``16_encoder_decoder/``: the course, one chapter each
+  (``README.md``, and ``lab.py``, a script that is also a notebook).
+* ``commands/``: the command-line jobs (``train``, ``sample``, ``bench``, ...).
+* ``plumbing/``: what the commands stand on, shared by both backends: the backend
+  adapters, checkpoints, the corpus and tokenizers, Hugging Face interop.
+* ``learner/``: the learner's tools: the exercises (``start``, ``check``, ...),
+  ``diff``, ``docs``, and the set-up the chapters' ``lab.py`` scripts share.
 """
 
 

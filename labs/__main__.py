@@ -19,21 +19,19 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import (
-    UserError,
+from . import UserError
+from .commands import (
     bench,
     bench_attention,
     bench_generate,
     bench_tokenizer,
     classify,
-    diff,
-    docs,
-    exercises,
     sample,
     seq2seq,
     train,
 )
-from .runtime import tune_malloc
+from .learner import diff, docs, exercises
+from .plumbing.runtime import tune_malloc
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -91,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what was given explicitly
-    tune_malloc()  # see labs/runtime.py: NumPy's temporaries stop page-faulting
+    tune_malloc()  # see labs/plumbing/runtime.py: NumPy's temporaries stop page-faulting
     try:
         return args.func(args)
     except UserError as e:

@@ -13,6 +13,7 @@ from .attention import (
     split_heads,
 )
 from .block import Block
+from .char_tokenizer import CharTokenizer
 from .dropout import Dropout
 from .embedding import Embedding
 from .encoder import ClassifierHead, Encoder, MeanPool, TransformerClassifier
@@ -37,7 +38,8 @@ from .rope import (
 )
 from .sampling import filter_logits, generate
 from .seq2seq import Decoder, DecoderBlock, Seq2SeqTransformer
-from .tokenizer import BPETokenizer, CharTokenizer, DecodeStream
+from .tokenizer import BPETokenizer
+from .tokenizer_files import DecodeStream
 
 __all__ = [
     "AdamW",

@@ -48,7 +48,7 @@ class GPTConfig:
         norm_position: ``"pre"`` (GPT-2) or ``"post"`` (Vaswani et al. 2017).
 
     The Llama-style decoder is ``pos_emb="rope", norm="rmsnorm", ffn="swiglu",
-    bias=False`` (``labs.train.ARCHS["llama"]``). A config written before these
+    bias=False`` (``labs.commands.train.ARCHS["llama"]``). A config written before these
     fields existed loads with their defaults: the GPT-2 model it described.
 
     Raises:

@@ -31,14 +31,9 @@ import numpy_impl as N
 import numpy_impl.sampling as NS
 import torch_impl as T
 from labs import UserError
-from labs.backends import make_backend
-from labs.checkpoint import (
-    CONFIG_FILE,
-    MODEL_FILE,
-    CheckpointError,
-    load_checkpoint,
-    save_checkpoint,
-)
+from labs.plumbing.backends import make_backend
+from labs.plumbing.checkpoint import load_checkpoint, save_checkpoint
+from labs.plumbing.checkpoint_format import CONFIG_FILE, MODEL_FILE, CheckpointError
 
 V, BLOCK, C, H = 7, 6, 8, 2  # a tiny GPT: vocabulary, block_size, d_model, heads
 GPT_CONFIG = {"vocab_size": V, "block_size": BLOCK, "n_layers": 1, "n_heads": H, "d_model": C}
@@ -944,7 +939,7 @@ def bpe_json_with(**fields) -> str:
 
 # -- labs/ plumbing: the command line, checkpoints, backends ---------------------------------
 # Each backend is driven the way a learner drives it: `python -m labs train|sample` (in this
-# process, so the exception itself is seen) and the adapters of labs/backends.py.
+# process, so the exception itself is seen) and the adapters of labs/plumbing/backends*.py.
 _FILES = tempfile.TemporaryDirectory(prefix="twinformer-bad-inputs-")  # removed at exit
 CHARS = "abcdefg"  # V = 7 characters
 

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from labs.__main__ import main
-from labs.bench_attention import CPU_IMPLS, measure_attention
+from labs.commands.bench_attention import CPU_IMPLS, measure_attention
 
 ROOT = Path(__file__).resolve().parent.parent
 

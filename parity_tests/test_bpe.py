@@ -5,8 +5,9 @@ pre-tokenizer, trainer and decoder. With the same merges, the NumPy twin's ids m
 be HF's for any text (Hypothesis draws whitespace runs, newlines, emoji, combining
 marks, digits, contractions in both cases and any assigned character); the NumPy
 trainer must learn HF's merges in HF's order; ``decode(encode(s)) == s`` for every
-string; the two ``tokenizer.json`` files must be the same document. Seed 003's plain
-BPE is the reference for the fast trainer with pre-tokenization switched off.
+string; the two ``tokenizer.json`` files must be the same document. The source
+material's plain BPE is the reference for the fast trainer with pre-tokenization
+switched off.
 """
 
 from __future__ import annotations
@@ -20,13 +21,16 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
+import numpy_impl.bpe_trainer as NB
+import numpy_impl.byte_level as NL
 import numpy_impl.tokenizer as NT
+import torch_impl.byte_level as TL
 import torch_impl.tokenizer as TT
 from parity_tests.strategies import tokenizer_texts
 
 pytestmark = pytest.mark.ch11
 
-EOT = NT.ENDOFTEXT
+EOT = NL.ENDOFTEXT
 #: A small training text with what the parity texts are made of: Shakespeare, both
 #: cases of contractions, digits, accents, other scripts, emoji, runs of spaces.
 TRAIN_TEXT = (
@@ -48,7 +52,7 @@ def twins() -> tuple[NT.BPETokenizer, TT.BPETokenizer]:
 
 @pytest.fixture(scope="module")
 def plain_twins() -> tuple[NT.BPETokenizer, TT.BPETokenizer]:
-    """The same without pre-tokenization (seed 003's BPE; HF ``use_regex=False``)."""
+    """The same without pre-tokenization (the source material's BPE; HF ``use_regex=False``)."""
     ours = NT.BPETokenizer.train(TRAIN_TEXT, 400, pattern=None)
     return ours, TT.BPETokenizer(ours.vocab, ours.merges, ours.special_tokens, pattern=None)
 
@@ -68,7 +72,7 @@ def plain_twins() -> tuple[NT.BPETokenizer, TT.BPETokenizer]:
 )
 def test_pre_tokenization_fixed_cases(twins, text, pieces):
     ours, hf = twins
-    assert NT.pre_tokenize(text) == pieces
+    assert NL.pre_tokenize(text) == pieces
     assert ours.pre_tokenize(text) == pieces
     assert hf.pre_tokenize(text) == pieces
 
@@ -187,7 +191,7 @@ def test_trainer_learns_hfs_merges_in_order(text, extra):
 def test_trainer_matches_hf_on_a_slice_of_tiny_shakespeare():
     """The first 200,000 characters, vocab 1,000: every merge identical, in order.
     (The whole corpus at 1,000 and 10,000: ``python -m labs bench-tokenizer``.)"""
-    from labs.data import DATA_ENV_VAR, cache_path, load_corpus
+    from labs.plumbing.data import DATA_ENV_VAR, cache_path, load_corpus
 
     path = os.environ.get(DATA_ENV_VAR) or (cache_path() if cache_path().is_file() else None)
     if path is None:
@@ -204,20 +208,20 @@ def test_trainer_matches_hf_on_a_slice_of_tiny_shakespeare():
 
 
 @given(text=tokenizer_texts, extra=st.integers(0, 60), long_word=st.booleans())
-def test_seed_plain_bpe_equals_the_fast_trainer_without_pre_tokenization(text, extra, long_word):
-    """Seed 003's ``train_bpe`` (recount every pair, every merge) against the fast
-    trainer with ``pattern=None``, through its short-word path and (``long_word``) the
-    indexed path it takes for words over ``_LONG_WORD`` symbols."""
+def test_plain_bpe_equals_the_fast_trainer_without_pre_tokenization(text, extra, long_word):
+    """The source material's ``train_bpe_plain`` (recount every pair, every merge)
+    against the fast trainer with ``pattern=None``, through its short-word path and
+    (``long_word``) the indexed path it takes for words over ``_LONG_WORD`` symbols."""
     seq, vocab, merges = NT.train_bpe_plain(text, 256 + extra)
     # HF's quirks differ from the plain recount only once a merge re-creates a token
     # that already exists; the fast trainer keeps HF's behaviour there (tested above)
     assume(len(vocab) == 256 + len(merges))
-    saved = NT._LONG_WORD
-    NT._LONG_WORD = 2 if long_word else saved
+    saved = NB._LONG_WORD
+    NB._LONG_WORD = 2 if long_word else saved
     try:
-        assert NT.train_bpe(text, 256 + extra, pattern=None) == (vocab, merges)
+        assert NB.train_bpe(text, 256 + extra, pattern=None) == (vocab, merges)
     finally:
-        NT._LONG_WORD = saved
+        NB._LONG_WORD = saved
     tok = NT.BPETokenizer(vocab, merges, pattern=None)
     assert tok.encode(text) == seq  # encoding by rank redoes training's merges
 
@@ -267,9 +271,9 @@ def test_a_gpt2_style_file_loads(twins):
 
 def test_ids_are_hfs_byte_order_and_tokens_are_hf_spelled(twins):
     ours, hf = twins
-    assert ours.vocab[b"!"] == 0 and ours.vocab[b" "] == NT.BASE_BYTES.index(32) == 220
+    assert ours.vocab[b"!"] == 0 and ours.vocab[b" "] == NL.BASE_BYTES.index(32) == 220
     for i in (0, 100, 220, 255, 256, ours.vocab_size - 2, ours.vocab_size - 1):
         assert ours.id_to_token(i) == hf.id_to_token(i) == hf.hf_tokenizer.id_to_token(i)
         assert ours.token_to_id(ours.id_to_token(i)) == i == hf.token_to_id(hf.id_to_token(i))
     assert ours.token_to_id("not a token") is None and hf.token_to_id("not a token") is None
-    assert NT.token_to_str(b" the\n") == TT.token_to_str(b" the\n") == "\u0120the\u010a"
+    assert NL.token_to_str(b" the\n") == TL.token_to_str(b" the\n") == "\u0120the\u010a"

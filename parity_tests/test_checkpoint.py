@@ -1,6 +1,6 @@
 """Checkpoints cross between backends: save with one, load with the other, same logits.
 
-Uses ``labs.checkpoint`` (``save_checkpoint(dir, model_state, config,
+Uses ``labs.plumbing.checkpoint`` (``save_checkpoint(dir, model_state, config,
 optimizer_state, meta)`` / ``load_checkpoint(dir)``), the one on-disk format
 both backends share (safetensors + config.json, PyTorch's layout). A round
 trip within one backend must be bit-exact; across backends the logits agree
@@ -15,13 +15,13 @@ import torch
 
 import numpy_impl as N
 import torch_impl as T
-from labs.checkpoint import load_checkpoint, save_checkpoint
-from numpy_impl.tokenizer import CharTokenizer
+from labs.plumbing.checkpoint import load_checkpoint, save_checkpoint
+from numpy_impl.char_tokenizer import CharTokenizer
 from parity_tests.harness import randomize_, tensor
 from parity_tests.strategies import SeededRng
 from parity_tests.tolerances import assert_close
 
-# No chapter marker: checkpoints are plumbing (labs/checkpoint.py), not an exercise.
+# No chapter marker: checkpoints are plumbing (labs/plumbing/checkpoint*.py), not an exercise.
 BACKENDS = ["numpy", "torch"]
 CONFIG = {"vocab_size": 23, "block_size": 10, "n_layers": 2, "n_heads": 2, "d_model": 12}
 

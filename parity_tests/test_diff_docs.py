@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from labs import diff, docs
 from labs.__main__ import main
+from labs.learner import diff, diff_pairs, docs, docs_html
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "ci-artifacts"
@@ -76,7 +76,7 @@ def test_diff_pairs_forward_on_the_same_rows(attention_rows):
     assert "── CausalSelfAttention.forward " in rows[start][1]  # same label row on the right
     stop = next(i for i in range(start + 1, len(rows)) if "── " in rows[i][0] + rows[i][1])
     block = rows[start + 1 : stop]
-    for side, directory in ((0, diff.NUMPY_DIR), (1, diff.TORCH_DIR)):
+    for side, directory in ((0, diff_pairs.NUMPY_DIR), (1, diff_pairs.TORCH_DIR)):
         path = directory / "attention.py"
         shown = {n for row in block if (n := _number(row[side])) is not None}
         method = set(_def_range(path, "CausalSelfAttention", "forward"))
@@ -92,7 +92,7 @@ def test_diff_pairs_forward_on_the_same_rows(attention_rows):
 def test_diff_backward_only_on_the_left(attention_rows):
     rows = [_split(r) for r in attention_rows[2:]]
     lefts = [i for i, (a, _) in enumerate(rows) if "def backward(self" in a]
-    source = (diff.NUMPY_DIR / "attention.py").read_text(encoding="utf-8")
+    source = (diff_pairs.NUMPY_DIR / "attention.py").read_text(encoding="utf-8")
     assert len(lefts) == source.count("def backward(self")  # every module's backward, shown once
     assert all(rows[i][1].strip() == "" for i in lefts)
     label = next(i for i, (a, _) in enumerate(rows) if "── CausalSelfAttention.backward" in a)
@@ -218,10 +218,10 @@ def test_docs_readme_links_notes_and_exercise_tint(tmp_path):
         "    ### BEGIN SOLUTION ch04\n    return y\n    ### END SOLUTION\n",
         encoding="utf-8",
     )
-    src = diff.load_source(mod)
-    assert docs._exercise_lines(src, "03") == {2, 3, 4}
-    assert docs._exercise_lines(src, "04") == {5, 6, 7}
-    assert docs._exercise_lines(src, "05") == set()
+    src = diff_pairs.load_source(mod)
+    assert docs_html._exercise_lines(src, "03") == {2, 3, 4}
+    assert docs_html._exercise_lines(src, "04") == {5, 6, 7}
+    assert docs_html._exercise_lines(src, "05") == set()
 
 
 # -- the browser -----------------------------------------------------------------------------

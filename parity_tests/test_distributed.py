@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import torch
 
-from labs import checkpoint as ck
+from labs.plumbing import checkpoint as ck
 from parity_tests.test_labs import TEXT
 from parity_tests.tolerances import assert_close
 
@@ -115,8 +115,9 @@ def test_one_process_then_two_ranks_is_one_process_throughout(corpus, straight, 
 
 
 def test_numpy_backend_under_torchrun_is_refused(corpus, monkeypatch):
-    from labs import UserError, train
+    from labs import UserError
     from labs.__main__ import build_parser
+    from labs.commands import train
 
     args = build_parser().parse_args(["train", "--backend", "numpy", "--data", str(corpus)])
     monkeypatch.setenv("WORLD_SIZE", "2")
@@ -129,7 +130,7 @@ def test_numpy_backend_under_torchrun_is_refused(corpus, monkeypatch):
 def test_torch_backend_on_cuda_trains_like_on_the_cpu():
     """--device cuda: the same start (weights drawn on the CPU), the same steps (float64),
     the state coming back as NumPy, and the CUDA generator in the saved RNG state."""
-    from labs.backends import make_backend
+    from labs.plumbing.backends import make_backend
 
     config = {"vocab_size": 13, "block_size": 8, "n_layers": 2, "n_heads": 2, "d_model": 16}
     cpu = make_backend("torch", config, seed=3, dtype="float64")

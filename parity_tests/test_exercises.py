@@ -1,4 +1,4 @@
-"""The exercises (labs/exercises.py, docs/exercises.md): stubs generated from the reference.
+"""The exercises (labs/learner/exercises*, docs/exercises.md): stubs generated from the reference.
 
 For every chapter (01..10, 13, 14):
 
@@ -27,16 +27,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labs import UserError, exercises
-from labs.exercises import (
+from labs import UserError
+from labs.learner import exercises_check, exercises_fences, exercises_workspace
+from labs.learner.exercises_check import failure_hint
+from labs.learner.exercises_fences import (
     CHAPTERS,
     Reference,
-    Workspace,
-    add_stubs,
     parse_chapter,
     parse_regions,
     replace_bodies,
 )
+from labs.learner.exercises_workspace import Workspace, add_stubs
 from parity_tests import conftest, forkrun, tolerances
 from parity_tests.tolerances import FLOAT64, assert_close, diagnose
 
@@ -44,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 #: chapter -> file -> the functions that hold its regions (one entry per region).
 FENCES = {
-    "01": {"tokenizer.py": ["CharTokenizer.encode", "CharTokenizer.decode"]},
+    "01": {"char_tokenizer.py": ["CharTokenizer.encode", "CharTokenizer.decode"]},
     "02": {
         "embedding.py": ["Embedding.forward", "Embedding.backward"],
         "linear.py": ["linear", "linear_backward"],
@@ -227,7 +228,7 @@ def test_fences_are_where_the_learning_path_says(reference):
     ids=["no-end", "no-begin", "no-chapter", "bad-chapter", "indent", "nested", "inline"],
 )
 def test_malformed_fences_are_errors_naming_the_line(text, match):
-    with pytest.raises(exercises.FenceError, match=match):
+    with pytest.raises(exercises_fences.FenceError, match=match):
         parse_regions(text, "x.py", names=False)
 
 
@@ -426,19 +427,19 @@ def test_check_runs_the_workspace_and_explains_failures(reference, tmp_path, cap
     }
     path.write_text(replace_bodies(path.read_text(), parse_regions(path.read_text(), "p"), bodies))
 
-    assert exercises.run_check(ws, "05") == 1
+    assert exercises_check.run_check(ws, "05") == 1
     out = capsys.readouterr().out
     assert "FAIL  test_components.py::test_backward_accumulates[LearnedPositionalEmbedding]" in out
     assert "hint: gradients assigned instead of accumulated (use +=)" in out
     assert "PASS  test_components.py::test_forward_backward_parity[Learned" in out
     assert "max abs" in out and "output of LearnedPositionalEmbedding" in out
-    report = json.loads((ws.root / exercises.REPORTS_DIR / "ch05.json").read_text())
+    report = json.loads((ws.root / exercises_check.REPORTS_DIR / "ch05.json").read_text())
     assert Path(report["numpy_impl"]) == ws.package.resolve()
     assert ws.load_state()["chapters"]["05"]["last_check"]["passed"] is False
 
     path.write_text(replace_bodies(path.read_text(), parse_regions(path.read_text(), "p"),
                                    {backward.key: backward.body}))  # fmt: skip
-    assert exercises.run_check(ws, "05", quiet=True) == 0
+    assert exercises_check.run_check(ws, "05", quiet=True) == 0
     assert "Done!" in capsys.readouterr().out
     assert ws.load_state()["chapters"]["05"]["last_check"]["passed"] is True
 
@@ -455,18 +456,18 @@ def test_check_hints_for_failed_tests():
         "nodeid": "parity_tests/test_components.py::test_forward_backward_parity[Linear-float64]",
         "outcome": "passed",
     }
-    hint = exercises.failure_hint(accumulate, "02", [accumulate, parity])
+    hint = failure_hint(accumulate, "02", [accumulate, parity])
     assert hint.startswith("gradients assigned instead of accumulated (use +=)")
     broken = {**parity, "outcome": "failed"}  # then its comparison lines say it all
-    assert exercises.failure_hint(accumulate, "02", [accumulate, broken]) is None
+    assert failure_hint(accumulate, "02", [accumulate, broken]) is None
     stub = {
         "nodeid": "x",
         "outcome": "failed",
         "exception": "NotImplementedError",
         "message": "ch03: scaled_dot_product_attention \u2014 the scores; see labs/...",
     }
-    assert exercises.failure_hint(stub, "03") == "not implemented yet: scaled_dot_product_attention"
-    assert "(finish chapter 03 first)" in exercises.failure_hint(stub, "07")
+    assert failure_hint(stub, "03") == "not implemented yet: scaled_dot_product_attention"
+    assert "(finish chapter 03 first)" in failure_hint(stub, "07")
     shapes = {
         "nodeid": "x",
         "outcome": "failed",
@@ -474,7 +475,7 @@ def test_check_hints_for_failed_tests():
         "message": "operands could not be broadcast together with shapes (2,3) (3,2)",
         "where": "workspace/numpy_impl/linear.py:50 in forward",
     }
-    assert exercises.failure_hint(shapes, "02").startswith(
+    assert failure_hint(shapes, "02").startswith(
         "shape mismatch inside your code, workspace/numpy_impl/linear.py:50 in forward: operands"
     )
 
@@ -527,8 +528,8 @@ def test_softmax_over_the_wrong_axis_is_recognised():
 
 
 def test_the_env_vars_are_the_same_on_both_sides():
-    assert exercises.WORKSPACE_ENV == conftest.WORKSPACE_ENV
-    assert exercises.REPORT_ENV == conftest.REPORT_ENV
+    assert exercises_workspace.WORKSPACE_ENV == conftest.WORKSPACE_ENV
+    assert exercises_check.REPORT_ENV == conftest.REPORT_ENV
     assert {f"ch{c}" for c in CHAPTERS} == set(conftest.CHAPTERS)
 
 

@@ -2,7 +2,7 @@
 
 Models are built from small random ``GPT2Config`` objects (nothing is
 downloaded), every weight randomised (LayerNorm gains and biases included, so
-a swapped or untransposed tensor cannot hide), converted by ``labs/interop.py``
+a swapped or untransposed tensor cannot hide), converted by ``labs/plumbing/interop_gpt2.py``
 (GPT-2's Conv1D weights are stored ``(in, out)``: transposed there), loaded
 into the NumPy and the PyTorch backend, and run on the same ids. Then the
 other way: the project's weights exported into a fresh ``GPT2LMHeadModel``.
@@ -36,16 +36,13 @@ import numpy as np
 import pytest
 import torch
 
-from labs.backends import make_backend
-from labs.interop import (
-    from_gpt2,
-    from_gpt2_config,
+from labs.plumbing.backends import make_backend
+from labs.plumbing.interop_gpt2 import from_gpt2, from_gpt2_config, gpt2_config, to_gpt2
+from labs.plumbing.interop_llama import (
     from_llama,
     from_llama_config,
     from_llama_state,
-    gpt2_config,
     llama_config,
-    to_gpt2,
     to_llama,
 )
 from parity_tests.harness import randomize_
@@ -54,7 +51,7 @@ from parity_tests.tolerances import INTEROP_FLOAT32, assert_close
 
 transformers = pytest.importorskip("transformers")
 
-# No chapter marker: interop is plumbing (labs/interop.py), not an exercise.
+# No chapter marker: interop is plumbing (labs/plumbing/interop*.py), not an exercise.
 SMALL = {  # odd sizes: 3 heads of 8, a vocabulary of 53, 2 layers
     "vocab_size": 53,
     "n_positions": 16,
@@ -185,7 +182,7 @@ def test_configs_round_trip_and_unsupported_settings_are_named():
 def test_state_dict_of_another_depth_lists_the_keys():
     hf = hf_gpt2("float32", True)
     model_config = {**from_gpt2_config(hf.config), "n_layers": 1}
-    from labs.interop import from_gpt2_state
+    from labs.plumbing.interop_gpt2 import from_gpt2_state
 
     with pytest.raises(ValueError, match=r"unexpected keys \['transformer\.h\.1\.attn"):
         from_gpt2_state(hf.state_dict(), model_config)

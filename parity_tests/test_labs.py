@@ -16,9 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labs import data
-from labs.checkpoint import CONFIG_FILE, MODEL_FILE, load_checkpoint
-from numpy_impl.tokenizer import CharTokenizer
+from labs.plumbing import data
+from labs.plumbing.checkpoint import load_checkpoint
+from labs.plumbing.checkpoint_format import CONFIG_FILE, MODEL_FILE, expected_shapes
+from numpy_impl.char_tokenizer import CharTokenizer
 
 # No chapter marker but the tokenizer's (ch01): the rest is plumbing, not an exercise.
 ROOT = Path(__file__).resolve().parent.parent
@@ -205,17 +206,17 @@ def test_interrupted_checkpoint_write_is_never_mixed(tmp_path, monkeypatch):
     """New weights next to an old config.json (a crash between two renames) must not
     load as one checkpoint: the previous checkpoint, kept whole, loads instead.
     (parity_tests/test_resume.py kills real writers at every stage.)"""
-    from labs import checkpoint as ck
+    from labs.plumbing import checkpoint as ck
 
     cfg = {"vocab_size": 5, "block_size": 4, "n_layers": 1, "n_heads": 1, "d_model": 2}
-    shapes = ck.expected_shapes(cfg)
+    shapes = expected_shapes(cfg)
     config = {"model": cfg, "tokenizer": {"type": "char", "chars": "abcde"}}
     state = {k: np.zeros(s, np.float32) for k, s in shapes.items()}
     ck.save_checkpoint(tmp_path, state, config, meta={"step": 1})
     real_replace = os.replace
 
     def crash_before_config(src, dst):
-        if Path(dst).name == ck.CONFIG_FILE:
+        if Path(dst).name == CONFIG_FILE:
             raise OSError("simulated crash")
         real_replace(src, dst)
 
@@ -256,7 +257,7 @@ def test_bpe_runs_train_and_sample_across_backends(tmp_path, corpus):
 
 
 def test_bpe_tokenizer_is_trained_once_and_cached(tmp_path, monkeypatch):
-    from labs import tokenization
+    from labs.plumbing import tokenization
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     said = []

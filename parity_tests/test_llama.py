@@ -5,8 +5,8 @@
   with or without biases and tied head; the NumPy backward against central differences;
 * what the Llama configuration builds: no position table, no biases, RMSNorm gains at
   1, the residual projections' smaller init, the parameter count;
-* ``labs/checkpoint.py`` knows every option's parameter names and shapes, a Llama
-  checkpoint crosses between backends, and a config.json written before the new
+* ``labs/plumbing/checkpoint_format.py`` knows every option's parameter names and shapes, a
+  Llama checkpoint crosses between backends, and a config.json written before the new
   fields existed still loads (as the GPT-2 model it described);
 * ``python -m labs train --arch llama`` with either backend, sampled with the other;
 * Hugging Face's ``LlamaForCausalLM`` (slow; skipped without ``transformers``) loaded
@@ -28,9 +28,10 @@ from hypothesis import strategies as st
 
 import numpy_impl as N
 import torch_impl as T
-from labs.checkpoint import CONFIG_FILE, expected_shapes, load_checkpoint, save_checkpoint
-from labs.train import ARCHS, matched_d_ff
-from numpy_impl.tokenizer import CharTokenizer
+from labs.commands.train import ARCHS, matched_d_ff
+from labs.plumbing.checkpoint import load_checkpoint, save_checkpoint
+from labs.plumbing.checkpoint_format import CONFIG_FILE, expected_shapes
+from numpy_impl.char_tokenizer import CharTokenizer
 from parity_tests.harness import (
     assert_param_grads_close,
     copy_weights,
@@ -305,14 +306,14 @@ def test_train_arch_llama_with_either_backend(tmp_path, corpus):
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["half", "interleaved"])
 def test_same_logits_as_hugging_face_llama(layout):
-    """LlamaForCausalLM with our weights, exported by ``labs.interop.to_llama``. HF's
+    """LlamaForCausalLM with our weights, exported by ``labs.plumbing.interop_llama.to_llama``. HF's
     layout is "half"; "interleaved" (Meta's) weights go through permute_qkv_for_rope
     first, as HF's conversion script does. HF computes its RoPE angles and RMSNorm in
     float32 whatever the model's dtype, so the comparison uses the float32 tolerance
     although both models are float64 (parity_tests/test_interop.py patches those two
     and reaches FLOAT64)."""
     pytest.importorskip("transformers")
-    from labs.interop import to_llama, to_llama_state
+    from labs.plumbing.interop_llama import to_llama, to_llama_state
 
     rng = SeededRng(3)
     V, L, H, C, F, Tb = 29, 2, 2, 16, 40, 12

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 import numpy_impl as N
 import torch_impl as T
-from labs.checkpoint import expected_shapes
+from labs.plumbing.checkpoint_format import expected_shapes
 from parity_tests.harness import copy_weights, randomize_, tensor
 from parity_tests.strategies import DTYPES, SeededRng, batch_sizes, lengths, rngs
 from parity_tests.tolerances import assert_close
@@ -99,7 +99,9 @@ def test_swiglu_hidden_width_is_llamas_rule():
             (F, C),
         )
         shapes = expected_shapes({"vocab_size": 5, "d_model": C, "n_heads": 1, "ffn": "swiglu"})
-        assert shapes["blocks.0.ffn.w1.weight"] == (F, C), "labs/checkpoint.py disagrees"
+        assert shapes["blocks.0.ffn.w1.weight"] == (F, C), (
+            "labs/plumbing/checkpoint_format.py disagrees"
+        )
     # 2/3 * 4C is the width at which three matrices hold what the 4C MLP's two hold
     C = 384  # 2/3 * 4 * 384 = 1024 exactly
     assert 3 * C * N.swiglu_hidden_dim(C) == 2 * C * 4 * C

@@ -12,7 +12,7 @@
   step and the first parameter whose gradient is non-finite, before the
   update, and the last good checkpoint stays as it was.
 
-No chapter marker: this is the plumbing of ``labs/`` (checkpoint.py, train.py).
+No chapter marker: this is the plumbing of ``labs/`` (plumbing/checkpoint.py, commands/train.py).
 """
 
 from __future__ import annotations
@@ -33,8 +33,10 @@ import numpy as np
 import pytest
 import torch
 
-from labs import checkpoint as ck
-from labs.backends import NonFiniteError, make_backend
+from labs.plumbing import checkpoint as ck
+from labs.plumbing.backends import NonFiniteError, make_backend
+from labs.plumbing.checkpoint_files import PAUSE_ENV_VAR
+from labs.plumbing.checkpoint_format import CheckpointError
 from parity_tests.checkpoint_writer import CONFIG, state
 from parity_tests.test_labs import TEXT
 
@@ -164,7 +166,7 @@ def kill_writer_at(stage: str, directory: Path) -> None:
     """Run a second save in a child process, stop it at ``stage``, SIGKILL it."""
     child = subprocess.Popen(
         [sys.executable, "-m", "parity_tests.checkpoint_writer", str(directory), "2"],
-        env={**ENV, ck.PAUSE_ENV_VAR: stage},
+        env={**ENV, PAUSE_ENV_VAR: stage},
         cwd=ROOT,
         stderr=subprocess.PIPE,
         text=True,
@@ -232,7 +234,7 @@ def test_a_mixed_set_without_previous_is_refused(tmp_path):
             for f in stale.iterdir():
                 f.unlink()
             stale.rmdir()
-    with pytest.raises(ck.CheckpointError, match="interrupted"):
+    with pytest.raises(CheckpointError, match="interrupted"):
         ck.load_checkpoint(directory)
 
 
@@ -244,7 +246,7 @@ def test_training_killed_mid_checkpoint_resumes_to_the_same_run(runs, tmp_path):
     child = subprocess.Popen(
         [sys.executable, "-m", "labs", "train", "--backend", "numpy", "--data", str(corpus),
          "--out", str(killed), "--max-iters", str(2 * K), *SMALL],
-        env={**ENV, ck.PAUSE_ENV_VAR: "moved-model.safetensors@3"},  # saves: steps 0, 1, 2
+        env={**ENV, PAUSE_ENV_VAR: "moved-model.safetensors@3"},  # saves: steps 0, 1, 2
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 240

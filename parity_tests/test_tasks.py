@@ -16,19 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from labs.tasks import (
-    BOS,
-    EOS,
-    IGNORE_INDEX,
-    PAD,
-    SequenceTask,
+from labs.plumbing.tasks import IGNORE_INDEX
+from labs.plumbing.tasks_sequence import BOS, EOS, PAD, SequenceTask
+from labs.plumbing.tasks_speakers import (
     WordTokenizer,
     encode_padded,
     parse_speeches,
     random_crops,
     speaker_dataset,
 )
-from numpy_impl.tokenizer import CharTokenizer
+from numpy_impl.char_tokenizer import CharTokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 

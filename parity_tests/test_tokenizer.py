@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numpy_impl.tokenizer import CharTokenizer
+from numpy_impl.char_tokenizer import CharTokenizer
 
 pytestmark = pytest.mark.ch01
 

@@ -73,7 +73,7 @@ FLOAT32 = Tol(rtol=1e-4, atol=1e-5)
 #: those biases hold ~1e-13 of noise, different on each side (0.2 of atol); they
 #: cannot change the loss, by the same invariance.
 TRAINING = Tol(rtol=1e-9, atol=1e-12)
-#: float32 logits of a Hugging Face GPT-2 against either backend (labs/interop.py,
+#: float32 logits of a Hugging Face GPT-2 against either backend (labs/plumbing/interop_gpt2.py,
 #: parity_tests/test_interop.py): issue 7's bar of 1e-5, relative to the logits' scale.
 #: Use with ``scale_atol=True`` (atol is multiplied by max |logits|), so that a logit near
 #: zero is not held to a relative error that float32 sums cannot give it. Tighter than

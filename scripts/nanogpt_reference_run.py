@@ -47,8 +47,8 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
-from labs.data import fixed_eval_batches, load_corpus, resolve_corpus, train_val_split
-from numpy_impl.tokenizer import CharTokenizer
+from labs.plumbing.data import fixed_eval_batches, load_corpus, resolve_corpus, train_val_split
+from numpy_impl.char_tokenizer import CharTokenizer
 from torch_impl.gpt import GPT, GPTConfig
 
 

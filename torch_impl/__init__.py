@@ -38,7 +38,8 @@ from .rope import (
 )
 from .sampling import filter_logits, generate, sample_inverse_cdf
 from .seq2seq import Decoder, DecoderBlock, Seq2SeqTransformer
-from .tokenizer import BPETokenizer, DecodeStream
+from .tokenizer import BPETokenizer
+from .tokenizer_files import DecodeStream
 
 __all__ = [
     "AdamW",

@@ -30,22 +30,12 @@
 #    almost at once, words never do.
 
 # %%
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
-try:
-    _start = Path(__file__).resolve().parent
-except NameError:  # inside a notebook kernel: no __file__, start from the working directory
-    _start = Path.cwd()
-ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from labs.learner.notebook import HAMLET, figure_saver, load_text, plot_to_files
 
-from labs.notebook import HAMLET, figure_saver, load_text, plot_to_files
-
-save = figure_saver(ROOT / "labs" / "01_tokens" / "figures")  # save(fig, "name.png")
+save = figure_saver("01_tokens")  # save(fig, "name.png") into figures/
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
 import matplotlib.pyplot as plt

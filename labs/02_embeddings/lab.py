@@ -28,21 +28,11 @@
 #    backward passes add into one gradient.
 
 # %%
-import sys
 import time
-from pathlib import Path
 
-try:
-    _start = Path(__file__).resolve().parent
-except NameError:  # inside a notebook kernel: no __file__, start from the working directory
-    _start = Path.cwd()
-ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from labs.learner.notebook import figure_saver, limit_threads, max_diff, plot_to_files
 
-from labs.notebook import figure_saver, limit_threads, max_diff, plot_to_files
-
-save = figure_saver(ROOT / "labs" / "02_embeddings" / "figures")  # save(fig, "name.png")
+save = figure_saver("02_embeddings")  # save(fig, "name.png") into figures/
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 

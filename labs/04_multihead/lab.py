@@ -31,20 +31,11 @@
 # 5. What the heads of a briefly trained model attend to.
 
 # %%
-import sys
-from pathlib import Path
 
-try:
-    _start = Path(__file__).resolve().parent
-except NameError:  # inside a notebook kernel: no __file__, start from the working directory
-    _start = Path.cwd()
-ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
-from labs.notebook import figure_saver, limit_threads, load_text, max_diff, plot_to_files
+from labs.learner.notebook import figure_saver, limit_threads, load_text, max_diff, plot_to_files
 
-save = figure_saver(ROOT / "labs" / "04_multihead" / "figures")  # save(fig, "name.png")
+save = figure_saver("04_multihead")  # save(fig, "name.png") into figures/
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
@@ -54,7 +45,7 @@ import torch
 
 import numpy_impl as N
 import torch_impl as T
-from labs.data import BatchSampler
+from labs.plumbing.data import BatchSampler
 
 np.set_printoptions(precision=3, suppress=True, linewidth=100)
 rng = np.random.default_rng(0)

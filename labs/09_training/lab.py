@@ -15,7 +15,7 @@
 #     TWINFORMER_DATA=/path/to/tinyshakespeare.txt python labs/09_training/lab.py
 #
 # It prints numbers and writes PNGs into `labs/09_training/figures/` (about
-# 20 seconds on a laptop CPU). The corpus comes from `labs.data`: the path in
+# 20 seconds on a laptop CPU). The corpus comes from `labs.plumbing.data`: the path in
 # `$TWINFORMER_DATA`, else the cached download of `python -m labs train`.
 # This lab never downloads; without either it trains on two sonnets built into
 # this file, and says so.
@@ -28,21 +28,11 @@
 
 # %%
 import math
-import sys
 import time
-from pathlib import Path
 
-try:
-    _start = Path(__file__).resolve().parent
-except NameError:  # inside a notebook kernel: no __file__, start from the working directory
-    _start = Path.cwd()
-ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from labs.learner.notebook import SONNETS, figure_saver, limit_threads, load_text, plot_to_files
 
-from labs.notebook import SONNETS, figure_saver, limit_threads, load_text, plot_to_files
-
-save = figure_saver(ROOT / "labs" / "09_training" / "figures")  # save(fig, "name.png")
+save = figure_saver("09_training")  # save(fig, "name.png") into figures/
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
@@ -52,9 +42,9 @@ import torch
 
 import numpy_impl as N
 import torch_impl as T
-from labs.backends import DEFAULT_TRAIN_CONFIG, make_backend
-from labs.data import BatchSampler, fixed_eval_batches, train_val_split
-from numpy_impl.tokenizer import CharTokenizer
+from labs.plumbing.backends import DEFAULT_TRAIN_CONFIG, make_backend
+from labs.plumbing.data import BatchSampler, fixed_eval_batches, train_val_split
+from numpy_impl.char_tokenizer import CharTokenizer
 
 np.set_printoptions(precision=4, suppress=True)
 
@@ -200,7 +190,7 @@ save(fig, "lr_schedule.png")
 # A small model on the characters of the corpus, 150 steps of AdamW with
 # clipping at 1.0 and the schedule above. The two backends start from the same
 # weights (the NumPy model's initial state dict, loaded into both) and see the
-# same batches (drawn once from `labs.data.BatchSampler`). In float64 their
+# same batches (drawn once from `labs.plumbing.data.BatchSampler`). In float64 their
 # losses agree to the last bit or two at every step. In float32 the two sides
 # round differently (other summation orders inside the matrix products), and
 # the losses differ by float32 rounding: about 1e-7 on Tiny Shakespeare, and

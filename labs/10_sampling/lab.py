@@ -28,22 +28,19 @@
 
 # %%
 import math
-import sys
 import time
-from pathlib import Path
 
-try:
-    _start = Path(__file__).resolve().parent
-except NameError:  # inside a notebook kernel: no __file__, start from the working directory
-    _start = Path.cwd()
-ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-CHECKPOINT = ROOT / "runs" / "numpy"
+from labs.learner.notebook import (
+    SONNETS,
+    figure_saver,
+    limit_threads,
+    load_text,
+    plot_to_files,
+    repository_path,
+)
 
-from labs.notebook import SONNETS, figure_saver, limit_threads, load_text, plot_to_files
-
-save = figure_saver(ROOT / "labs" / "10_sampling" / "figures")  # save(fig, "name.png")
+CHECKPOINT = repository_path("runs", "numpy")  # python -m labs train --backend numpy
+save = figure_saver("10_sampling")  # save(fig, "name.png") into figures/
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
@@ -53,10 +50,10 @@ import torch
 
 import numpy_impl as N
 import torch_impl as T
-from labs.backends import make_backend
-from labs.data import BatchSampler, train_val_split
+from labs.plumbing.backends import make_backend
+from labs.plumbing.data import BatchSampler, train_val_split
+from numpy_impl.char_tokenizer import CharTokenizer
 from numpy_impl.sampling import softmax
-from numpy_impl.tokenizer import CharTokenizer
 
 np.set_printoptions(precision=3, suppress=True)
 
@@ -176,7 +173,7 @@ print(f"greedy (temperature 0) picks token {logits.argmax()} = {tokens[logits.ar
 def load_or_train():
     """(backend, tokenizer, model_config, where the weights came from)."""
     if (CHECKPOINT / "config.json").is_file():
-        from labs.checkpoint import load_checkpoint
+        from labs.plumbing.checkpoint import load_checkpoint
 
         state, config, _ = load_checkpoint(CHECKPOINT)
         backend = make_backend("numpy", config["model"])

@@ -30,29 +30,27 @@
 
 # %%
 import os
-import sys
 import time
-from pathlib import Path
 
-try:
-    _start = Path(__file__).resolve().parent
-except NameError:  # inside a notebook kernel: no __file__, start from the working directory
-    _start = Path.cwd()
-ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from labs.learner.notebook import HAMLET, figure_saver, load_text, plot_to_files
 
-from labs.notebook import HAMLET, figure_saver, load_text, plot_to_files
-
-save = figure_saver(ROOT / "labs" / "11_tokenization" / "figures")  # save(fig, "name.png")
+save = figure_saver("11_tokenization")  # save(fig, "name.png") into figures/
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
 import matplotlib.pyplot as plt
 import numpy as np
 
-import numpy_impl.tokenizer as NT
 import torch_impl.tokenizer as TT
 from numpy_impl import BPETokenizer, CharTokenizer
+from numpy_impl.bpe_trainer import train_bpe
+from numpy_impl.byte_level import (
+    BASE_BYTES,
+    BYTE_TO_UNICODE,
+    GPT2_SPLIT_PATTERN,
+    pre_tokenize,
+    token_to_str,
+)
+from numpy_impl.tokenizer import train_bpe_plain
 
 # Used only without a corpus: the speech's first 11 lines, four times over.
 FALLBACK_TEXT = "".join(HAMLET.splitlines(keepends=True)[:11]) * 4
@@ -93,8 +91,8 @@ assert tiny.decode(ids) == probe
 # newline to `Ċ`. That is why vocabularies show `Ġthe`.
 
 # %%
-print({bytes([b]): NT.BYTE_TO_UNICODE[b] for b in (32, 10, 9, 0, 65, 233)})
-print("ids 0..5 are the bytes of", [NT.token_to_str(bytes([b])) for b in NT.BASE_BYTES[:6]])
+print({bytes([b]): BYTE_TO_UNICODE[b] for b in (32, 10, 9, 0, 65, 233)})
+print("ids 0..5 are the bytes of", [token_to_str(bytes([b])) for b in BASE_BYTES[:6]])
 
 # %% [markdown]
 # ## 2. Pre-tokenization: where merges may not cross
@@ -104,10 +102,10 @@ print("ids 0..5 are the bytes of", [NT.token_to_str(bytes([b])) for b in NT.BASE
 # inside the pieces only: `" the"` can become a token, `"the,"` never does.
 
 # %%
-print(NT.GPT2_SPLIT_PATTERN)
+print(GPT2_SPLIT_PATTERN)
 for s in ("y is ?", "HE'S here", "he's here", "Tis 1603;  anon!\n\nROMEO:"):
-    print(f"{s!r:<28} -> {NT.pre_tokenize(s)}")
-pieces = NT.pre_tokenize(text)
+    print(f"{s!r:<28} -> {pre_tokenize(s)}")
+pieces = pre_tokenize(text)
 print(f"the corpus: {len(pieces):,} pieces, {len(set(pieces)):,} distinct")
 
 # %% [markdown]
@@ -131,20 +129,20 @@ print(f"identical merges: {same}/{len(hf.merges)}; same tokenizer.json: {ours.me
 print("first 12 merges:", [(a + b).decode("utf-8", "replace") for a, b in ours.merges[:12]])
 
 # %% [markdown]
-# Seed 003's version recounts every pair of the whole text at every merge and has no
+# The source material's version recounts every pair of the whole text at every merge and has no
 # pre-tokenization. On a slice of the corpus it gives exactly the fast trainer's
 # merges with `pattern=None`, much more slowly.
 
 # %%
 piece = text[:20_000]
 t0 = time.perf_counter()
-_, v_plain, m_plain = NT.train_bpe_plain(piece, 400)
+_, v_plain, m_plain = train_bpe_plain(piece, 400)
 t_plain = time.perf_counter() - t0
 t0 = time.perf_counter()
-v_fast, m_fast = NT.train_bpe(piece, 400, pattern=None)
+v_fast, m_fast = train_bpe(piece, 400, pattern=None)
 t_fast = time.perf_counter() - t0
 print(
-    f"20,000 characters, vocab 400: seed's rescanning trainer {t_plain:.2f} s, "
+    f"20,000 characters, vocab 400: the plain rescanning trainer {t_plain:.2f} s, "
     f"fast trainer {t_fast:.2f} s, same merges: {m_plain == m_fast}"
 )
 

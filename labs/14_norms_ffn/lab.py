@@ -27,21 +27,11 @@
 #    with and without a learning-rate warmup.
 
 # %%
-import sys
 import time
-from pathlib import Path
 
-try:
-    _start = Path(__file__).resolve().parent
-except NameError:  # inside a notebook kernel: no __file__, start from the working directory
-    _start = Path.cwd()
-ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from labs.learner.notebook import CORIOLANUS, figure_saver, limit_threads, load_text, plot_to_files
 
-from labs.notebook import CORIOLANUS, figure_saver, limit_threads, load_text, plot_to_files
-
-save = figure_saver(ROOT / "labs" / "14_norms_ffn" / "figures")  # save(fig, "name.png")
+save = figure_saver("14_norms_ffn")  # save(fig, "name.png") into figures/
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
@@ -51,8 +41,8 @@ import torch
 
 import numpy_impl as N
 import torch_impl as T
-from labs.backends import make_backend
-from labs.data import BatchSampler, fixed_eval_batches
+from labs.plumbing.backends import make_backend
+from labs.plumbing.data import BatchSampler, fixed_eval_batches
 
 np.set_printoptions(precision=4, suppress=True, linewidth=100)
 rng = np.random.default_rng(0)

@@ -26,22 +26,12 @@
 
 # %%
 import math
-import sys
 import time
 from collections import Counter
-from pathlib import Path
 
-try:
-    _start = Path(__file__).resolve().parent
-except NameError:  # inside a notebook kernel: no __file__, start from the working directory
-    _start = Path.cwd()
-ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from labs.learner.notebook import figure_saver, limit_threads, load_text, plot_to_files
 
-from labs.notebook import figure_saver, limit_threads, load_text, plot_to_files
-
-save = figure_saver(ROOT / "labs" / "15_encoder_classifier" / "figures")  # save(fig, "name.png")
+save = figure_saver("15_encoder_classifier")  # save(fig, "name.png") into figures/
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
@@ -53,8 +43,8 @@ import numpy_impl as N
 import numpy_impl.attention as NA
 import torch_impl as T
 import torch_impl.attention as TA
-from labs.tasks import (
-    TaskModel,
+from labs.plumbing.tasks import TaskModel
+from labs.plumbing.tasks_speakers import (
     WordTokenizer,
     encode_padded,
     parse_speeches,

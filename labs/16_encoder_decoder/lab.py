@@ -25,21 +25,11 @@
 # 5. Greedy decoding, the same tokens in both backends.
 
 # %%
-import sys
 import time
-from pathlib import Path
 
-try:
-    _start = Path(__file__).resolve().parent
-except NameError:  # inside a notebook kernel: no __file__, start from the working directory
-    _start = Path.cwd()
-ROOT = next(d for d in (_start, *_start.parents) if (d / "numpy_impl").is_dir())
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+from labs.learner.notebook import figure_saver, limit_threads, plot_to_files
 
-from labs.notebook import figure_saver, limit_threads, plot_to_files
-
-save = figure_saver(ROOT / "labs" / "16_encoder_decoder" / "figures")  # save(fig, "name.png")
+save = figure_saver("16_encoder_decoder")  # save(fig, "name.png") into figures/
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
 plot_to_files()  # before pyplot loads: PNG files only, unless inside Jupyter
 
@@ -50,7 +40,8 @@ import torch
 import numpy_impl as N
 import numpy_impl.attention as NA
 import torch_impl as T
-from labs.tasks import BOS, EOS, SequenceTask, TaskModel
+from labs.plumbing.tasks import TaskModel
+from labs.plumbing.tasks_sequence import BOS, EOS, SequenceTask
 
 np.set_printoptions(precision=2, suppress=True)
 

@@ -35,7 +35,7 @@ import time
 
 import numpy as np
 
-from . import UserError
+from .. import UserError
 from .bench import MiB, _peak_rss_bytes, _rss_bytes
 
 CPU_IMPLS = ("numpy-explicit", "numpy-flash", "torch-explicit", "torch-fused")

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from . import UserError
+from .. import UserError
 
 VOCAB = 65  # Tiny Shakespeare's characters
 TARGET_SPEEDUP = 5.0

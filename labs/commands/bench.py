@@ -37,8 +37,8 @@ import time
 
 import numpy as np
 
-from . import UserError
-from .backends import BACKENDS, make_backend
+from .. import UserError
+from ..plumbing.backends import BACKENDS, make_backend
 
 SIZES = ((12, 64), (64, 256))  # (batch, block): the default, and a larger one
 RATIO_KEYS = ("numpy_over_torch_step_ratio", "numpy_over_torch_step_ratio_b64_t256")

@@ -1,6 +1,6 @@
 """``python -m labs seq2seq``: an encoder-decoder Transformer learns to reverse (or sort) digits.
 
-A task with a known answer (:class:`labs.tasks.SequenceTask`): the source is a
+A task with a known answer (:class:`labs.plumbing.tasks_sequence.SequenceTask`): the source is a
 string of 3 to 12 digits, the target the same digits reversed (``--task sort``:
 sorted). Training is teacher-forced on freshly drawn sequences; the held-out set
 (1000 distinct sequences, never drawn for training) is decoded greedily and scored by
@@ -20,18 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from . import UserError
-from .backends import BACKENDS
-from .tasks import (
-    BOS,
-    EOS,
-    SequenceTask,
-    TaskModel,
-    add_model_and_optimizer_arguments,
-    batches,
-    check_positive,
-    training_options,
-)
+from .. import UserError
+from ..plumbing.backends import BACKENDS
+from ..plumbing.tasks import TaskModel
+from ..plumbing.tasks_sequence import BOS, EOS, SequenceTask
+from .shared import add_model_and_optimizer_arguments, batches, check_positive, training_options
 
 LOG_FILE = "log.jsonl"
 METRICS_FILE = "metrics.json"

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import argparse
 
-from . import UserError
-from .backends import BACKENDS, make_backend
-from .checkpoint import load_checkpoint
-from .tokenization import load_tokenizer
+from .. import UserError
+from ..plumbing.backends import BACKENDS, make_backend
+from ..plumbing.checkpoint import load_checkpoint
+from ..plumbing.tokenization import load_tokenizer
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

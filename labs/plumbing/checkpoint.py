@@ -21,6 +21,11 @@ and :func:`load_checkpoint` falls back to ``.previous``.
 
 Because both backends use the same names and shapes (PyTorch's layout), a
 checkpoint written by either loads into either.
+
+This module saves and loads a set; ``checkpoint_format.py`` says what a set
+holds and checks it (:func:`expected_shapes`, :class:`CheckpointError`), and
+``checkpoint_files.py`` is the file layer underneath (fsynced writes, the test
+hook that pauses the writer).
 """
 
 from __future__ import annotations
@@ -29,204 +34,34 @@ import hashlib
 import json
 import os
 import shutil
-import sys
-import time
 import warnings
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import load_file, save
+from safetensors.numpy import save
 
-FORMAT = "twinformer"
-VERSION = 1
-MODEL_FILE = "model.safetensors"
-OPTIMIZER_FILE = "optimizer.safetensors"
-CONFIG_FILE = "config.json"
-TIED_KEY, TIED_SOURCE = "head.weight", "tok_emb.weight"
-
-
-# -- the expected contents, derived from the config alone -------------------------
-def expected_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
-    """Every state-dict name and shape of a GPT with this config.
-
-    Written from the architecture (docs/architecture.md), independently of
-    either backend, so a checkpoint can be checked before any model is built.
-    ``head.weight`` is included even when tied, as in a state dict.
-
-    Args:
-        model_config: GPTConfig fields (``vocab_size`` required; the others
-            default as in GPTConfig).
-
-    Returns:
-        ``{name: shape}`` in the models' parameter order.
-
-    Raises:
-        ValueError: ``vocab_size`` missing.
-    """
-    if "vocab_size" not in model_config:
-        raise ValueError("model config: 'vocab_size' is missing")
-    V = int(model_config["vocab_size"])
-    T = int(model_config.get("block_size", 64))
-    L = int(model_config.get("n_layers", 4))
-    C = int(model_config.get("d_model", 128))
-    bias = bool(model_config.get("bias", True))
-    # fields added with the Llama-style options; a config without them is a GPT-2
-    learned_positions = model_config.get("pos_emb", "learned") == "learned"
-    rmsnorm = model_config.get("norm", "layernorm") == "rmsnorm"
-    swiglu = model_config.get("ffn", "gelu") == "swiglu"
-    if model_config.get("d_ff"):
-        F = int(model_config["d_ff"])
-    elif swiglu:  # 2/3 * 4C rounded up to a multiple of 8 (numpy_impl/ffn.py swiglu_hidden_dim)
-        F = 8 * ((int(2 * (4 * C) / 3) + 7) // 8)
-    else:
-        F = 4 * C
-
-    shapes: dict[str, tuple[int, ...]] = {}
-
-    def linear(name: str, n_in: int, n_out: int) -> None:
-        shapes[f"{name}.weight"] = (n_out, n_in)  # PyTorch's layout: (out, in)
-        if bias:
-            shapes[f"{name}.bias"] = (n_out,)
-
-    def layernorm(name: str) -> None:
-        shapes[f"{name}.weight"] = (C,)
-        if bias and not rmsnorm:  # RMSNorm has a gain only
-            shapes[f"{name}.bias"] = (C,)
-
-    shapes["tok_emb.weight"] = (V, C)
-    if learned_positions:  # RoPE has no parameters
-        shapes["pos_emb.weight"] = (T, C)
-    for i in range(L):
-        b = f"blocks.{i}"
-        layernorm(f"{b}.ln1")
-        linear(f"{b}.attn.qkv_proj", C, 3 * C)
-        linear(f"{b}.attn.out_proj", C, C)
-        layernorm(f"{b}.ln2")
-        if swiglu:  # gate, down, up (Llama's w1, w2, w3)
-            linear(f"{b}.ffn.w1", C, F)
-            linear(f"{b}.ffn.w2", F, C)
-            linear(f"{b}.ffn.w3", C, F)
-        else:
-            linear(f"{b}.ffn.fc1", C, F)
-            linear(f"{b}.ffn.fc2", F, C)
-    layernorm("ln_f")
-    shapes["head.weight"] = (V, C)  # the LM head has no bias (GPT-2, nanoGPT)
-    return shapes
-
-
-def _is_tied(model_config: dict) -> bool:
-    return bool(model_config.get("tie_weights", True))
-
-
-def _trainable_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
-    """As :func:`expected_shapes`, with the tied head counted once (as in
-    ``named_parameters``): the names the optimizer state is keyed by."""
-    shapes = expected_shapes(model_config)
-    if _is_tied(model_config):
-        del shapes[TIED_KEY]
-    return shapes
-
-
-def _mismatches(
-    what: str, got: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]], limit: int = 8
-) -> list[str]:
-    """Human-readable differences between arrays and expected shapes (at most
-    ``limit`` names per kind, then a count)."""
-
-    def shorten(names: list[str]) -> str:
-        more = f" and {len(names) - limit} more" if len(names) > limit else ""
-        return f"{names[:limit]}{more}"
-
-    missing = sorted(set(expected) - set(got))
-    unexpected = sorted(set(got) - set(expected))
-    wrong = [k for k in expected if k in got and tuple(got[k].shape) != expected[k]]
-    problems = []
-    if missing:
-        problems.append(f"{what} lacks {shorten(missing)}")
-    if unexpected:
-        problems.append(f"{what} has unexpected {shorten(unexpected)}")
-    for k in wrong[:limit]:
-        problems.append(f"{k}: {what} has shape {tuple(got[k].shape)}, config says {expected[k]}")
-    if len(wrong) > limit:
-        problems.append(f"and {len(wrong) - limit} more shape mismatches")
-    return problems
-
+from .checkpoint_files import _contiguous, _fsync_dir, _link_or_copy, _pause_point, _write_file
+from .checkpoint_format import (
+    CONFIG_FILE,
+    FORMAT,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    TIED_KEY,
+    TIED_SOURCE,
+    VERSION,
+    CheckpointError,
+    _check_belongs,
+    _is_tied,
+    _load_safetensors,
+    _mismatches,
+    _optimizer_shapes,
+    _read_config,
+    expected_shapes,
+)
 
 # -- writing: stage a full set, keep the previous one, then commit -------------------
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: corrupt or truncated files, an
-    interrupted write, or contents (keys, shapes, vocabulary) that do not
-    match its config.json or the model they are loaded into. The message
-    lists every offending key. Raised the same way by both backends."""
-
-
-#: Test hook: ``STAGE`` or ``STAGE@N`` makes the writer stop the Nth time (default 1)
-#: it reaches STAGE (see :func:`save_checkpoint`), print ``checkpoint writer paused
-#: at STAGE`` on stderr and sleep, so a test can SIGKILL it at a known point.
-PAUSE_ENV_VAR = "TWINFORMER_TEST_CHECKPOINT_PAUSE"
 STAGING_DIR = ".staging"  # the new set, complete before anything in DIR is touched
 PREVIOUS_DIR = ".previous"  # a full copy (hard links) of the set being replaced
-_stages_reached: dict[str, int] = {}
-
-
-def _pause_point(stage: str) -> None:
-    """The test hook of :data:`PAUSE_ENV_VAR`; does nothing unless it names ``stage``."""
-    wanted, _, nth = os.environ.get(PAUSE_ENV_VAR, "").partition("@")
-    if wanted != stage:
-        return
-    _stages_reached[stage] = _stages_reached.get(stage, 0) + 1
-    if _stages_reached[stage] == int(nth or 1):
-        print(f"checkpoint writer paused at {stage}", file=sys.stderr, flush=True)
-        time.sleep(3600)  # until the test kills us
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make renames and new names in ``path`` durable."""
-    dir_fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file ``path`` and fsync it."""
-    with open(path, "wb") as f:
-        half = len(data) // 2
-        f.write(data[:half])
-        if half:
-            f.flush()
-            _pause_point("writing")  # half a file on disk
-        f.write(data[half:])
-        f.flush()
-        os.fsync(f.fileno())  # the bytes are on disk before any name points at them
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file, fsync it, then rename it onto ``path``."""
-    # A hidden name in the same directory (a rename across file systems is
-    # not atomic); the pid keeps two concurrent writers apart.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        _write_file(tmp, data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
-def _contiguous(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    # Not np.ascontiguousarray: it turns the 0-d "step" into shape (1,).
-    return {k: np.require(v, requirements="C") for k, v in arrays.items()}
-
-
-def _link_or_copy(src: Path, dst: Path) -> None:
-    # A hard link shares the bytes: the rename in step 3 gives DIR's name a new
-    # file and leaves this one alone. Copy where links are not supported.
-    try:
-        os.link(src, dst)
-    except OSError:
-        shutil.copy2(src, dst)
 
 
 def _keep_previous(directory: Path) -> None:
@@ -360,94 +195,9 @@ def save_checkpoint(
     return directory
 
 
-def _optimizer_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
-    """Names and shapes of AdamW's state: ``step`` and two moments per trainable parameter."""
-    expected: dict[str, tuple[int, ...]] = {"step": ()}
-    for prefix in ("exp_avg", "exp_avg_sq"):
-        expected.update({f"{prefix}.{k}": s for k, s in _trainable_shapes(model_config).items()})
-    return expected
-
-
-def _check_belongs(directory: Path, config: dict, name: str) -> None:
-    """Raise unless file ``name`` holds the bytes config.json was written with."""
-    want = (config.get("files") or {}).get(name)
-    if want is None:
-        return  # written before config.json recorded hashes
-    path = directory / name
-    if not path.is_file():
-        raise CheckpointError(
-            f"{path} is missing, though {directory / CONFIG_FILE} lists it: the checkpoint "
-            "was interrupted while being written"
-        )
-    if _sha256(path) != want:
-        raise CheckpointError(
-            f"{path} does not belong to {directory / CONFIG_FILE} (its SHA-256 "
-            "differs from the one recorded there): the checkpoint was interrupted while "
-            "being written"
-        )
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 # -- load ------------------------------------------------------------------------
 class CheckpointWarning(UserWarning):
     """The checkpoint in DIR was unusable and ``DIR/.previous`` was loaded instead."""
-
-
-def _load_safetensors(path: Path) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint file not found: {path}")
-    try:
-        return load_file(str(path))
-    except Exception as e:  # safetensors raises its own SafetensorError, among others
-        raise CheckpointError(
-            f"{path}: not a valid safetensors file (truncated or corrupt?): {e}"
-        ) from e
-
-
-def _vocabulary_size(tokenizer: dict) -> int | None:
-    """How many ids a tokenizer dict defines, when it says (char: its characters)."""
-    if isinstance(tokenizer.get("vocab_size"), int):
-        return tokenizer["vocab_size"]
-    if isinstance(tokenizer.get("chars"), str):
-        return len(tokenizer["chars"])
-    return None
-
-
-def _read_config(directory: Path) -> dict:
-    """``directory/config.json``, checked on its own (not against the other files)."""
-    if not directory.is_dir():
-        raise FileNotFoundError(f"checkpoint directory not found: {directory}")
-    path = directory / CONFIG_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"checkpoint file not found: {path}")
-    try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: not valid JSON: {e}") from e
-    if not isinstance(document, dict) or document.get("format") != FORMAT:
-        raise CheckpointError(f'{path}: not a twinformer checkpoint (no "format": "{FORMAT}")')
-    if document.get("version") != VERSION:
-        raise CheckpointError(
-            f"{path}: checkpoint version {document.get('version')!r}, this code reads {VERSION}"
-        )
-    for key in ("model", "tokenizer"):
-        if not isinstance(document.get(key), dict):
-            raise CheckpointError(f"{path}: the {key!r} section is missing")
-    n_symbols = _vocabulary_size(document["tokenizer"])
-    vocab_size = document["model"].get("vocab_size")
-    if n_symbols is not None and n_symbols != vocab_size:
-        raise CheckpointError(
-            f"{path}: the tokenizer defines {n_symbols} ids but model.vocab_size is "
-            f"{vocab_size!r}: tok_emb.weight and head.weight would not match the vocabulary"
-        )
-    return document
 
 
 def _load_set(directory: Path):

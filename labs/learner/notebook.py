@@ -1,18 +1,17 @@
 """The set-up every chapter's ``lab.py`` shares, written once.
 
-A lab (a jupytext percent script, ``labs/NN_topic/lab.py``) finds the repository
-root and puts it on ``sys.path`` itself (``import labs`` cannot work before
-that), then takes the rest from here, in this order::
+A lab (a jupytext percent script, ``labs/NN_topic/lab.py``) imports the
+installed ``labs`` package (``pip install -e .``), so it runs from any directory
+and in a notebook kernel, and takes the rest from here, in this order::
 
-    from labs.notebook import figure_saver, limit_threads, max_diff, plot_to_files
+    from labs.learner.notebook import figure_saver, limit_threads, max_diff, plot_to_files
 
+    save = figure_saver("03_attention")  # into labs/03_attention/figures/
     limit_threads()  # before NumPy and torch load
     plot_to_files()  # before matplotlib.pyplot loads
 
     import matplotlib.pyplot as plt
     import numpy as np
-
-    save = figure_saver(ROOT / "labs" / "03_attention" / "figures")
 
 The order matters: BLAS reads its thread count when NumPy loads, and
 matplotlib picks its backend when pyplot loads. That is also why this module
@@ -32,7 +31,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+import labs
+
+#: The ``labs`` package and the repository around it, found from the package itself
+#: (a notebook kernel has no ``__file__`` of its own to start from).
+LABS = Path(labs.__file__).resolve().parent
+ROOT = LABS.parent
 
 # Shakespeare, sonnets 18 and 116: labs 09 and 10 train on them without a corpus.
 SONNETS = """\
@@ -127,15 +131,27 @@ def plot_to_files() -> None:
         matplotlib.use("Agg")
 
 
-def figure_saver(folder: Path) -> Callable[[Any, str], None]:
-    """A ``save(fig, name)`` that writes ``folder/name`` and says where.
+def chapter_dir(chapter: str) -> Path:
+    """A chapter's folder, ``labs/03_attention`` for ``"03_attention"``."""
+    return LABS / chapter
 
-    ``save`` creates ``folder`` if needed, writes the figure at 120 dpi with a
+
+def repository_path(*parts: str) -> Path:
+    """A path in the repository, ``repository_path("runs", "numpy")`` for ``runs/numpy``."""
+    return ROOT.joinpath(*parts)
+
+
+def figure_saver(chapter: str) -> Callable[[Any, str], None]:
+    """A ``save(fig, name)`` that writes ``labs/<chapter>/figures/name`` and says where.
+
+    ``chapter`` is the chapter's folder name (``"03_attention"``). ``save``
+    creates the ``figures`` folder if needed, writes the figure at 120 dpi with a
     tight bounding box, prints ``wrote <path from the repository root>``, and
     closes the figure when there is no display (Agg backend), so that a script
     drawing many figures does not keep them all in memory. In a notebook the
     figure stays open and is shown below the cell.
     """
+    folder = chapter_dir(chapter) / "figures"
 
     def save(fig, name: str) -> None:
         import matplotlib
@@ -167,13 +183,13 @@ def load_text(fallback: str, fallback_source: str, notice: str) -> tuple[str, st
     """The corpus and where it came from, ``(text, source)``; never downloads.
 
     Reads Tiny Shakespeare from ``$TWINFORMER_DATA`` or from the cache that
-    ``python -m labs train`` fills (``labs.data.cache_path()``). Only then is
-    ``labs.data.resolve_corpus()`` called: with nothing local it would download.
+    ``python -m labs train`` fills (``labs.plumbing.data.cache_path()``). Only then is
+    ``labs.plumbing.data.resolve_corpus()`` called: with nothing local it would download.
     Without either, or when the file cannot be read, prints why and ``notice``
     (what the lab does instead, e.g. "training on a built-in passage") and
     returns ``(fallback, fallback_source)``.
     """
-    from labs.data import (
+    from labs.plumbing.data import (
         DATA_ENV_VAR,
         CorpusUnavailableError,
         cache_path,

@@ -2,7 +2,7 @@
 
 In one process, on Tiny Shakespeare, side by side:
 
-* training seconds of the from-scratch trainer (``numpy_impl.tokenizer.train_bpe``,
+* training seconds of the from-scratch trainer (``numpy_impl.bpe_trainer.train_bpe``,
   pure Python) and of HF's ``BpeTrainer`` (Rust, ``train_from_iterator`` on the same
   text), at each ``--vocab-sizes``, and how many merges agree, in order;
 * encoding throughput (MB of UTF-8 per second) of the whole corpus: ours (first call,
@@ -29,8 +29,8 @@ import math
 import os
 import time
 
-from . import UserError
-from .data import CorpusUnavailableError, load_corpus, resolve_corpus
+from .. import UserError
+from ..plumbing.data import CorpusUnavailableError, load_corpus, resolve_corpus
 
 MB = 1e6
 
@@ -85,7 +85,8 @@ def _hf_bytelevel(text: str, vocab_size: int):
 
 
 def _hf_whitespace(text: str, vocab_size: int):
-    """Seed 003's snippet: ``BPE(unk_token="[UNK]")``, ``Whitespace()``, ``BpeTrainer``."""
+    """The source material's snippet: ``BPE(unk_token="[UNK]")``, ``Whitespace()``,
+    ``BpeTrainer``."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))
@@ -96,8 +97,10 @@ def _hf_whitespace(text: str, vocab_size: int):
 
 def measure(text: str, vocab_sizes: list[int], repeats: int, plain: bool) -> dict:
     """Every number of the report, as a dict (see the module docstring)."""
-    import numpy_impl.tokenizer as NT
-    from numpy_impl.tokenizer import BPETokenizer, CharTokenizer
+    from numpy_impl.bpe_trainer import train_bpe
+    from numpy_impl.byte_level import str_to_token
+    from numpy_impl.char_tokenizer import CharTokenizer
+    from numpy_impl.tokenizer import BPETokenizer
 
     n_bytes = len(text.encode("utf-8"))
     res: dict = {"bytes": n_bytes, "characters": len(text), "vocab": {}}
@@ -118,7 +121,7 @@ def measure(text: str, vocab_sizes: list[int], repeats: int, plain: bool) -> dic
             t_hf = min(t_hf, time.perf_counter() - t0)
         row["train_s"] = {"ours": t_ours, "hf": t_hf, "ratio": t_ours / t_hf}
         hf_doc = json.loads(hf.to_str())["model"]
-        hf_merges = [tuple(NT.str_to_token(t) for t in m) for m in hf_doc["merges"]]
+        hf_merges = [tuple(str_to_token(t) for t in m) for m in hf_doc["merges"]]
         same = 0
         for a, b in zip(ours.merges, hf_merges, strict=False):
             if a != b:
@@ -129,7 +132,7 @@ def measure(text: str, vocab_sizes: list[int], repeats: int, plain: bool) -> dic
             "hf": len(hf_merges),
             "identical_prefix": same,
             "identical": ours.merges == hf_merges,
-            "same_vocab": ours.vocab == {NT.str_to_token(s): i for s, i in hf_doc["vocab"].items()},
+            "same_vocab": ours.vocab == {str_to_token(s): i for s, i in hf_doc["vocab"].items()},
         }
         # encoding the whole corpus
         ours._cache.clear()
@@ -157,12 +160,12 @@ def measure(text: str, vocab_sizes: list[int], repeats: int, plain: bool) -> dic
         }
         if plain:
             t0 = time.perf_counter()
-            vocab, merges = NT.train_bpe(text, V, pattern=None)
+            vocab, merges = train_bpe(text, V, pattern=None)
             t_train = time.perf_counter() - t0
             tok = BPETokenizer(vocab, merges, pattern=None)
             t0 = time.perf_counter()
             n = len(tok.encode(text))
-            row["bytes_per_token"]["seed_plain"] = n_bytes / n
+            row["bytes_per_token"]["plain"] = n_bytes / n
             row["plain_s"] = {"train": t_train, "encode": time.perf_counter() - t0}
         res["vocab"][str(V)] = row
     return res
@@ -189,7 +192,7 @@ def _table(res: dict, header: str) -> str:
     out.append(f"{'tokenizer':<44}" + "".join(f" | {'vocab ' + V:>12}" for V in sizes))
     rows = [
         ("characters (chapter 01, 65 tokens)", lambda r: res["char"]["bytes_per_token"]),
-        ("plain BPE (no pre-tokenization)", lambda r: r.get("seed_plain")),
+        ("plain BPE (no pre-tokenization)", lambda r: r.get("plain")),
         ("from scratch, GPT-2 regex (chapter 11)", lambda r: r["ours_gpt2_regex"]),
         ("HF ByteLevel (GPT-2 regex)", lambda r: r["hf_bytelevel"]),
         ("HF Whitespace pre-tokenizer [1]", lambda r: r["hf_whitespace"]),
@@ -211,7 +214,7 @@ def _table(res: dict, header: str) -> str:
         if "plain_s" in row:
             p = row["plain_s"]
             out.append(
-                f"seed plain BPE at vocab {V}: trained in {p['train']:.1f} s "
+                f"plain BPE at vocab {V}: trained in {p['train']:.1f} s "
                 f"(train_bpe(pattern=None), the whole corpus as one word), encoded in "
                 f"{p['encode']:.1f} s"
             )

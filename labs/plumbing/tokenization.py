@@ -58,7 +58,7 @@ def build_tokenizer(kind: str, backend: str, text: str, vocab_size: int, log=pri
         ValueError: an unknown ``kind``, or a ``vocab_size`` the trainer rejects.
     """
     if kind == "char":
-        from numpy_impl.tokenizer import CharTokenizer
+        from numpy_impl.char_tokenizer import CharTokenizer
 
         return CharTokenizer.from_text(text)
     if kind != "bpe":
@@ -113,7 +113,7 @@ def load_tokenizer(config: dict, directory, backend: str):
     section = config["tokenizer"]
     kind = section.get("type")
     if kind == "char":
-        from numpy_impl.tokenizer import CharTokenizer
+        from numpy_impl.char_tokenizer import CharTokenizer
 
         return CharTokenizer.from_dict(section)
     if kind != "bpe":

@@ -1,7 +1,8 @@
 """``python -m labs classify``: who says this speech? A TransformerClassifier on Tiny Shakespeare.
 
-The labelled task is built from the corpus itself (:func:`labs.tasks.speaker_dataset`):
-the speeches of the N most frequent speakers (N = 4: GLOUCESTER, DUKE
+The labelled task is built from the corpus itself
+(:func:`labs.plumbing.tasks_speakers.speaker_dataset`): the speeches of the N
+most frequent speakers (N = 4: GLOUCESTER, DUKE
 VINCENTIO, MENENIUS, ROMEO, from four plays), split by speech into a training
 set and a held-out set (80 / 20, stratified per speaker). The model reads the
 first ``--block-size`` tokens of a speech, shorter speeches padded and masked,
@@ -27,20 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
-from . import UserError
-from .backends import BACKENDS
-from .data import DATA_ENV_VAR, CorpusUnavailableError, load_corpus, resolve_corpus
-from .tasks import (
-    TaskModel,
-    WordTokenizer,
-    add_model_and_optimizer_arguments,
-    batches,
-    check_positive,
-    encode_padded,
-    random_crops,
-    speaker_dataset,
-    training_options,
-)
+from .. import UserError
+from ..plumbing.backends import BACKENDS
+from ..plumbing.data import DATA_ENV_VAR, CorpusUnavailableError, load_corpus, resolve_corpus
+from ..plumbing.tasks import TaskModel
+from ..plumbing.tasks_speakers import WordTokenizer, encode_padded, random_crops, speaker_dataset
+from .shared import add_model_and_optimizer_arguments, batches, check_positive, training_options
 
 LOG_FILE = "log.jsonl"
 METRICS_FILE = "metrics.json"
@@ -103,7 +96,7 @@ def run(args: argparse.Namespace) -> dict:
     Raises:
         UserError: a missing corpus or bad arguments.
     """
-    from numpy_impl.tokenizer import CharTokenizer
+    from numpy_impl.char_tokenizer import CharTokenizer
 
     if args.block_size is None:
         args.block_size = 64 if args.tokenizer == "word" else 128

@@ -1,0 +1,331 @@
+"""``python -m labs train``: train a GPT on Tiny Shakespeare (characters or BPE tokens).
+
+The defaults are nanoGPT's "baby GPT" for CPUs (config/train_shakespeare_char.py
+scaled down as its README suggests): 4 layers, 4 heads, d_model 128, context
+64, batch 12, 2000 steps, AdamW with lr 1e-3 -> 1e-4 (100 warmup steps, then a
+cosine), beta2 0.99, weight decay 0.1, gradient clipping at 1.0, no dropout.
+It ends near a validation loss of 1.9 nats per character (1.91 for the
+PyTorch backend with the default seed; nanoGPT reports 1.88 for its version).
+The same run on either backend, with the same seed, sees the same batches.
+
+Outputs, in ``--out`` (default ``runs/<backend>``):
+
+* ``log.jsonl``: one JSON object per evaluation (``step``, ``train_loss``,
+  ``val_loss``, ``lr``, ``elapsed_s``);
+* the checkpoint (``model.safetensors``, ``optimizer.safetensors``,
+  ``config.json``), rewritten atomically at every evaluation;
+* ``loss.png``: the loss curves.
+
+``--resume DIR`` continues the run in DIR exactly where its checkpoint stopped
+(weights, AdamW state and step, hence the schedule; the batch sampler's and
+the dropout generator's states; the recorded settings, unless given again).
+
+Under ``torchrun --nproc_per_node N`` (torch backend), the N processes train
+one model with DistributedDataParallel: ``--batch-size`` is the step's whole
+batch, which every process draws from the same seeded sampler before keeping
+its own ``B / N`` rows, so the run is the one-process run with batch B. Each
+process draws its own dropout masks (rank r > 0 reseeds with seed + r); the
+checkpoint holds every rank's generator state. Rank 0 alone prints and writes.
+
+This module has the command's options and :func:`run`, a short sequence of
+steps: the steps are in ``train_steps.py``, resuming in ``train_resume.py``,
+several processes in ``train_distributed.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from pathlib import Path
+
+from .. import UserError
+from ..plumbing.backends import BACKENDS
+from ..plumbing.checkpoint_format import expected_shapes
+from ..plumbing.data import DATA_ENV_VAR
+from ..plumbing.tokenization import KINDS
+from .train_distributed import _init_distributed, _shutdown_distributed
+from .train_resume import _prepare_resume
+from .train_steps import (
+    Run,
+    build_backend,
+    load_data,
+    prepare_output,
+    run_config,
+    summarize,
+    train_loop,
+)
+
+#: ``--arch``: GPTConfig fields that differ from the GPT-2 defaults. Llama-style
+#: (Touvron et al. 2023, sec. 2.2): RoPE (Meta's interleaved pairs), RMSNorm,
+#: SwiGLU, no biases. The LM head stays tied to the embedding, as in the gpt2
+#: model, so the comparison changes only what the paper changes.
+ARCHS: dict[str, dict] = {
+    "gpt2": {},
+    "llama": {
+        "pos_emb": "rope",
+        "rope_layout": "interleaved",
+        "norm": "rmsnorm",
+        "ffn": "swiglu",
+        "bias": False,
+    },
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``train`` command's options (defaults: nanoGPT's CPU baby GPT)."""
+    p.add_argument(
+        "--backend", choices=BACKENDS, help="required, except with --resume (default: the run's)"
+    )
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        help=f"Tiny Shakespeare text file (default: ${DATA_ENV_VAR}, the cache, or a download)",
+    )
+    p.add_argument("--out", metavar="DIR", help="output directory (default: runs/<backend>)")
+    p.add_argument(
+        "--resume",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="continue the run whose checkpoint is in DIR (alone: the one in --out), exactly "
+        "where it stopped; its recorded settings apply unless given again, and it writes to "
+        "--out (default: DIR)",
+    )
+    p.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
+    p.add_argument("--seed", type=int, default=1337, help="weights and batches")
+    p.add_argument(
+        "--tokenizer",
+        choices=KINDS,
+        default="char",
+        help="characters, or byte-level BPE trained by the backend's own implementation",
+    )
+    p.add_argument(
+        "--vocab-size", type=int, default=1000, help="BPE vocabulary size (with --tokenizer bpe)"
+    )
+    g = p.add_argument_group("model")
+    g.add_argument(
+        "--arch",
+        choices=tuple(ARCHS),
+        default="gpt2",
+        help="gpt2: learned positions, LayerNorm, GELU MLP, biases (default); llama: RoPE, "
+        "RMSNorm, SwiGLU, no biases, d_ff chosen for the gpt2 model's parameter count",
+    )
+    g.add_argument(
+        "--d-ff",
+        type=int,
+        default=None,
+        help="FFN hidden width (default: 4 d_model for gpt2; for llama, the multiple of 8 "
+        "that brings the parameter count closest to gpt2's)",
+    )
+    g.add_argument("--block-size", type=int, default=64, help="context length T")
+    g.add_argument("--n-layers", type=int, default=4, help="transformer blocks")
+    g.add_argument("--n-heads", type=int, default=4, help="attention heads per block")
+    g.add_argument("--d-model", type=int, default=128, help="width C of the residual stream")
+    g.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
+    g.add_argument(
+        "--bias",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="biases in Linear and LayerNorm layers, as GPT-2 (default: on)",
+    )
+    g.add_argument(
+        "--gelu",
+        choices=("tanh", "none"),
+        default="tanh",
+        help="GELU form: tanh approximation (GPT-2) or exact erf ('none')",
+    )
+    g.add_argument(
+        "--dtype", choices=("float32", "float64"), default="float32", help="parameter dtype"
+    )
+    g.add_argument(
+        "--attn-impl",
+        choices=("sdpa", "explicit"),
+        default="sdpa",
+        help="torch attention: fused sdpa or written out (numpy: always explicit)",
+    )
+    g.add_argument(
+        "--device",
+        default="cpu",
+        help="torch backend: where the model runs (cpu, cuda, cuda:1, ...); under torchrun "
+        "with cuda, process N uses cuda:N",
+    )
+    g = p.add_argument_group("optimization")
+    g.add_argument(
+        "--batch-size",
+        type=int,
+        default=12,
+        help="sequences per step B (under torchrun: in all, split over the processes)",
+    )
+    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    g.add_argument("--min-lr", type=float, default=1e-4, help="final learning rate")
+    g.add_argument("--warmup-iters", type=int, default=100, help="linear warmup steps")
+    g.add_argument(
+        "--lr-decay-iters",
+        type=int,
+        default=None,
+        help="step where the cosine reaches --min-lr (default: --max-iters, "
+        "at least --warmup-iters + 1)",
+    )
+    g.add_argument("--beta1", type=float, default=0.9, help="AdamW first-moment decay")
+    g.add_argument("--beta2", type=float, default=0.99, help="AdamW second-moment decay")
+    g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW decay of the matrices")
+    g.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
+    g = p.add_argument_group("evaluation")
+    g.add_argument("--eval-interval", type=int, default=250, help="steps between evaluations")
+    g.add_argument("--eval-batches", type=int, default=20, help="fixed batches per split")
+    g.add_argument("--eval-batch-size", type=int, default=60, help="sequences per eval batch")
+    g.add_argument("--sample-tokens", type=int, default=500, help="sample printed at the end")
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    if args.backend is None:
+        raise UserError("--backend is required (numpy or torch), except with --resume DIR")
+    if not 0 <= args.seed < 2**63:
+        raise UserError(f"--seed must lie in [0, 2**63), got {args.seed}")
+    if args.d_ff is not None and args.d_ff < 1:
+        raise UserError(f"--d-ff must be >= 1, got {args.d_ff}")
+    positive = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size")
+    for name in (*positive, "eval_interval", "eval_batches", "eval_batch_size"):
+        if getattr(args, name) < 1:
+            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.warmup_iters < 0 or args.sample_tokens < 0:
+        raise UserError("--warmup-iters and --sample-tokens must be >= 0")
+    # checked here, not by each backend: cosine_lr would take a negative --min-lr as the
+    # floor, and a negative or NaN --grad-clip silently meant "no clipping"
+    if not (math.isfinite(args.min_lr) and args.min_lr >= 0):
+        raise UserError(f"--min-lr must be a finite number >= 0, got {args.min_lr}")
+    if not (math.isfinite(args.grad_clip) and args.grad_clip >= 0):
+        raise UserError(
+            f"--grad-clip must be a finite number >= 0 (0: no clipping), got {args.grad_clip}"
+        )
+    if args.lr_decay_iters is not None and args.lr_decay_iters <= args.warmup_iters:
+        raise UserError(
+            f"--lr-decay-iters ({args.lr_decay_iters}) must exceed --warmup-iters "
+            f"({args.warmup_iters})"
+        )
+
+
+def _decay_iters(args: argparse.Namespace) -> int:
+    # When max_iters <= warmup_iters the run ends inside the warmup; any decay
+    # point after it gives the same rates (and decay > warmup keeps a cosine phase).
+    if args.lr_decay_iters is not None:
+        return args.lr_decay_iters
+    return max(args.max_iters, args.warmup_iters + 1)
+
+
+def matched_d_ff(model_config: dict, multiple_of: int = 8) -> tuple[int, int, int]:
+    """The SwiGLU width that brings a model closest to the gpt2 model's parameter count.
+
+    Args:
+        model_config: GPTConfig fields of the model to size (its ``d_ff`` is ignored).
+        multiple_of: the width is a multiple of this (Llama's rounding rule).
+
+    Returns:
+        ``(d_ff, its parameter count, the gpt2 model's parameter count)``; the
+        gpt2 model has the same vocabulary, context, depth, heads and width.
+    """
+
+    def count(config: dict) -> int:
+        shapes = expected_shapes(config)
+        if config.get("tie_weights", True):
+            del shapes["head.weight"]  # the tied head is the embedding: counted once
+        return sum(math.prod(s) for s in shapes.values())
+
+    keys = ("vocab_size", "block_size", "n_layers", "n_heads", "d_model")
+    target = count({k: model_config[k] for k in keys})
+    at = {f: count({**model_config, "d_ff": f}) for f in (multiple_of, 2 * multiple_of)}
+    per_unit = (at[2 * multiple_of] - at[multiple_of]) / multiple_of  # parameters per hidden unit
+    best = max(1, round((target - at[multiple_of]) / per_unit / multiple_of) + 1) * multiple_of
+    return best, count({**model_config, "d_ff": best}), target
+
+
+def _model_config(args: argparse.Namespace, vocab_size: int) -> dict:
+    """The GPTConfig fields of ``--arch`` and the model options; for llama without
+    ``--d-ff``, the width that matches the gpt2 model's parameter count (said)."""
+    model_config = {
+        "vocab_size": vocab_size,
+        "block_size": args.block_size,
+        "n_layers": args.n_layers,
+        "n_heads": args.n_heads,
+        "d_model": args.d_model,
+        "dropout": args.dropout,
+        "bias": args.bias,
+        "gelu_approximate": args.gelu,
+        "d_ff": args.d_ff,
+    }
+    model_config.update(ARCHS[args.arch])
+    if args.arch == "llama":
+        model_config["bias"] = False  # Llama has none: --bias does not apply
+        if args.d_ff is None:
+            d_ff, n_params, n_gpt2 = matched_d_ff(model_config)
+            model_config["d_ff"] = d_ff
+            print(
+                f"llama: d_ff {d_ff} gives {n_params:,} parameters; the gpt2 model of the "
+                f"same size has {n_gpt2:,} ({100 * (n_params / n_gpt2 - 1):+.2f}%)"
+            )
+    return model_config
+
+
+def _optimizer_config(args: argparse.Namespace) -> dict:
+    """AdamW's settings and the learning-rate schedule (the backends' ``train_config``)."""
+    return {
+        "lr": args.lr,
+        "min_lr": args.min_lr,
+        "warmup_iters": args.warmup_iters,
+        "lr_decay_iters": _decay_iters(args),
+        "weight_decay": args.weight_decay,
+        "beta1": args.beta1,
+        "beta2": args.beta2,
+        "grad_clip": args.grad_clip,
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Train as ``args`` says; print progress; return the final metrics.
+
+    Raises:
+        UserError: a missing or unreadable corpus, bad arguments, or (with
+            ``--resume``) a missing or mismatched checkpoint.
+    """
+    resumed = _prepare_resume(args) if args.resume is not None else None
+    _check_args(args)
+    out = Path(args.out or (resumed.directory if resumed else f"runs/{args.backend}"))
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file, not a directory")
+    rank, world = _init_distributed(args)
+    if args.batch_size % world:
+        raise UserError(
+            f"--batch-size {args.batch_size} is the whole step's batch, split over the "
+            f"{world} processes: it must be divisible by {world}"
+        )
+    say = print if rank == 0 else (lambda *a, **k: None)  # one voice, not one per process
+
+    data = load_data(args)
+    model_config = _model_config(args, data.tokenizer.vocab_size)
+    train_config = _optimizer_config(args)
+    backend = build_backend(args, model_config, train_config, world)
+    config, tokenizer_files = run_config(args, backend, data, train_config)
+    this = Run(args, backend, data, config, tokenizer_files, out, rank, world)
+    prepare_output(this, resumed, say)
+    say(
+        f"{backend.name} backend, {backend.num_parameters():,} parameters, "
+        f"vocab {data.tokenizer.vocab_size}, {len(data.train_ids):,} train / "
+        f"{len(data.val_ids):,} val tokens from {data.corpus_path}; writing to {out}/"
+        + (
+            f"; {world} processes, {args.batch_size // world} sequences each per step"
+            if world > 1
+            else ""
+        )
+    )
+    wall = train_loop(this, resumed)
+    if rank == 0:
+        summarize(this, wall)
+    return {**this.metrics, "wall_s": round(wall, 3)}
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        run(args)
+    finally:
+        _shutdown_distributed()
+    return 0

@@ -1,0 +1,146 @@
+"""``python -m labs train --resume DIR``: continue a run exactly where its checkpoint stopped.
+
+The checkpoint brings back the weights, the AdamW state and the step (hence the
+schedule), the batch sampler's and the dropout generator's states, and the
+recorded settings, unless the command line gives them again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+from .. import UserError
+from ..plumbing.checkpoint import load_checkpoint
+from ..plumbing.checkpoint_format import CONFIG_FILE, CheckpointError
+from ..plumbing.data import BatchSampler
+
+
+@dataclasses.dataclass
+class _Resumed:
+    """The checkpoint a run continues from."""
+
+    directory: Path
+    model_state: dict
+    config: dict
+    optimizer_state: dict | None
+
+
+#: Recorded settings that a resumed run never takes over.
+_NOT_RESTORED = ("resume", "out", "command", "func", "argv", "device")  # device: the machine's
+
+
+def _given_options(args: argparse.Namespace) -> set[str]:
+    """The options the command line set explicitly (``args.argv``, kept by
+    ``labs/__main__.py``); all of them when there is no command line."""
+    argv = getattr(args, "argv", None)
+    if argv is None:
+        return set(vars(args))
+    from .train import add_arguments  # here, not at the top: train.py imports this module
+
+    probe = argparse.ArgumentParser(add_help=False)
+    add_arguments(probe)
+    # Every default replaced by a marker: what is not the marker came from the command line.
+    unset = object()
+    probe.set_defaults(**dict.fromkeys(vars(args), unset))
+    given, _ = probe.parse_known_args(argv)
+    return {k for k, v in vars(given).items() if v is not unset}
+
+
+def _prepare_resume(args: argparse.Namespace) -> _Resumed:
+    """Load the checkpoint to resume and fill ``args`` with the run's recorded
+    settings, except those the command line gives again (those win, and are
+    listed). ``--data`` falls back to the usual search if the recorded file is gone.
+
+    Raises:
+        UserError: no checkpoint, or an unusable one (the reason named); a
+            ``--max-iters`` not above the checkpoint's step (nothing to train).
+    """
+    if args.resume:
+        directory = Path(args.resume)
+    elif args.out or args.backend:
+        directory = Path(args.out or f"runs/{args.backend}")
+    else:
+        raise UserError("--resume: give the run's directory, --resume DIR")
+    try:
+        model_state, saved, optimizer_state = load_checkpoint(directory)
+    except (OSError, CheckpointError) as e:
+        raise UserError(f"cannot resume: {e}") from e
+    given = _given_options(args)
+    changed = []
+    for key, value in (saved.get("train") or {}).items():
+        if key in _NOT_RESTORED or not hasattr(args, key):
+            continue
+        if key in given:
+            if getattr(args, key) != value:
+                changed.append(f"--{key.replace('_', '-')} {value} -> {getattr(args, key)}")
+        elif key == "data" and value is not None and not Path(value).is_file():
+            continue  # moved: look for the corpus as a fresh run would
+        else:
+            setattr(args, key, value)
+    step = int(saved.get("step", 0))
+    if args.max_iters <= step:  # no step to run: refuse before anything is rewritten
+        raise UserError(
+            f"--max-iters {args.max_iters}: the checkpoint in {directory} is already at step "
+            f"{step}; give --max-iters above {step} to continue it (python -m labs sample "
+            "samples from it as it is)"
+        )
+    if changed and os.environ.get("RANK", "0") == "0":  # under torchrun: said once
+        print(f"resuming with changed settings: {', '.join(changed)}")
+    return _Resumed(directory, model_state, saved, optimizer_state)
+
+
+def _resume(resumed: _Resumed, backend, sampler: BatchSampler, config: dict, say=print) -> float:
+    """Load the checkpoint into ``backend`` (weights, optimizer, schedule, dropout
+    RNG) and ``sampler``; return the wall time the earlier run had already spent."""
+    directory, saved = resumed.directory, resumed.config
+    try:  # a config saved before some GPTConfig fields existed: fill in their defaults
+        saved["model"] = dataclasses.asdict(type(backend.config).from_dict(saved["model"]))
+    except (TypeError, ValueError) as e:
+        raise UserError(f"cannot resume: {directory / CONFIG_FILE}: {e}") from e
+    for key in ("tokenizer", "model"):  # the tokenizer first: a new corpus changes both
+        if saved[key] != config[key]:
+            fields = sorted(set(saved[key]) | set(config[key]))
+            diffs = [
+                f"{f} {saved[key].get(f)!r} there, {config[key].get(f)!r} here"
+                for f in fields
+                if saved[key].get(f) != config[key].get(f)
+            ]
+            raise UserError(
+                f"cannot resume: the {key} in {directory / CONFIG_FILE} differs from this "
+                f"run's: " + "; ".join(d if len(d) < 200 else d[:200] + "..." for d in diffs)
+            )
+    try:
+        backend.load_state_dict(resumed.model_state)
+    except CheckpointError as e:
+        raise UserError(f"cannot resume from {directory}: {e}") from e
+    if resumed.optimizer_state is not None:
+        backend.load_optimizer_state(resumed.optimizer_state)
+    if "sampler_state" in saved:
+        sampler.set_state(saved["sampler_state"])
+    rng_state = saved.get("rng_state")
+    if rng_state is not None and rng_state.get("backend") == backend.name:
+        backend.set_rng_state(rng_state)
+    elif backend.config.dropout > 0:
+        say(
+            f"note: the dropout generator's state in {directory} is not the {backend.name} "
+            "backend's; the dropout masks from here on differ from the original run's"
+        )
+    say(f"resuming from {directory} at step {backend.step}")
+    return float(saved.get("metrics", {}).get("elapsed_s", 0.0))
+
+
+def _copy_log(src: Path, dst: Path, step: int) -> None:
+    """Keep the rows of ``src`` up to ``step`` in ``dst`` (later rows belong to a
+    stretch of the run that the checkpoint does not hold)."""
+    rows = []
+    if src.is_file():
+        for line in src.read_text().splitlines():
+            if line.strip() and json.loads(line)["step"] <= step:
+                rows.append(line + "\n")
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    tmp.write_text("".join(rows))
+    os.replace(tmp, dst)

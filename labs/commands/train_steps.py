@@ -1,0 +1,359 @@
+"""The steps of ``python -m labs train``, in the order ``train.run`` takes them.
+
+:func:`load_data` (the corpus, its tokens, the batches), :func:`build_backend`
+(the model and its optimizer), :func:`run_config` (what config.json records),
+:func:`prepare_output` (the output directory and the log, or the resumed run's),
+:func:`train_loop` (the steps, an evaluation and a checkpoint every
+``--eval-interval``), :func:`summarize` (the plot, the final numbers, a sample).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from .. import UserError
+from ..plumbing.backends import NonFiniteError, make_backend
+from ..plumbing.checkpoint import save_checkpoint
+from ..plumbing.checkpoint_format import CONFIG_FILE, MODEL_FILE, OPTIMIZER_FILE
+from ..plumbing.data import (
+    BatchSampler,
+    CorpusUnavailableError,
+    fixed_eval_batches,
+    load_corpus,
+    resolve_corpus,
+    train_val_split,
+)
+from ..plumbing.tokenization import (
+    bits_per_byte,
+    build_tokenizer,
+    bytes_per_token,
+    tokenizer_config,
+)
+from .train_distributed import _device
+from .train_resume import _copy_log, _resume, _Resumed
+
+LOG_FILE = "log.jsonl"
+PLOT_FILE = "loss.png"
+
+#: Sampling settings of the sample printed after training. nanoGPT uses
+#: temperature 0.8 and top_k 200; with 65 characters top_k 200 keeps them
+#: all, so we leave top-k off and only sharpen the distribution a little.
+FINAL_SAMPLE = {"temperature": 0.8, "top_k": None, "top_p": None}
+
+
+def plot_losses(log_path: Path, png_path: Path, title: str = "", unit: str = "character") -> None:
+    """Draw train and val loss against step from a ``log.jsonl`` into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display needed
+    import matplotlib.pyplot as plt
+
+    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    steps = [r["step"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
+    ax.plot(steps, [r["train_loss"] for r in rows], marker="o", ms=3, label="train")
+    ax.plot(steps, [r["val_loss"] for r in rows], marker="o", ms=3, label="val")
+    ax.set_xlabel("step")
+    ax.set_ylabel(f"loss (nats per {unit})")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png_path)
+    plt.close(fig)
+
+
+# -- data: the same arrays, the same batches, whatever the backend -----------------
+@dataclasses.dataclass
+class Data:
+    """The corpus as token ids, and the batches drawn from it."""
+
+    corpus_path: Path
+    tokenizer: object
+    train_ids: np.ndarray
+    val_ids: np.ndarray
+    val_bytes_per_token: float  # for bits per byte
+    sampler: BatchSampler  # the training batches
+    eval_sets: dict  # split -> its fixed evaluation batches
+
+
+def load_data(args: argparse.Namespace) -> Data:
+    """Read the corpus, build the tokenizer, split the ids and set up the batches.
+
+    Raises:
+        UserError: a missing or unreadable corpus, a bad ``--vocab-size``, or a
+            split shorter than ``--block-size + 1``.
+    """
+    try:
+        corpus_path = resolve_corpus(args.data)
+        text = load_corpus(corpus_path)
+    except (OSError, ValueError, CorpusUnavailableError) as e:
+        raise UserError(str(e)) from e
+    try:
+        tokenizer = build_tokenizer(args.tokenizer, args.backend, text, args.vocab_size)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"--vocab-size: {e}") from e
+    train_ids, val_ids = train_val_split(tokenizer.encode_array(text), 0.9)
+    B, T = args.batch_size, args.block_size
+    for split, ids in (("training", train_ids), ("validation", val_ids)):
+        if len(ids) <= T:
+            raise UserError(
+                f"{corpus_path}: the {split} split has {len(ids)} characters, fewer than "
+                f"--block-size + 1 = {T + 1}; use a longer text or a smaller --block-size"
+            )
+    val_bytes_per_token = bytes_per_token(tokenizer, val_ids)  # for bits per byte
+    sampler = BatchSampler(train_ids, T, B, seed=args.seed)
+    # Evaluation batches are drawn once, so every evaluation sees the same text.
+    eval_sets = {
+        "train": fixed_eval_batches(
+            train_ids, T, args.eval_batch_size, args.eval_batches, seed=args.seed + 1
+        ),
+        "val": fixed_eval_batches(
+            val_ids, T, args.eval_batch_size, args.eval_batches, seed=args.seed + 2
+        ),
+    }
+    return Data(corpus_path, tokenizer, train_ids, val_ids, val_bytes_per_token, sampler, eval_sets)
+
+
+# -- model and optimizer ------------------------------------------------------------
+def build_backend(args: argparse.Namespace, model_config: dict, train_config: dict, world: int):
+    """The backend ``--backend`` names, with its model and optimizer; under
+    torchrun, wrapped for DistributedDataParallel.
+
+    Raises:
+        UserError: a model config the backend refuses.
+    """
+    try:
+        backend = make_backend(
+            args.backend,
+            model_config,
+            seed=args.seed,
+            train_config=train_config,
+            dtype=args.dtype,
+            attn_impl=args.attn_impl,
+            device=_device(args, world),
+        )
+    except ValueError as e:
+        raise UserError(str(e)) from e
+    if world > 1:
+        backend.distribute()  # DistributedDataParallel: gradients averaged over the ranks
+    return backend
+
+
+def run_config(
+    args: argparse.Namespace, backend, data: Data, train_config: dict
+) -> tuple[dict, dict]:
+    """``(config, tokenizer_files)``: the sections config.json records (model,
+    tokenizer, training settings) and the tokenizer's own files."""
+    model_config = dataclasses.asdict(backend.config)  # every field, defaults filled in
+    train_args = {k: v for k, v in vars(args).items() if k not in ("command", "func", "argv")}
+    train_args.update(data=str(data.corpus_path), lr_decay_iters=train_config["lr_decay_iters"])
+    tokenizer_section, tokenizer_files = tokenizer_config(data.tokenizer)
+    config = {"model": model_config, "tokenizer": tokenizer_section, "train": train_args}
+    return config, tokenizer_files
+
+
+# -- the run under way: its output directory, the loop ------------------------------
+@dataclasses.dataclass
+class Run:
+    """A training run under way: what the loop and each evaluation share."""
+
+    args: argparse.Namespace
+    backend: object
+    data: Data
+    config: dict  # config.json's sections
+    tokenizer_files: dict  # written next to the checkpoint
+    out: Path
+    rank: int
+    world: int
+    elapsed_before: float = 0.0  # wall time of the run we resume, if any
+    t_start: float = 0.0
+    train_time: float = 0.0  # time in train_step only, for tokens/s
+    train_tokens: int = 0
+    metrics: dict = dataclasses.field(default_factory=dict)
+    last_saved: int = 0  # step of the last checkpoint written (or resumed from)
+
+    @property
+    def log_path(self) -> Path:
+        return self.out / LOG_FILE
+
+
+def prepare_output(run: Run, resumed: _Resumed | None, say=print) -> None:
+    """Create the output directory. A resumed run loads its checkpoint into the
+    backend and the sampler, keeps its log up to the checkpoint's step and counts
+    its wall time on (``run.elapsed_before``); a fresh run starts a fresh log.
+
+    Raises:
+        UserError: the directory cannot be created, or the checkpoint does not fit.
+    """
+    out, rank, log_path = run.out, run.rank, run.log_path
+    if rank == 0:
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"--out {out}: cannot create the directory ({e.strerror})") from e
+    if resumed is not None:
+        run.elapsed_before = _resume(resumed, run.backend, run.data.sampler, run.config, say)
+        if rank == 0:
+            _copy_log(resumed.directory / LOG_FILE, log_path, run.backend.step)
+    elif rank == 0:
+        log_path.unlink(missing_ok=True)  # a fresh run gets a fresh log
+
+
+def evaluate_and_save(run: Run) -> None:
+    """Evaluate both splits; log the row and write the checkpoint (rank 0).
+
+    Raises:
+        UserError: a non-finite evaluation loss (nothing is written then).
+    """
+    from tqdm import tqdm
+
+    backend, out, metrics, rank = run.backend, run.out, run.metrics, run.rank
+    losses = {split: backend.eval_loss(batches) for split, batches in run.data.eval_sets.items()}
+    if not all(math.isfinite(v) for v in losses.values()):
+        # keep the last good checkpoint and a log of valid JSON: stop before writing
+        raise UserError(
+            f"the evaluation loss became non-finite at step {backend.step} "
+            f"(train {losses['train']}, val {losses['val']}); the checkpoint in {out} "
+            "is the last good one. Try a lower --lr or keep --grad-clip on"
+        )
+    elapsed = run.elapsed_before + time.perf_counter() - run.t_start
+    tok_s = run.train_tokens / run.train_time if run.train_time else 0.0
+    row = {
+        "step": backend.step,
+        "train_loss": losses["train"],
+        "val_loss": losses["val"],
+        "val_bpb": bits_per_byte(losses["val"], run.data.val_bytes_per_token),
+        "lr": backend.current_lr(),
+        "elapsed_s": round(elapsed, 3),
+    }
+    metrics.update(row, tokens_per_s=round(tok_s, 1))
+    rng_state = backend.rng_state()  # under DDP: gathered from every rank
+    if rank != 0:
+        return  # every rank evaluates (same weights, same batches); rank 0 writes
+    with open(run.log_path, "a") as f:
+        f.write(json.dumps(row) + "\n")
+    tqdm.write(
+        f"step {backend.step:5d}: train loss {losses['train']:.4f}, "
+        f"val loss {losses['val']:.4f} ({row['val_bpb']:.4f} bits/byte), "
+        f"lr {row['lr']:.2e}, {elapsed:.1f} s" + (f", {tok_s:,.0f} tok/s" if tok_s else "")
+    )
+    save_checkpoint(
+        out,
+        backend.state_dict(),
+        run.config,
+        backend.optimizer_state(),
+        meta={
+            "step": backend.step,
+            "backend": backend.name,
+            "metrics": dict(metrics),
+            "sampler_state": run.data.sampler.get_state(),
+            "rng_state": rng_state,  # the dropout masks to come
+        },
+        extra_files=run.tokenizer_files,
+    )
+    run.last_saved = backend.step
+
+
+def train_loop(run: Run, resumed: _Resumed | None) -> float:
+    """Train up to ``--max-iters`` steps, evaluating and saving every
+    ``--eval-interval`` and at the end; return the run's wall time (the resumed
+    run's included).
+
+    Raises:
+        UserError: a step whose loss or gradient is not finite (the last good
+            checkpoint is kept), or a non-finite evaluation loss.
+    """
+    from tqdm import tqdm
+
+    args, backend, rank, world = run.args, run.backend, run.rank, run.world
+    run.t_start = time.perf_counter()
+    run.last_saved = backend.step
+    if backend.step == 0 and resumed is None:  # (a run resumed at 0 has logged step 0)
+        evaluate_and_save(run)
+    bar = tqdm(
+        total=args.max_iters,
+        initial=backend.step,
+        desc="train",
+        unit="step",
+        dynamic_ncols=True,
+        mininterval=0.1 if sys.stderr.isatty() else 30.0,  # spare log files the redraws
+        disable=rank != 0,
+    )
+    window_time, window_tokens = 0.0, 0  # for the bar's recent tokens/s
+    b = args.batch_size // world
+    while backend.step < args.max_iters:
+        x, y = run.data.sampler.next()  # every rank draws the same (B, T) batch...
+        x, y = x[rank * b : (rank + 1) * b], y[rank * b : (rank + 1) * b]  # ...and keeps its b
+        t0 = time.perf_counter()
+        try:
+            stats = backend.train_step(x, y)
+        except NonFiniteError as e:
+            bar.close()
+            raise UserError(
+                f"training stopped at step {e.step}: the loss is {e.loss} and the gradient "
+                f"norm {e.grad_norm}; "
+                + (
+                    f"the first parameter whose gradient is non-finite is {e.parameter}"
+                    if e.parameter is not None
+                    else "every gradient is finite"
+                )
+                + f". The last good checkpoint (step {run.last_saved}) is kept in {run.out}, "
+                "not overwritten. Try a lower --lr or keep --grad-clip on"
+            ) from e
+        dt = time.perf_counter() - t0
+        run.train_time += dt
+        run.train_tokens += x.size * world
+        window_time += dt
+        window_tokens += x.size * world
+        bar.update(1)
+        if backend.step % 10 == 0 or backend.step == args.max_iters:
+            bar.set_postfix_str(
+                f"loss {stats['loss']:.4f}, lr {stats['lr']:.2e}, "
+                f"{window_tokens / window_time:,.0f} tok/s",
+                refresh=False,  # drawn at the bar's own pace (mininterval)
+            )
+            window_time, window_tokens = 0.0, 0
+        if backend.step % args.eval_interval == 0 or backend.step == args.max_iters:
+            evaluate_and_save(run)
+    bar.close()
+    return run.elapsed_before + time.perf_counter() - run.t_start
+
+
+# -- summary --------------------------------------------------------------------------
+def summarize(run: Run, wall: float) -> None:
+    """Plot the losses; print the final numbers, the files written and a sample."""
+    args, backend, out, metrics = run.args, run.backend, run.out, run.metrics
+    tokenizer, log_path = run.data.tokenizer, run.log_path
+    unit = "character" if args.tokenizer == "char" else "token"
+    plot_losses(log_path, out / PLOT_FILE, title=f"{backend.name} backend, {out}", unit=unit)
+    print(f"final val loss {metrics['val_loss']:.4f} (train {metrics['train_loss']:.4f})")
+    print(
+        f"final val bits per byte {metrics['val_bpb']:.4f} (nats per {unit} "
+        f"x {1 / run.data.val_bytes_per_token:.4f} {unit}s per byte / ln 2)"
+    )
+    print(
+        f"total wall time {wall:.1f} s; training throughput "
+        f"{metrics['tokens_per_s']:,.0f} tokens/s (train steps only, evaluation excluded)"
+    )
+    written = [out / MODEL_FILE, out / CONFIG_FILE]
+    if (out / OPTIMIZER_FILE).is_file():
+        written.append(out / OPTIMIZER_FILE)
+    print(f"wrote {', '.join(map(str, [*written, log_path, out / PLOT_FILE]))}")
+    if args.sample_tokens:
+        print(
+            f"--- sample: {args.sample_tokens} {unit}s after a newline, "
+            f"temperature {FINAL_SAMPLE['temperature']}, seed {args.seed} ---"
+        )
+        ids = backend.generate(
+            tokenizer.encode("\n"), args.sample_tokens, seed=args.seed, **FINAL_SAMPLE
+        )
+        print(tokenizer.decode(ids))

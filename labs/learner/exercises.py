@@ -1,0 +1,165 @@
+"""Exercises: write ``numpy_impl`` back yourself, one chapter at a time.
+
+The reference solutions in ``numpy_impl/`` carry fences, nbgrader style::
+
+        ### BEGIN SOLUTION ch03
+        ### TODO: what to write (these lines stay in the learner's copy)
+        ...the reference code...
+        ### END SOLUTION
+
+* ``start NN`` makes ``workspace/numpy_impl/``: a copy of the reference in which
+  chapter NN's regions are stubs that raise ``NotImplementedError``; every other
+  chapter stays solved. On an existing workspace it adds chapter NN's stubs and
+  touches nothing else (it refuses to replace code you wrote, unless ``--force``).
+* ``check NN`` runs ``pytest -m chNN`` against the workspace
+  (``TWINFORMER_WORKSPACE``, honoured by ``parity_tests/conftest.py``) and prints
+  each test, each compared tensor's errors, and a hint for the usual mistakes.
+* ``status`` lists the chapters: not started, in progress, done (at the last check).
+* ``reset NN`` puts chapter NN's stubs back.
+
+The learner's copy is generated from the reference every time, never kept by
+hand. docs/exercises.md has the whole story.
+
+The pieces: ``exercises_fences.py`` (the chapters, the fences, the stubs),
+``exercises_workspace.py`` (the learner's copy and its state),
+``exercises_check.py`` (running a chapter's tests and explaining them); this
+module has the four commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .. import UserError
+from .exercises_check import run_check
+from .exercises_fences import CHAPTERS, Reference, parse_chapter
+from .exercises_workspace import (
+    WORKSPACE_ENV,
+    Workspace,
+    _print_written,
+    _show,
+    add_stubs,
+    workspace_dir,
+)
+
+
+# -- the commands ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Command:
+    """A sub-command of ``python -m labs``: what ``labs/__main__.py`` registers."""
+
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    main: Callable[[argparse.Namespace], int]
+
+
+def _workspace_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help=f"the workspace (default: ${WORKSPACE_ENV}, else workspace/ in the repository)",
+    )
+
+
+def _chapter_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "chapter", help=f"chapter number, one of {', '.join(CHAPTERS)} (3, 03 and ch03 all work)"
+    )
+
+
+def _start_arguments(p: argparse.ArgumentParser) -> None:
+    _chapter_argument(p)
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace code you already wrote in this chapter's regions with the stubs",
+    )
+    _workspace_option(p)
+
+
+def _start(args: argparse.Namespace) -> int:
+    chapter = parse_chapter(args.chapter)
+    ws = Workspace(workspace_dir(args.workspace))
+    ref = Reference()
+    fresh = not ws.exists()
+    written = add_stubs(ref, ws, chapter, force=args.force)
+    title, folder = CHAPTERS[chapter][0], ref.folders[chapter]
+    if fresh:
+        print(
+            f"created {_show(ws.package)}/: a copy of numpy_impl/ in which every chapter is "
+            f"solved but chapter {chapter}"
+        )
+    if all(w.action == "unchanged" for w in written):
+        print(f"chapter {chapter} ({title}) is already started; its stubs are in place:")
+    else:
+        print(f"chapter {chapter} ({title}): your turn to write")
+    _print_written(ws, written)
+    print(
+        f"each stub sits between '### BEGIN SOLUTION ch{chapter}' and '### END SOLUTION' and "
+        "raises NotImplementedError until you replace it"
+    )
+    print(f"read {folder}/README.md, then run: python -m labs check {chapter}")
+    return 0
+
+
+def _check_arguments(p: argparse.ArgumentParser) -> None:
+    _chapter_argument(p)
+    p.add_argument("-k", dest="keyword", metavar="EXPR", help="only the tests pytest -k selects")
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="list passing tests without their tensors"
+    )
+    _workspace_option(p)
+
+
+def _check(args: argparse.Namespace) -> int:
+    chapter = parse_chapter(args.chapter)
+    ws = Workspace(workspace_dir(args.workspace)).require()
+    if chapter not in ws.started():
+        raise UserError(
+            f"chapter {chapter} is not started in {_show(ws.root)}: python -m labs start {chapter}"
+        )
+    return run_check(ws, chapter, keyword=args.keyword, quiet=args.quiet)
+
+
+def _status(args: argparse.Namespace) -> int:
+    ws = Workspace(workspace_dir(args.workspace)).require()
+    chapters = ws.load_state()["chapters"]
+    print(f"workspace: {_show(ws.root)}")
+    for chapter, (title, _) in CHAPTERS.items():
+        entry = chapters.get(chapter)
+        if entry is None:
+            status, detail = "not started", ""
+        else:
+            last = entry.get("last_check")
+            if last is None:
+                status, detail = "in progress", "not checked yet"
+            else:
+                status = "done" if last["passed"] else "in progress"
+                detail = (
+                    f"last check {last['time'].replace('T', ' ')}: "
+                    f"{last['tests_passing']} of {last['tests']} tests pass"
+                )
+        print(f"  {chapter}  {title:<30} {status:<12} {detail}".rstrip())
+    return 0
+
+
+def _reset(args: argparse.Namespace) -> int:
+    chapter = parse_chapter(args.chapter)
+    ws = Workspace(workspace_dir(args.workspace)).require()
+    written = add_stubs(Reference(), ws, chapter, force=True)
+    print(f"reset chapter {chapter} ({CHAPTERS[chapter][0]}): the stubs are back in")
+    _print_written(ws, written)
+    print(f"next: python -m labs check {chapter}")
+    return 0
+
+
+def _reset_arguments(p: argparse.ArgumentParser) -> None:
+    _chapter_argument(p)
+    _workspace_option(p)
+
+
+start = Command(_start_arguments, _start)
+check = Command(_check_arguments, _check)
+status = Command(_workspace_option, _status)
+reset = Command(_reset_arguments, _reset)

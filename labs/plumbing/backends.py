@@ -1,0 +1,166 @@
+"""One adapter per backend, so the training loop does not care which model it drives.
+
+Read :class:`NumpyBackend` (``backends_numpy.py``) and :class:`TorchBackend`
+(``backends_torch.py``) side by side: each method does the same job, once by
+hand and once with PyTorch's machinery. The NumPy training step spells out what
+``loss.backward()`` hides::
+
+    NumPy                                  PyTorch
+    group["lr"] = cosine_lr(step, ...)     group["lr"] = cosine_lr(step, ...)
+    model.zero_grad()                      optimizer.zero_grad()
+    logits = model.forward(x)              logits = model(x)
+    loss = loss_fn.forward(logits, y)      loss = loss_fn(logits, y)
+    model.backward(loss_fn.backward())     loss.backward()
+    clip_grad_norm_(params, clip)          clip_grad_norm_(params, clip)
+    optimizer.step()                       optimizer.step()
+
+Both build the optimizer the same way, ``AdamW(configure_param_groups(model,
+weight_decay), lr=..., betas=(beta1, beta2), eps=...)``, and take the learning
+rate from the same function, nanoGPT's, set before each step: a resumed run
+needs nothing but its step count to continue the schedule.
+
+Everything crossing this boundary is NumPy: int64 batches in, state dicts
+and optimizer moments out (in the model's dtype, so a float64 run saves and
+resumes exactly), keyed by the shared parameter names.
+That is what makes checkpoints interchangeable between the backends.
+
+This module holds what the two adapters share (the optimizer's defaults, the
+checks, :class:`NonFiniteError`) and :func:`make_backend`, which builds either.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .checkpoint_format import CheckpointError
+
+BACKENDS = ("numpy", "torch")
+
+#: nanoGPT's "baby GPT" on Shakespeare (config/train_shakespeare_char.py), CPU edition.
+DEFAULT_TRAIN_CONFIG = {
+    "lr": 1e-3,
+    "min_lr": 1e-4,
+    "warmup_iters": 100,
+    "lr_decay_iters": 2000,
+    "weight_decay": 0.1,
+    "beta1": 0.9,
+    "beta2": 0.99,
+    "grad_clip": 1.0,
+}
+ADAM_EPS = 1e-8
+
+
+def _train_config(train_config: dict | None) -> dict:
+    unknown = sorted(set(train_config or {}) - set(DEFAULT_TRAIN_CONFIG))
+    if unknown:
+        raise ValueError(f"train_config: unknown keys {unknown}")
+    return {**DEFAULT_TRAIN_CONFIG, **(train_config or {})}
+
+
+def _check_dtype(dtype: str) -> str:
+    if dtype not in ("float32", "float64"):
+        raise ValueError(f"dtype: expected 'float32' or 'float64', got {dtype!r}")
+    return dtype
+
+
+def _global_norm(grads) -> float:
+    """sqrt(sum of squares of every gradient): what clipping would report."""
+    return math.sqrt(sum(float(np.vdot(g, g)) for g in grads))
+
+
+class NonFiniteError(FloatingPointError):
+    """The loss or the gradient norm of a training step is NaN or infinite.
+
+    Raised by ``train_step`` after the backward pass and *before* the optimizer
+    step, so the weights are still those of the last good step.
+
+    Attributes:
+        step: the step that failed (0-based, as the learning-rate schedule counts).
+        loss, grad_norm: the two numbers, as floats (NaN and inf included).
+        parameter: the first parameter, in ``named_parameters`` order, whose
+            gradient holds a NaN or an infinity (None if every gradient is finite).
+    """
+
+    def __init__(self, step: int, loss: float, grad_norm: float, parameter: str | None):
+        self.step, self.loss, self.grad_norm, self.parameter = step, loss, grad_norm, parameter
+        where = (
+            f"the first parameter whose gradient is non-finite is {parameter}"
+            if parameter is not None
+            else "every gradient is finite"
+        )
+        super().__init__(
+            f"step {step}: the loss is {loss} and the gradient norm {grad_norm}; {where}"
+        )
+
+
+def _first_nonfinite(named_grads) -> str | None:
+    """Name of the first ``(name, gradient)`` holding a NaN or an infinity."""
+    for name, g in named_grads:
+        if g is not None and not np.isfinite(g).all():
+            return name
+    return None
+
+
+def _check_state_dict(
+    sd: dict[str, np.ndarray], own: dict[str, tuple[int, ...]], tied: bool
+) -> dict[str, np.ndarray]:
+    """``sd`` with the tied head filled in, after checking it names exactly the
+    model's parameters with their shapes.
+
+    Raises:
+        CheckpointError: listing every missing and unexpected key and every
+            shape mismatch (the same error for both backends).
+    """
+    sd = _with_tied_head(sd, tied)
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    problems = []
+    if missing:
+        problems.append(f"missing keys {missing}")
+    if unexpected:
+        problems.append(f"unexpected keys {unexpected}")
+    problems += [
+        f"{k}: expected shape {own[k]}, got {tuple(np.shape(v))}"
+        for k, v in sd.items()
+        if k in own and tuple(np.shape(v)) != own[k]
+    ]
+    if problems:
+        raise CheckpointError("state_dict does not match the model: " + "; ".join(problems))
+    return sd
+
+
+def _with_tied_head(sd: dict[str, np.ndarray], tied: bool) -> dict[str, np.ndarray]:
+    """Add ``head.weight`` (= ``tok_emb.weight``) when tied and absent."""
+    if tied and "head.weight" not in sd and "tok_emb.weight" in sd:
+        return {**sd, "head.weight": sd["tok_emb.weight"]}
+    return sd
+
+
+def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
+    """Build ``NumpyBackend`` or ``TorchBackend`` by name.
+
+    Args:
+        name: ``"numpy"`` or ``"torch"``.
+        model_config, seed, **kwargs: passed to the backend (``train_config``,
+            ``dtype``, ``attn_impl``, ``device``); ``device`` must be ``"cpu"``
+            for the NumPy backend, and ``attn_impl`` is ignored by the NumPy
+            backend, which has one attention, written out.
+
+    Raises:
+        ValueError: unknown name (and whatever the backend raises).
+    """
+    # imported here, not at the top: the adapters import this module's shared pieces
+    if name == "numpy":
+        from .backends_numpy import NumpyBackend
+
+        kwargs.pop("attn_impl", None)
+        if kwargs.pop("device", "cpu") != "cpu":
+            raise ValueError("device: the numpy backend runs on the CPU only")
+        return NumpyBackend(model_config, seed, **kwargs)
+    if name == "torch":
+        from .backends_torch import TorchBackend
+
+        return TorchBackend(model_config, seed, **kwargs)
+    raise ValueError(f"backend: expected one of {BACKENDS}, got {name!r}")

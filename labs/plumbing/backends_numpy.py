@@ -1,0 +1,211 @@
+"""The NumPy backend's adapter: ``numpy_impl``, every gradient by hand.
+
+:class:`NumpyBackend`, method for method the twin of :class:`TorchBackend` in
+``backends_torch.py``; ``backends.py`` has the interface they share.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .backends import (
+    ADAM_EPS,
+    NonFiniteError,
+    _check_dtype,
+    _check_state_dict,
+    _first_nonfinite,
+    _global_norm,
+    _train_config,
+)
+
+
+class NumpyBackend:
+    """The from-scratch model: ``numpy_impl`` with hand-written backward passes.
+
+    Args:
+        model_config: GPTConfig fields as a dict.
+        seed: seed of the initial weights.
+        train_config: optimizer and schedule settings (keys of
+            :data:`DEFAULT_TRAIN_CONFIG`; missing keys take those defaults).
+        dtype: ``"float32"`` (training) or ``"float64"``.
+
+    Raises:
+        ValueError: an invalid model config (the field is named), unknown
+            train_config keys, or an unknown dtype.
+    """
+
+    name = "numpy"
+
+    def __init__(
+        self,
+        model_config: dict,
+        seed: int = 0,
+        train_config: dict | None = None,
+        dtype: str = "float32",
+    ):
+        from numpy_impl.gpt import GPT, GPTConfig
+        from numpy_impl.loss import CrossEntropyLoss
+        from numpy_impl.optim import AdamW, configure_param_groups
+
+        self.config = GPTConfig.from_dict(dict(model_config))
+        self.train_config = tc = _train_config(train_config)
+        self.model = GPT(self.config, seed=seed, dtype=np.dtype(_check_dtype(dtype)))
+        self.loss_fn = CrossEntropyLoss()
+        self.optimizer = AdamW(
+            configure_param_groups(self.model, tc["weight_decay"]),
+            lr=tc["lr"],
+            betas=(tc["beta1"], tc["beta2"]),
+            eps=ADAM_EPS,
+        )
+        self._params = self.model.parameters()  # walked once, not at every step
+        self.step = 0
+
+    def current_lr(self) -> float:
+        """The learning rate the next :meth:`train_step` will use."""
+        from numpy_impl.optim import cosine_lr
+
+        tc = self.train_config
+        return cosine_lr(
+            self.step, tc["lr"], tc["min_lr"], tc["warmup_iters"], tc["lr_decay_iters"]
+        )
+
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> dict:
+        """One optimizer step on the batch ``x``, ``y``: both ``(B, T)`` int64.
+
+        Returns:
+            ``{"loss": float, "lr": float, "grad_norm": float}``: the batch's
+            loss before the update, the learning rate used, and the global
+            gradient norm before clipping.
+
+        Raises:
+            NonFiniteError: the loss or the gradient norm is NaN or infinite;
+                the weights and the optimizer are left as they were.
+        """
+        from numpy_impl.optim import clip_grad_norm_
+
+        lr = self.current_lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        self.model.train()
+        self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
+        logits = self.model.forward(x)  # (B, T) -> (B, T, V)
+        loss = self.loss_fn.forward(logits, y)
+        self.model.backward(self.loss_fn.backward())  # fills every p.grad
+        params = self._params
+        if self.train_config["grad_clip"] > 0:
+            with np.errstate(invalid="ignore"):  # inf * 0 when the norm is inf: checked below
+                grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
+        else:
+            grad_norm = _global_norm(p.grad for p in params)
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            # Stop before the update. Clipping left a NaN gradient as it was and made an
+            # infinite one NaN (inf * 0), so the first offender is still non-finite.
+            named = ((n, p.grad) for n, p in self.model.named_parameters())
+            raise NonFiniteError(self.step, float(loss), float(grad_norm), _first_nonfinite(named))
+        self.optimizer.step()
+        self.step += 1
+        return {"loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm)}
+
+    def eval_loss(self, batches) -> float:
+        """Mean loss over ``batches`` (a list of ``(x, y)``), in eval mode."""
+        self.model.eval()
+        try:
+            losses = [self.loss_fn.forward(self.model.forward(x), y) for x, y in batches]
+        finally:
+            self.model.train()
+        return float(np.mean(losses))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every state-dict name (``head.weight`` included) -> a copy in the model's dtype."""
+        return {k: v.copy() for k, v in self.model.state_dict().items()}
+
+    def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
+        """Copy weights in (``head.weight`` may be omitted when tied).
+
+        Raises:
+            CheckpointError: (a ``ValueError``) missing or unexpected names or
+                wrong shapes, every one listed; nothing is copied then.
+        """
+        own = {k: v.shape for k, v in self.model.state_dict().items()}
+        self.model.load_state_dict(_check_state_dict(sd, own, self.config.tie_weights))
+
+    def rng_state(self) -> dict:
+        """The dropout generator's state, JSON-ready (``bit_generator.state``)."""
+        return {"backend": self.name, "dropout": self.model.dropout_rng.bit_generator.state}
+
+    def set_rng_state(self, state: dict) -> None:
+        """Restore :meth:`rng_state`'s dict: the next dropout masks are the
+        ones the saved model would have drawn.
+
+        Raises:
+            ValueError: not a state of this backend's generator.
+        """
+        if state.get("backend") != self.name:
+            raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not numpy")
+        try:
+            self.model.dropout_rng.bit_generator.state = state["dropout"]
+        except (TypeError, ValueError, KeyError) as e:
+            raise ValueError(f"rng state: not a valid dropout generator state ({e})") from e
+
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        """AdamW's moments by parameter name (model dtype), plus ``"step"`` (0-d int64).
+
+        Parameters the optimizer has not touched yet report zero moments."""
+        state = {"step": np.array(self.step, dtype=np.int64)}
+        for name, p in self.model.named_parameters():
+            st = self.optimizer.state.get(p)
+            for key in ("exp_avg", "exp_avg_sq"):
+                value = st[key] if st is not None else np.zeros(p.shape, p.dtype)
+                state[f"{key}.{name}"] = value.astype(p.dtype, copy=True)
+        return state
+
+    def load_optimizer_state(self, state: dict[str, np.ndarray]) -> None:
+        """Restore :meth:`optimizer_state`'s dict (from either backend).
+
+        Raises:
+            KeyError: a parameter's moment is missing.
+        """
+        step = int(state["step"])
+        self.optimizer.state.clear()
+        if step > 0:
+            for name, p in self.model.named_parameters():
+                self.optimizer.state[p] = {
+                    "step": step,
+                    "exp_avg": np.array(state[f"exp_avg.{name}"], dtype=p.dtype),
+                    "exp_avg_sq": np.array(state[f"exp_avg_sq.{name}"], dtype=p.dtype),
+                }
+        self.step = step
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> list[int]:
+        """The ``max_new_tokens`` ids that follow ``prompt_ids`` (prompt excluded).
+
+        Raises:
+            ValueError: empty prompt, invalid sampling settings.
+        """
+        from numpy_impl.sampling import generate
+
+        idx = np.array([prompt_ids], dtype=np.int64)  # (1, T0)
+        out = generate(
+            self.model,
+            idx,
+            max_new_tokens,
+            temperature=temperature,
+            top_k=top_k,
+            top_p=top_p,
+            rng=np.random.default_rng(seed),
+        )
+        return out[0, len(prompt_ids) :].tolist()
+
+    def num_parameters(self) -> int:
+        """Scalar parameters, the tied matrix counted once."""
+        return self.model.num_parameters()

@@ -1,0 +1,299 @@
+"""The PyTorch backend's adapter: ``torch_impl``, gradients by autograd.
+
+:class:`TorchBackend`, method for method the twin of :class:`NumpyBackend` in
+``backends_numpy.py``; ``backends.py`` has the interface they share.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+
+import numpy as np
+
+from .backends import (
+    ADAM_EPS,
+    NonFiniteError,
+    _check_dtype,
+    _check_state_dict,
+    _first_nonfinite,
+    _global_norm,
+    _train_config,
+)
+
+
+class TorchBackend:
+    """The library model: ``torch_impl``, gradients by autograd. Same interface
+    and arguments as :class:`NumpyBackend`, plus ``attn_impl``: ``"sdpa"``
+    (``F.scaled_dot_product_attention``, fused) or ``"explicit"`` (the
+    softmax(QK^T/sqrt(d))V written out, as on the NumPy side), and ``device``
+    (``"cpu"``, ``"cuda"``, ``"cuda:1"``...: where the model lives; the
+    weights are drawn on the CPU first, so a seed gives the same start on any
+    device). Everything crossing the interface stays NumPy on the CPU.
+
+    Threads: torch's default (one per core).
+    """
+
+    name = "torch"
+
+    def __init__(
+        self,
+        model_config: dict,
+        seed: int = 0,
+        train_config: dict | None = None,
+        dtype: str = "float32",
+        attn_impl: str = "sdpa",
+        device: str = "cpu",
+    ):
+        import torch
+
+        from torch_impl.gpt import GPT, GPTConfig
+        from torch_impl.loss import CrossEntropyLoss
+        from torch_impl.optim import AdamW, configure_param_groups
+
+        self.torch = torch
+        self.config = GPTConfig(**dict(model_config))
+        self.train_config = tc = _train_config(train_config)
+        self.dtype = {"float32": torch.float32, "float64": torch.float64}[_check_dtype(dtype)]
+        self.device = torch.device(device)
+        self._seed = seed
+        torch.manual_seed(seed)  # the initial weights come from torch's global generator
+        self.model = GPT(self.config, attn_impl=attn_impl, dtype=self.dtype).to(self.device)
+        self.loss_fn = CrossEntropyLoss()
+        self.optimizer = AdamW(
+            configure_param_groups(self.model, tc["weight_decay"]),
+            lr=tc["lr"],
+            betas=(tc["beta1"], tc["beta2"]),
+            eps=ADAM_EPS,
+            foreach=False,  # one tensor at a time, in the NumPy twin's order
+        )
+        self.step = 0
+        self._ddp = None  # the DistributedDataParallel wrapper, once distribute() is called
+
+    def distribute(self) -> None:
+        """Train under ``torch.distributed`` (the process group must be initialised,
+        e.g. by ``torchrun``): the model is wrapped in DistributedDataParallel,
+        which averages the gradients of all ranks during ``backward`` (Li et al.
+        2020, "PyTorch Distributed"). Each rank then passes its own slice of the
+        batch to :meth:`train_step`; with equal slices the averaged gradient is
+        exactly the gradient of the mean loss over the whole batch.
+        """
+        from torch.nn.parallel import DistributedDataParallel
+
+        # DDP broadcasts rank 0's weights to the others: every rank starts equal
+        ids = None if self.device.type == "cpu" else [self.device]
+        self._ddp = DistributedDataParallel(self.model, device_ids=ids)
+        rank = self.torch.distributed.get_rank()
+        if rank > 0:  # every rank its own dropout masks (rank 0 keeps the 1-process stream)
+            self.torch.manual_seed(self._seed + rank)
+
+    def current_lr(self) -> float:
+        """The learning rate the next :meth:`train_step` will use."""
+        from torch_impl.optim import cosine_lr
+
+        tc = self.train_config
+        return cosine_lr(
+            self.step, tc["lr"], tc["min_lr"], tc["warmup_iters"], tc["lr_decay_iters"]
+        )
+
+    def train_step(self, x: np.ndarray, y: np.ndarray) -> dict:
+        """As :meth:`NumpyBackend.train_step`."""
+        from torch_impl.optim import clip_grad_norm_
+
+        torch = self.torch
+        x, y = torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
+        lr = self.current_lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        model = self.model if self._ddp is None else self._ddp
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = model(x)  # (B, T) -> (B, T, V)
+        loss = self.loss_fn(logits, y)
+        loss.backward()  # autograd fills every p.grad (under DDP: averaged over the ranks)
+        loss_value = loss.detach().clone()
+        if self._ddp is not None:  # report the whole batch's loss: the mean of the ranks'
+            torch.distributed.all_reduce(loss_value)
+            loss_value /= torch.distributed.get_world_size()
+        loss_value = float(loss_value)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+
+        def norm_of_grads() -> float:
+            return _global_norm(p.grad.detach().double().cpu().numpy() for p in params)
+
+        clip = self.train_config["grad_clip"]
+        if clip > 0:
+            try:  # error_if_nonfinite: a NaN norm would otherwise make every gradient NaN
+                grad_norm = float(clip_grad_norm_(params, clip, error_if_nonfinite=True))
+            except RuntimeError as e:
+                if "non-finite" not in str(e):
+                    raise
+                grad_norm = norm_of_grads()  # the gradients are still unscaled
+        else:
+            grad_norm = norm_of_grads()
+        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+            named = (
+                (n, None if p.grad is None else p.grad.detach().cpu().numpy())
+                for n, p in self.model.named_parameters()
+            )
+            raise NonFiniteError(self.step, loss_value, grad_norm, _first_nonfinite(named))
+        self.optimizer.step()
+        self.step += 1
+        return {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
+
+    def eval_loss(self, batches) -> float:
+        """As :meth:`NumpyBackend.eval_loss`; no autograd graph is built."""
+        torch = self.torch
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                losses = [
+                    float(self.loss_fn(self.model(self._tensor(x)), self._tensor(y)))
+                    for x, y in batches
+                ]
+        finally:
+            self.model.train()
+        return float(np.mean(losses))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """As :meth:`NumpyBackend.state_dict`."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def _tensor(self, a: np.ndarray):
+        return self.torch.from_numpy(a).to(self.device)
+
+    def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
+        """As :meth:`NumpyBackend.load_state_dict` (the same CheckpointError,
+        raised before torch's own RuntimeError could be)."""
+        own = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
+        sd = _check_state_dict(sd, own, self.config.tie_weights)
+        self.model.load_state_dict(
+            {
+                k: self.torch.from_numpy(np.asarray(v)).to(self.device, self.dtype)
+                for k, v in sd.items()
+            }
+        )
+
+    def rng_state(self) -> dict:
+        """Torch's global generator of the model's device (it draws the dropout
+        masks), as base64 of ``torch.get_rng_state()``'s bytes (and of the CUDA
+        device's, on a GPU): JSON-ready.
+
+        Under DistributedDataParallel each rank draws its own masks, and
+        ``"by_rank"`` lists every rank's states: gathering them is a collective
+        operation, so every rank must call this, at the same point.
+        """
+        torch = self.torch
+
+        def b64(state) -> str:
+            return base64.b64encode(state.cpu().numpy().tobytes()).decode("ascii")
+
+        own = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            own["cuda"] = torch.cuda.get_rng_state(self.device)
+        state = {"backend": self.name, **{k: b64(v) for k, v in own.items()}}
+        if self._ddp is not None:
+            dist = torch.distributed
+            by_rank = [{} for _ in range(dist.get_world_size())]
+            for key, mine in own.items():
+                mine = mine.to(self.device)  # nccl gathers device tensors only
+                parts = [torch.empty_like(mine) for _ in by_rank]
+                dist.all_gather(parts, mine)
+                for entry, part in zip(by_rank, parts, strict=True):
+                    entry[key] = b64(part)
+            state["by_rank"] = by_rank
+        return state
+
+    def set_rng_state(self, state: dict) -> None:
+        """Restore :meth:`rng_state`'s dict into torch's global generators (under
+        DistributedDataParallel, this rank's; a rank the saved run did not have
+        is seeded as a fresh run seeds it).
+
+        Raises:
+            ValueError: not a state saved by this backend.
+        """
+        torch = self.torch
+        if state.get("backend") != self.name:
+            raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not torch")
+        rank = torch.distributed.get_rank() if self._ddp is not None else 0
+        by_rank = state.get("by_rank") or [state]
+        if rank >= len(by_rank):
+            torch.manual_seed(self._seed + rank)
+            return
+        own = by_rank[rank]
+
+        def tensor(text: str):
+            raw = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
+            return torch.from_numpy(raw.copy())
+
+        try:
+            torch.set_rng_state(tensor(own["cpu"]))
+            if self.device.type == "cuda" and "cuda" in own:
+                torch.cuda.set_rng_state(tensor(own["cuda"]), self.device)
+        except (KeyError, TypeError, ValueError, RuntimeError) as e:
+            raise ValueError(f"rng state: not a valid torch generator state ({e})") from e
+
+    def optimizer_state(self) -> dict[str, np.ndarray]:
+        """As :meth:`NumpyBackend.optimizer_state`."""
+        state = {"step": np.array(self.step, dtype=np.int64)}
+        for name, p in self.model.named_parameters():  # the tied weight once
+            st = self.optimizer.state.get(p, {})
+            for key in ("exp_avg", "exp_avg_sq"):
+                value = st.get(key)
+                state[f"{key}.{name}"] = (
+                    np.zeros(p.shape, np.dtype(str(p.dtype).removeprefix("torch.")))
+                    if value is None
+                    else value.detach().cpu().numpy().copy()
+                )
+        return state
+
+    def load_optimizer_state(self, state: dict[str, np.ndarray]) -> None:
+        """As :meth:`NumpyBackend.load_optimizer_state`."""
+        torch = self.torch
+        step = int(state["step"])
+        self.optimizer.state.clear()
+        if step > 0:
+            for name, p in self.model.named_parameters():
+                self.optimizer.state[p] = {
+                    # torch keeps AdamW's step count as a float32 tensor
+                    "step": torch.tensor(float(step), dtype=torch.float32),
+                    "exp_avg": torch.from_numpy(np.array(state[f"exp_avg.{name}"])).to(p),
+                    "exp_avg_sq": torch.from_numpy(np.array(state[f"exp_avg_sq.{name}"])).to(p),
+                }
+        self.step = step  # the learning rate is cosine_lr(step, ...): nothing else to restore
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        seed: int | None = None,
+    ) -> list[int]:
+        """As :meth:`NumpyBackend.generate` (same seed, different random
+        numbers: the two backends' generators differ)."""
+        from torch_impl.sampling import generate
+
+        torch = self.torch
+        generator = torch.Generator(device=self.device)
+        if seed is None:
+            generator.seed()
+        else:
+            generator.manual_seed(seed)
+        idx = torch.tensor([prompt_ids], dtype=torch.long, device=self.device)  # (1, T0)
+        with torch.inference_mode():
+            out = generate(
+                self.model,
+                idx,
+                max_new_tokens,
+                temperature=temperature,
+                top_k=top_k,
+                top_p=top_p,
+                generator=generator,
+            )
+        return out[0, len(prompt_ids) :].tolist()
+
+    def num_parameters(self) -> int:
+        """As :meth:`NumpyBackend.num_parameters`."""
+        return sum(p.numel() for p in self.model.parameters())

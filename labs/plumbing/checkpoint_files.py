@@ -1,0 +1,93 @@
+"""The file layer of checkpoints: writes that a crash cannot leave half done.
+
+Every file is written whole and fsynced before any name points at it
+(:func:`_write_file`), new names are made durable (:func:`_fsync_dir`), and a
+test can stop the writer at a named stage (:data:`PAUSE_ENV_VAR`) to kill it
+there. ``checkpoint.py`` builds its crash-safe save from these.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: Test hook: ``STAGE`` or ``STAGE@N`` makes the writer stop the Nth time (default 1)
+#: it reaches STAGE (see ``checkpoint.py``'s :func:`save_checkpoint`), print
+#: ``checkpoint writer paused at STAGE`` on stderr and sleep, so a test can SIGKILL
+#: it at a known point.
+PAUSE_ENV_VAR = "TWINFORMER_TEST_CHECKPOINT_PAUSE"
+_stages_reached: dict[str, int] = {}
+
+
+def _pause_point(stage: str) -> None:
+    """The test hook of :data:`PAUSE_ENV_VAR`; does nothing unless it names ``stage``."""
+    wanted, _, nth = os.environ.get(PAUSE_ENV_VAR, "").partition("@")
+    if wanted != stage:
+        return
+    _stages_reached[stage] = _stages_reached.get(stage, 0) + 1
+    if _stages_reached[stage] == int(nth or 1):
+        print(f"checkpoint writer paused at {stage}", file=sys.stderr, flush=True)
+        time.sleep(3600)  # until the test kills us
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make renames and new names in ``path`` durable."""
+    dir_fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Write ``data`` to a new file ``path`` and fsync it."""
+    with open(path, "wb") as f:
+        half = len(data) // 2
+        f.write(data[:half])
+        if half:
+            f.flush()
+            _pause_point("writing")  # half a file on disk
+        f.write(data[half:])
+        f.flush()
+        os.fsync(f.fileno())  # the bytes are on disk before any name points at them
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file, fsync it, then rename it onto ``path``."""
+    # A hidden name in the same directory (a rename across file systems is
+    # not atomic); the pid keeps two concurrent writers apart.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        _write_file(tmp, data)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def _contiguous(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    # Not np.ascontiguousarray: it turns the 0-d "step" into shape (1,).
+    return {k: np.require(v, requirements="C") for k, v in arrays.items()}
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    # A hard link shares the bytes: the rename in step 3 gives DIR's name a new
+    # file and leaves this one alone. Copy where links are not supported.
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()

@@ -1,0 +1,218 @@
+"""What a checkpoint directory holds, and the checks that it holds it.
+
+The file names and the format tag; the state-dict names and shapes a model
+config implies (:func:`expected_shapes`, written from the architecture alone);
+and the checks a load makes: config.json on its own (:func:`_read_config`),
+each file against the SHA-256 recorded in config.json (:func:`_check_belongs`),
+the arrays against the config (:func:`_mismatches`). A failed check raises
+:class:`CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from safetensors.numpy import load_file
+
+from .checkpoint_files import _sha256
+
+FORMAT = "twinformer"
+VERSION = 1
+MODEL_FILE = "model.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+CONFIG_FILE = "config.json"
+TIED_KEY, TIED_SOURCE = "head.weight", "tok_emb.weight"
+
+
+# -- the expected contents, derived from the config alone -------------------------
+def expected_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
+    """Every state-dict name and shape of a GPT with this config.
+
+    Written from the architecture (docs/architecture.md), independently of
+    either backend, so a checkpoint can be checked before any model is built.
+    ``head.weight`` is included even when tied, as in a state dict.
+
+    Args:
+        model_config: GPTConfig fields (``vocab_size`` required; the others
+            default as in GPTConfig).
+
+    Returns:
+        ``{name: shape}`` in the models' parameter order.
+
+    Raises:
+        ValueError: ``vocab_size`` missing.
+    """
+    if "vocab_size" not in model_config:
+        raise ValueError("model config: 'vocab_size' is missing")
+    V = int(model_config["vocab_size"])
+    T = int(model_config.get("block_size", 64))
+    L = int(model_config.get("n_layers", 4))
+    C = int(model_config.get("d_model", 128))
+    bias = bool(model_config.get("bias", True))
+    # fields added with the Llama-style options; a config without them is a GPT-2
+    learned_positions = model_config.get("pos_emb", "learned") == "learned"
+    rmsnorm = model_config.get("norm", "layernorm") == "rmsnorm"
+    swiglu = model_config.get("ffn", "gelu") == "swiglu"
+    if model_config.get("d_ff"):
+        F = int(model_config["d_ff"])
+    elif swiglu:  # 2/3 * 4C rounded up to a multiple of 8 (numpy_impl/ffn.py swiglu_hidden_dim)
+        F = 8 * ((int(2 * (4 * C) / 3) + 7) // 8)
+    else:
+        F = 4 * C
+
+    shapes: dict[str, tuple[int, ...]] = {}
+
+    def linear(name: str, n_in: int, n_out: int) -> None:
+        shapes[f"{name}.weight"] = (n_out, n_in)  # PyTorch's layout: (out, in)
+        if bias:
+            shapes[f"{name}.bias"] = (n_out,)
+
+    def layernorm(name: str) -> None:
+        shapes[f"{name}.weight"] = (C,)
+        if bias and not rmsnorm:  # RMSNorm has a gain only
+            shapes[f"{name}.bias"] = (C,)
+
+    shapes["tok_emb.weight"] = (V, C)
+    if learned_positions:  # RoPE has no parameters
+        shapes["pos_emb.weight"] = (T, C)
+    for i in range(L):
+        b = f"blocks.{i}"
+        layernorm(f"{b}.ln1")
+        linear(f"{b}.attn.qkv_proj", C, 3 * C)
+        linear(f"{b}.attn.out_proj", C, C)
+        layernorm(f"{b}.ln2")
+        if swiglu:  # gate, down, up (Llama's w1, w2, w3)
+            linear(f"{b}.ffn.w1", C, F)
+            linear(f"{b}.ffn.w2", F, C)
+            linear(f"{b}.ffn.w3", C, F)
+        else:
+            linear(f"{b}.ffn.fc1", C, F)
+            linear(f"{b}.ffn.fc2", F, C)
+    layernorm("ln_f")
+    shapes["head.weight"] = (V, C)  # the LM head has no bias (GPT-2, nanoGPT)
+    return shapes
+
+
+def _is_tied(model_config: dict) -> bool:
+    return bool(model_config.get("tie_weights", True))
+
+
+def _trainable_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
+    """As :func:`expected_shapes`, with the tied head counted once (as in
+    ``named_parameters``): the names the optimizer state is keyed by."""
+    shapes = expected_shapes(model_config)
+    if _is_tied(model_config):
+        del shapes[TIED_KEY]
+    return shapes
+
+
+def _mismatches(
+    what: str, got: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]], limit: int = 8
+) -> list[str]:
+    """Human-readable differences between arrays and expected shapes (at most
+    ``limit`` names per kind, then a count)."""
+
+    def shorten(names: list[str]) -> str:
+        more = f" and {len(names) - limit} more" if len(names) > limit else ""
+        return f"{names[:limit]}{more}"
+
+    missing = sorted(set(expected) - set(got))
+    unexpected = sorted(set(got) - set(expected))
+    wrong = [k for k in expected if k in got and tuple(got[k].shape) != expected[k]]
+    problems = []
+    if missing:
+        problems.append(f"{what} lacks {shorten(missing)}")
+    if unexpected:
+        problems.append(f"{what} has unexpected {shorten(unexpected)}")
+    for k in wrong[:limit]:
+        problems.append(f"{k}: {what} has shape {tuple(got[k].shape)}, config says {expected[k]}")
+    if len(wrong) > limit:
+        problems.append(f"and {len(wrong) - limit} more shape mismatches")
+    return problems
+
+
+# -- checks ----------------------------------------------------------------------
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: corrupt or truncated files, an
+    interrupted write, or contents (keys, shapes, vocabulary) that do not
+    match its config.json or the model they are loaded into. The message
+    lists every offending key. Raised the same way by both backends."""
+
+
+def _optimizer_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
+    """Names and shapes of AdamW's state: ``step`` and two moments per trainable parameter."""
+    expected: dict[str, tuple[int, ...]] = {"step": ()}
+    for prefix in ("exp_avg", "exp_avg_sq"):
+        expected.update({f"{prefix}.{k}": s for k, s in _trainable_shapes(model_config).items()})
+    return expected
+
+
+def _check_belongs(directory: Path, config: dict, name: str) -> None:
+    """Raise unless file ``name`` holds the bytes config.json was written with."""
+    want = (config.get("files") or {}).get(name)
+    if want is None:
+        return  # written before config.json recorded hashes
+    path = directory / name
+    if not path.is_file():
+        raise CheckpointError(
+            f"{path} is missing, though {directory / CONFIG_FILE} lists it: the checkpoint "
+            "was interrupted while being written"
+        )
+    if _sha256(path) != want:
+        raise CheckpointError(
+            f"{path} does not belong to {directory / CONFIG_FILE} (its SHA-256 "
+            "differs from the one recorded there): the checkpoint was interrupted while "
+            "being written"
+        )
+
+
+def _load_safetensors(path: Path) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint file not found: {path}")
+    try:
+        return load_file(str(path))
+    except Exception as e:  # safetensors raises its own SafetensorError, among others
+        raise CheckpointError(
+            f"{path}: not a valid safetensors file (truncated or corrupt?): {e}"
+        ) from e
+
+
+def _vocabulary_size(tokenizer: dict) -> int | None:
+    """How many ids a tokenizer dict defines, when it says (char: its characters)."""
+    if isinstance(tokenizer.get("vocab_size"), int):
+        return tokenizer["vocab_size"]
+    if isinstance(tokenizer.get("chars"), str):
+        return len(tokenizer["chars"])
+    return None
+
+
+def _read_config(directory: Path) -> dict:
+    """``directory/config.json``, checked on its own (not against the other files)."""
+    if not directory.is_dir():
+        raise FileNotFoundError(f"checkpoint directory not found: {directory}")
+    path = directory / CONFIG_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint file not found: {path}")
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"{path}: not valid JSON: {e}") from e
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise CheckpointError(f'{path}: not a twinformer checkpoint (no "format": "{FORMAT}")')
+    if document.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint version {document.get('version')!r}, this code reads {VERSION}"
+        )
+    for key in ("model", "tokenizer"):
+        if not isinstance(document.get(key), dict):
+            raise CheckpointError(f"{path}: the {key!r} section is missing")
+    n_symbols = _vocabulary_size(document["tokenizer"])
+    vocab_size = document["model"].get("vocab_size")
+    if n_symbols is not None and n_symbols != vocab_size:
+        raise CheckpointError(
+            f"{path}: the tokenizer defines {n_symbols} ids but model.vocab_size is "
+            f"{vocab_size!r}: tok_emb.weight and head.weight would not match the vocabulary"
+        )
+    return document

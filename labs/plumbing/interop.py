@@ -1,0 +1,45 @@
+"""Hugging Face interop: GPT-2 and Llama weights into the project's layout and back.
+
+``transformers`` is an optional dependency (``pip install -e ".[interop]"``);
+only :func:`to_gpt2`, :func:`gpt2_config`, :func:`to_llama` and
+:func:`llama_config` import it. The conversions
+themselves work on NumPy arrays (a torch state dict is converted on the way
+in), so both backends load the result like any checkpoint.
+
+The conversions are in ``interop_gpt2.py`` (GPT-2) and ``interop_llama.py``
+(Llama); this module has the helpers both use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+
+def _get(config, name: str):
+    """``config.name`` for a GPT2Config, ``config[name]`` for its ``to_dict()``."""
+    return config[name] if isinstance(config, Mapping) else getattr(config, name)
+
+
+def _has(config, name: str) -> bool:
+    return name in config if isinstance(config, Mapping) else hasattr(config, name)
+
+
+def _optional(config, name: str, default=None):
+    return _get(config, name) if _has(config, name) else default
+
+
+def _numpy(value) -> np.ndarray:
+    if hasattr(value, "detach"):  # a torch tensor: no torch import needed here
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def _check_keys(what: str, present: set[str], wanted: set[str]) -> None:
+    missing, unexpected = sorted(wanted - present), sorted(present - wanted)
+    if missing or unexpected:
+        raise ValueError(
+            f"{what}: missing keys {missing}, unexpected keys {unexpected} (does the config's "
+            "n_layers and tie_weights match the weights?)"
+        )

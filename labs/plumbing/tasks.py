@@ -1,0 +1,160 @@
+"""The data and the training adapters of the two non-GPT tasks, shared by both backends.
+
+* ``tasks_speakers.py``: :func:`parse_speeches` / :func:`speaker_dataset`: who
+  says this speech? Tiny Shakespeare is a sequence of speeches, each a ``NAME:``
+  line followed by the lines spoken; the N most frequent speakers become the
+  classes, and the speeches are split (not the lines, and not the characters)
+  into a training and a held-out set.
+* ``tasks_sequence.py``: :class:`SequenceTask`: an algorithmic
+  sequence-to-sequence task with a known answer (reverse or sort a string of
+  digits), with a fixed held-out set that training never draws from.
+* here, :class:`TaskModel`: one model, its loss and its AdamW, for either backend:
+  ``train_step(inputs, targets)`` and ``predict`` / ``generate``, NumPy arrays
+  in and out, so the training loops in ``labs/commands/classify.py`` and
+  ``labs/commands/seq2seq.py`` do not care which backend runs.
+
+Everything here is NumPy; a given seed yields the same data for both backends.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+IGNORE_INDEX = -100  # targets that count for nothing (padding), as in CrossEntropyLoss
+
+
+# -- one model, its loss and its optimizer, either backend ---------------------------------------
+class TaskModel:
+    """A ``numpy_impl`` or ``torch_impl`` model with a cross-entropy loss, AdamW (no decay on
+    1-D parameters), a warmup + cosine learning rate and gradient clipping: the recipe of
+    ``python -m labs train``, for any model whose ``forward(**inputs)`` gives logits.
+
+    NumPy arrays in and out. The two backends get the same batches; their weights
+    start from different generators (each backend's own initialisation, same scheme).
+
+    Args:
+        backend: ``"numpy"`` or ``"torch"``.
+        kind: ``"classifier"`` (:class:`TransformerClassifier`) or ``"seq2seq"``
+            (:class:`Seq2SeqTransformer`).
+        model_kwargs: the model's constructor arguments.
+        seed: initial weights.
+        lr, min_lr, warmup_iters, lr_decay_iters, weight_decay, grad_clip: the optimizer.
+        dtype: ``"float32"`` or ``"float64"``.
+        attn_impl: torch only: ``"sdpa"`` or ``"explicit"``.
+
+    Raises:
+        ValueError: unknown backend or kind, bad model arguments.
+    """
+
+    def __init__(
+        self,
+        backend: str,
+        kind: str,
+        model_kwargs: dict,
+        seed: int = 0,
+        lr: float = 1e-3,
+        min_lr: float = 1e-4,
+        warmup_iters: int = 100,
+        lr_decay_iters: int = 1000,
+        weight_decay: float = 0.01,
+        grad_clip: float = 1.0,
+        dtype: str = "float32",
+        attn_impl: str = "sdpa",
+    ):
+        if kind not in ("classifier", "seq2seq"):
+            raise ValueError(f"kind: expected 'classifier' or 'seq2seq', got {kind!r}")
+        if dtype not in ("float32", "float64"):
+            raise ValueError(f"dtype: expected 'float32' or 'float64', got {dtype!r}")
+        self.backend, self.kind = backend, kind
+        self.schedule = (lr, min_lr, warmup_iters, max(lr_decay_iters, warmup_iters + 1))
+        self.grad_clip = grad_clip
+        self.step = 0
+        betas = (0.9, 0.99)
+        if backend == "numpy":
+            import numpy_impl as N
+            from numpy_impl.optim import AdamW, configure_param_groups
+
+            cls = N.TransformerClassifier if kind == "classifier" else N.Seq2SeqTransformer
+            self.model = cls(**model_kwargs, seed=seed, dtype=np.dtype(dtype))
+            self.loss_fn = N.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
+            self.optimizer = AdamW(
+                configure_param_groups(self.model, weight_decay), lr=lr, betas=betas
+            )
+            self._params = self.model.parameters()
+        elif backend == "torch":
+            import torch
+
+            import torch_impl as T
+            from torch_impl.optim import AdamW, configure_param_groups
+
+            self.torch = torch
+            torch.manual_seed(seed)
+            cls = T.TransformerClassifier if kind == "classifier" else T.Seq2SeqTransformer
+            self.model = cls(**model_kwargs, attn_impl=attn_impl, dtype=getattr(torch, dtype))
+            self.loss_fn = T.CrossEntropyLoss(ignore_index=IGNORE_INDEX)
+            self.optimizer = AdamW(
+                configure_param_groups(self.model, weight_decay), lr=lr, betas=betas, foreach=False
+            )
+        else:
+            raise ValueError(f"backend: expected 'numpy' or 'torch', got {backend!r}")
+
+    def num_parameters(self) -> int:
+        if self.backend == "numpy":
+            return self.model.num_parameters()
+        return sum(p.numel() for p in self.model.parameters())
+
+    def train_step(self, inputs: dict[str, np.ndarray], targets: np.ndarray) -> float:
+        """One AdamW step on ``loss(model(**inputs), targets)``; returns the loss before it."""
+        if self.backend == "numpy":
+            from numpy_impl.optim import clip_grad_norm_, cosine_lr
+        else:
+            from torch_impl.optim import clip_grad_norm_, cosine_lr
+        for group in self.optimizer.param_groups:  # nanoGPT's schedule, set before each step
+            group["lr"] = cosine_lr(self.step, *self.schedule)
+        if self.backend == "numpy":
+            self.model.train()
+            self.optimizer.zero_grad()
+            loss = self.loss_fn(self.model(**inputs), targets)
+            self.model.backward(self.loss_fn.backward())
+            if self.grad_clip > 0:
+                clip_grad_norm_(self._params, self.grad_clip)
+            self.optimizer.step()
+        else:
+            torch = self.torch
+            self.model.train()
+            self.optimizer.zero_grad(set_to_none=True)
+            t_inputs = {k: torch.from_numpy(v) for k, v in inputs.items()}
+            loss_t = self.loss_fn(self.model(**t_inputs), torch.from_numpy(targets))
+            loss_t.backward()
+            if self.grad_clip > 0:
+                clip_grad_norm_(self.model.parameters(), self.grad_clip)
+            self.optimizer.step()
+            loss = loss_t.item()
+        self.step += 1
+        return float(loss)
+
+    def predict(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
+        """Logits in eval mode (no dropout), as a NumPy array."""
+        if self.backend == "numpy":
+            self.model.eval()
+            try:
+                return self.model(**inputs)
+            finally:
+                self.model.train()
+        torch = self.torch
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                return self.model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).numpy()
+        finally:
+            self.model.train()
+
+    def generate(self, src, src_mask, max_new_tokens: int, bos_id: int, eos_id: int) -> np.ndarray:
+        """Greedy decoding (seq2seq models): ``(B, n)`` int64, BOS excluded."""
+        if self.backend == "numpy":
+            return self.model.generate(src, max_new_tokens, bos_id, src_mask, eos_id)
+        torch = self.torch
+        out = self.model.generate(
+            torch.from_numpy(src), max_new_tokens, bos_id, torch.from_numpy(src_mask), eos_id
+        )
+        return out.numpy()
