@@ -58,8 +58,10 @@ class GELU(Module):
         ###   Hint: import erf from scipy.special inside the "none" branch
         self._x = x
         if self.approximate == "tanh":
-            with np.errstate(over="ignore"):  # float32 x**3 is inf beyond |x| ~ 7e12: tanh = +-1
-                u = math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)
+            # x**3 written x * x * x, as PyTorch's kernel does: NumPy's x**3 calls pow(), ~200x
+            # slower than two products. Beyond |x| ~ 7e12 float32 overflows: tanh = +-1, right.
+            with np.errstate(over="ignore"):
+                u = math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x))
             self._tanh_u = np.tanh(u)
             return 0.5 * x * (1 + self._tanh_u)
         from scipy.special import erf  # only the exact form needs scipy
