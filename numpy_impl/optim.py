@@ -92,9 +92,10 @@ class AdamW:
                 state["step"] += 1
                 t, m, v, g = state["step"], state["exp_avg"], state["exp_avg_sq"], p.grad
                 ### BEGIN SOLUTION ch09
-                ### TODO: Algorithm 2 of the docstring: update the moments m, v in place (they are
-                ###   the optimizer's state: m[...] = ...), bias-correct them into m_hat, v_hat,
-                ###   then p.data -= lr * (Adam step + weight_decay * p.data); t counts from 1
+                ### TODO: m = beta1 m + (1 - beta1) g, v = beta2 v + (1 - beta2) g^2 (like p);
+                ###   m_hat = m / (1 - beta1^t), v_hat = v / (1 - beta2^t); then
+                ###   p -= lr (m_hat / (sqrt(v_hat) + eps) + weight_decay p). Hint: m and v are the
+                ###   optimizer's state: write into them (m[...] = ...), do not rebind the names
                 m[...] = beta1 * m + (1 - beta1) * g
                 v[...] = beta2 * v + (1 - beta2) * g**2
                 m_hat = m / (1 - beta1**t)
