@@ -57,7 +57,17 @@ FENCES = {
             "scaled_dot_product_attention_backward",
         ]
     },
-    "04": {"attention.py": ["CausalSelfAttention.forward", "CausalSelfAttention.backward"]},
+    "04": {
+        "attention.py": [
+            "split_heads",
+            "merge_heads",
+            "SelfAttention.forward",
+            "SelfAttention.project",
+            "SelfAttention.attend",
+            "SelfAttention.attend_backward",
+            "SelfAttention.project_backward",
+        ]
+    },
     "05": {
         "positional.py": [
             "LearnedPositionalEmbedding.forward",
@@ -108,11 +118,12 @@ FENCES = {
         ]
     },
     "16": {
+        "attention.py": ["SelfAttention.project", "SelfAttention.project_backward"],
         "seq2seq.py": [
-            "CrossAttention.forward",
-            "CrossAttention.backward",
+            "DecoderBlock.forward",
+            "DecoderBlock.backward",
             "Seq2SeqTransformer.generate",
-        ]
+        ],
     },
 }
 
