@@ -16,6 +16,7 @@ Twin of ``torch_impl/attention.py``.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -24,6 +25,17 @@ from .linear import Linear, linear, linear_backward
 from .masks import cached_attn_mask, check_attn_mask, combine_attn_mask
 from .module import Module, check_last_dim
 from .rope import RotaryEmbedding
+
+
+class AttentionCache(NamedTuple):
+    """What :func:`scaled_dot_product_attention_backward` needs from the forward."""
+
+    q: np.ndarray  # (B, H, T_q, d_k)
+    k: np.ndarray  # (B, H, T_k, d_k)
+    v: np.ndarray  # (B, H, T_k, d_v)
+    probs: np.ndarray  # (B, H, T_q, T_k), the softmax probabilities (before dropout)
+    keep: np.ndarray | None  # the dropout's scaled mask, or None
+    scale: float
 
 
 def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
@@ -125,8 +137,8 @@ def scaled_dot_product_attention(
         rng: generator for the dropout mask (NumPy only).
 
     Returns:
-        out ``(B, n_heads, T_q, d_v)``, and the cache ``(q, k, v, probs, keep, scale)``
-        (``keep`` is the dropout's scaled mask, or None).
+        out ``(B, n_heads, T_q, d_v)``, and an :class:`AttentionCache` for the backward
+        (``cache.probs`` are the attention weights).
 
     A query whose keys are all masked gets probabilities of zero, hence an
     output of zeros and finite gradients.
@@ -163,7 +175,7 @@ def scaled_dot_product_attention(
     probs = softmax(scores)  # (B, H, T_q, T_k): each row a distribution over keys
     out = (probs if keep is None else probs * keep) @ v  # (B, H, T_q, T_k) @ (B, H, T_k, d_v)
     ### END SOLUTION
-    return out, (q, k, v, probs, keep, scale)
+    return out, AttentionCache(q, k, v, probs, keep, scale)
 
 
 def scaled_dot_product_attention_backward(
@@ -328,7 +340,7 @@ class SelfAttention(Module):
         )  # (B, H, T, d_k)
         y = self.out_proj(merge_heads(y))  # (B, H, T, d_k) -> (B, T, C) -> (B, T, C)
         ### END SOLUTION
-        weights = self._cache[3].copy() if need_weights else None  # the probabilities
+        weights = self._cache.probs.copy() if need_weights else None
         if kv_cache is not None:
             self._cache = None  # decoding is inference only: nothing to differentiate
         return y, weights

@@ -146,7 +146,7 @@ CHAPTERS = {
     "ch13": "positional encodings II: the sinusoidal encoding, rotary embeddings (RoPE)",
     "ch14": "normalisation II and SwiGLU: RMSNorm, SiLU, SwiGLU, the post-norm block",
     "ch15": "encoder models and classification: padding masks, MeanPool, TransformerClassifier",
-    "ch16": "encoder-decoder: CrossAttention, greedy decoding",
+    "ch16": "encoder-decoder: cross-attention, the decoder block, greedy decoding",
 }
 
 

@@ -52,12 +52,22 @@ FENCES = {
     },
     "03": {
         "attention.py": [
-            "scaled_dot_product_attention",  # the scores
-            "scaled_dot_product_attention",  # mask and softmax
+            "softmax",
+            "scaled_dot_product_attention",
             "scaled_dot_product_attention_backward",
         ]
     },
-    "04": {"attention.py": ["CausalSelfAttention.forward", "CausalSelfAttention.backward"]},
+    "04": {
+        "attention.py": [
+            "split_heads",
+            "merge_heads",
+            "SelfAttention.forward",
+            "SelfAttention.project",
+            "SelfAttention.attend",
+            "SelfAttention.attend_backward",
+            "SelfAttention.project_backward",
+        ]
+    },
     "05": {
         "positional.py": [
             "LearnedPositionalEmbedding.forward",
@@ -108,11 +118,12 @@ FENCES = {
         ]
     },
     "16": {
+        "attention.py": ["SelfAttention.project", "SelfAttention.project_backward"],
         "seq2seq.py": [
-            "CrossAttention.forward",
-            "CrossAttention.backward",
+            "DecoderBlock.forward",
+            "DecoderBlock.backward",
             "Seq2SeqTransformer.generate",
-        ]
+        ],
     },
 }
 
@@ -330,7 +341,7 @@ def test_start_a_second_chapter_keeps_the_learners_code(reference, tmp_path):
     assert ws.started() == {"03", "04"}
     # starting a started chapter again changes nothing, edited or not
     before = (ws.package / "attention.py").read_text()
-    with pytest.raises(UserError, match=r"your code is in attention.py: scaled_dot_product"):
+    with pytest.raises(UserError, match=r"your code is in attention.py: softmax"):
         add_stubs(reference, ws, "03")
     assert [w.action for w in add_stubs(reference, ws, "04")] == ["unchanged"]
     assert (ws.package / "attention.py").read_text() == before
@@ -353,14 +364,14 @@ def test_missing_or_damaged_files_are_regenerated_around_the_learners_code(refer
     # rebuilt from the reference, ch04's code (the learner's) kept
     write_region(ws, "attention.py", ("04", 1), ["return 'mine'"])
     text = (ws.package / "attention.py").read_text()
-    (ws.package / "attention.py").write_text(text.replace("    ### END SOLUTION\n", "", 1))
+    begin = text.index("    ### BEGIN SOLUTION ch03\n")  # the first ch03 region
+    end = text.index("    ### END SOLUTION\n", begin)
+    no_end = text[:end] + text[end:].replace("    ### END SOLUTION\n", "", 1)
+    (ws.package / "attention.py").write_text(no_end)
     with pytest.raises(UserError, match="fences are missing or damaged"):
         add_stubs(reference, ws, "03")
-    (ws.package / "attention.py").write_text(
-        text.replace("    ### BEGIN SOLUTION ch03\n", "", 1).replace(
-            "    ### END SOLUTION\n", "", 1
-        )
-    )
+    no_fences = no_end[:begin] + no_end[begin:].replace("    ### BEGIN SOLUTION ch03\n", "", 1)
+    (ws.package / "attention.py").write_text(no_fences)
     with pytest.raises(UserError, match="fences are missing or damaged"):
         add_stubs(reference, ws, "03")
     assert [w.action for w in add_stubs(reference, ws, "03", force=True)] == ["rewritten"]
@@ -390,7 +401,10 @@ def test_commands_print_what_they_did_and_refuse_bad_input(tmp_path, capsys):
     args = cli("start", "3", "--workspace", ws)
     assert args.func(args) == 0
     out = capsys.readouterr().out
-    assert "numpy_impl/attention.py: scaled_dot_product_attention (2 places)" in out
+    assert (
+        "numpy_impl/attention.py: softmax, scaled_dot_product_attention, "
+        "scaled_dot_product_attention_backward" in out
+    )
     assert "python -m labs check 03" in out
     args = cli("check", "05", "--workspace", ws)
     with pytest.raises(UserError, match="chapter 05 is not started"):

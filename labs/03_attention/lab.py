@@ -48,9 +48,9 @@ np.set_printoptions(precision=3, suppress=True, linewidth=100)
 rng = np.random.default_rng(0)
 
 
-def probs_of(cache: tuple) -> np.ndarray:
-    """The attention weights P kept in the forward's cache ``(q*scale, k, v, out, P, ...)``."""
-    return cache[4]
+def probs_of(cache) -> np.ndarray:
+    """The attention weights P kept in the forward's cache (``cache.probs``)."""
+    return cache.probs
 
 
 # %% [markdown]

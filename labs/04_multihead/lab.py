@@ -22,7 +22,7 @@
 #
 # What we look at:
 #
-# 1. Every shape of `CausalSelfAttention.forward`, step by step, rebuilt by
+# 1. Every shape of `SelfAttention.forward`, step by step, rebuilt by
 #    hand and checked against the module.
 # 2. One combined `(3C, C)` QKV projection is three `(C, C)` projections, and
 #    each head is a slice of `d_k` columns of each.
@@ -55,34 +55,35 @@ rng = np.random.default_rng(0)
 # ## 1. The shapes, step by step
 #
 # `x` is `(B, T, C)` with `C = d_model`; `n_heads = H` heads of width
-# `d_k = C / H`. Below, the forward of `numpy_impl.CausalSelfAttention` is
+# `d_k = C / H`. Below, the causal forward of `numpy_impl.SelfAttention` is
 # redone line by line with its own weights, printing each shape, and the
 # result is compared with the module's output.
 
 # %%
 B, T_, C, H = 2, 6, 12, 3
 d_k = C // H
-attn = N.CausalSelfAttention(C, H, dtype=np.float64, rng=rng)
+attn = N.SelfAttention(C, H, dtype=np.float64, rng=rng)
 x = rng.standard_normal((B, T_, C))
 
 qkv = attn.qkv_proj(x)
 print(f"x                {x.shape}   (B, T, C)")
 print(f"qkv_proj.weight  {attn.qkv_proj.weight.shape}     (3C, C)")
 print(f"qkv_proj(x)      {qkv.shape}   (B, T, 3C)")
-split = qkv.reshape(B, T_, 3, H, d_k)
-print(f"reshape          {split.shape} (B, T, 3, H, d_k)")
-heads = split.transpose(2, 0, 3, 1, 4)
-print(f"transpose        {heads.shape} (3, B, H, T, d_k)")
-q, k, v = heads
+q_, k_, v_ = np.split(qkv, 3, axis=-1)
+print(f"split in three   {q_.shape}    (B, T, C) each: q, k, v")
+cut = q_.reshape(B, T_, H, d_k)
+print(f"reshape          {cut.shape} (B, T, H, d_k)")
+q, k, v = (N.split_heads(a, H) for a in (q_, k_, v_))
+print(f"split_heads      {q.shape} (B, H, T, d_k): the head axis moved before T")
 y, _ = N.scaled_dot_product_attention(q, k, v, is_causal=True)
-print(f"attention        {y.shape}    (B, H, T, d_k), weights (B, H, T, T)")
+print(f"attention        {y.shape} (B, H, T, d_k), weights (B, H, T, T)")
 y = y.transpose(0, 2, 1, 3)
-print(f"transpose        {y.shape}    (B, T, H, d_k)")
+print(f"transpose        {y.shape} (B, T, H, d_k)")
 y = y.reshape(B, T_, C)
-print(f"reshape          {y.shape}      (B, T, C): heads side by side")
+print(f"reshape          {y.shape}      (B, T, C): heads side by side (merge_heads)")
 out = attn.out_proj(y)
 print(f"out_proj         {out.shape}      (B, T, C)")
-print(f"same as attn(x): max diff {max_diff(out, attn(x)):.1e}")
+print(f"same as attn(x, is_causal=True): max diff {max_diff(out, attn(x, is_causal=True)):.1e}")
 
 # %% [markdown]
 # ## 2. One QKV projection is three projections, and a head is a slice
@@ -139,14 +140,14 @@ print(f"  heads merged without transpose   {max_diff(attn.out_proj(y_noT), out):
 # %%
 dout = rng.standard_normal((B, T_, C))
 attn.zero_grad()
-out = attn(x)
+out = attn(x, is_causal=True)
 dx = attn.backward(dout)
 print({name: p.shape for name, p in attn.named_parameters()})
 for impl in ("explicit", "sdpa"):
-    attn_t = T.CausalSelfAttention(C, H, attn_impl=impl, dtype=torch.float64)
+    attn_t = T.SelfAttention(C, H, attn_impl=impl, dtype=torch.float64)
     attn_t.load_state_dict({n: torch.from_numpy(a) for n, a in attn.state_dict().items()})
     x_t = torch.from_numpy(x).requires_grad_()
-    out_t = attn_t(x_t)
+    out_t = attn_t(x_t, is_causal=True)
     (out_t * torch.from_numpy(dout)).sum().backward()
     grads_t = dict(attn_t.named_parameters())
     worst = max(max_diff(p.grad, grads_t[n].grad) for n, p in attn.named_parameters())
@@ -211,7 +212,7 @@ print(
     f"{source}: logits {logits_np.shape}, "
     f"NumPy vs torch max diff {max_diff(logits_np, logits_t):.1e}"
 )
-P = model_np.blocks[0].attn._cache[4][0]  # (n_heads, T, T): the cached attention weights
+P = model_np.blocks[0].attn._cache.probs[0]  # (n_heads, T, T): the cached attention weights
 
 fig, axes = plt.subplots(2, 2, figsize=(11, 11), layout="constrained")
 axes = axes.ravel()

@@ -187,8 +187,8 @@ x2[:, t_changed] += rng.standard_normal((B, C))
 moved = np.abs(ffn(x2) - ffn(xb)).max(axis=(0, 2))  # (T,)
 print(f"changed the input at position {t_changed}; max |output change| per position:")
 print("  FFN:      ", moved)
-attn = N.CausalSelfAttention(C, 2, dtype=np.float64, rng=rng)
-moved_attn = np.abs(attn(x2) - attn(xb)).max(axis=(0, 2))
+attn = N.SelfAttention(C, 2, dtype=np.float64, rng=rng)
+moved_attn = np.abs(attn(x2, is_causal=True) - attn(xb, is_causal=True)).max(axis=(0, 2))
 print("  attention:", moved_attn, "(causal: positions after 3 see the change too)")
 
 # %% [markdown]

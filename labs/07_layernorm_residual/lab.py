@@ -149,11 +149,11 @@ block.zero_grad()
 dx = block.backward(dout)
 
 # the same, by hand, one branch at a time
-x1 = x + block.attn(block.ln1(x))
+x1 = x + block.attn(block.ln1(x), is_causal=True)
 block.ffn(block.ln2(x1))
 ffn_branch = block.ln2.backward(block.ffn.backward(dout))
 dx1 = dout + ffn_branch  # residual add: identity path + FFN branch
-block.attn(block.ln1(x))
+block.attn(block.ln1(x), is_causal=True)
 attn_branch = block.ln1.backward(block.attn.backward(dx1))
 dx_by_hand = dx1 + attn_branch  # residual add: identity path + attention branch
 print(f"|dout| {np.linalg.norm(dout):.3f}")
@@ -177,12 +177,12 @@ class PostNormBlock(Module):
 
     def __init__(self, d_model, n_heads, dtype=np.float64, rng=None):
         self.ln1 = N.LayerNorm(d_model, dtype=dtype)
-        self.attn = N.CausalSelfAttention(d_model, n_heads, dtype=dtype, rng=rng)
+        self.attn = N.SelfAttention(d_model, n_heads, dtype=dtype, rng=rng)
         self.ln2 = N.LayerNorm(d_model, dtype=dtype)
         self.ffn = N.FeedForward(d_model, dtype=dtype, rng=rng)
 
     def forward(self, x):
-        x = self.ln1(x + self.attn(x))  # the stream itself is normalised
+        x = self.ln1(x + self.attn(x, is_causal=True))  # the stream itself is normalised
         return self.ln2(x + self.ffn(x))
 
     def backward(self, dout):
@@ -196,12 +196,12 @@ class TorchPostNormBlock(nn.Module):
     def __init__(self, d_model, n_heads):
         super().__init__()
         self.ln1 = T.LayerNorm(d_model, dtype=torch.float64)
-        self.attn = T.CausalSelfAttention(d_model, n_heads, dtype=torch.float64)
+        self.attn = T.SelfAttention(d_model, n_heads, dtype=torch.float64)
         self.ln2 = T.LayerNorm(d_model, dtype=torch.float64)
         self.ffn = T.FeedForward(d_model, dtype=torch.float64)
 
     def forward(self, x):
-        x = self.ln1(x + self.attn(x))
+        x = self.ln1(x + self.attn(x, is_causal=True))
         return self.ln2(x + self.ffn(x))
 
 

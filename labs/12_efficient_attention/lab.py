@@ -240,7 +240,7 @@ print(f"block_size 24, 46 tokens: cached and uncached tokens equal: {np.array_eq
 q, k, v = (rng.normal(size=(2, 4, 100, 16)) for _ in range(3))
 numpy_flash, _ = N.flash_attention(q, k, v, is_causal=True, tile_q=32, tile_k=32)
 qt, kt, vt = (torch.from_numpy(x) for x in (q, k, v))
-explicit = T.scaled_dot_product_attention_explicit(qt, kt, vt, is_causal=True)
+explicit = T.scaled_dot_product_attention(qt, kt, vt, is_causal=True, impl="explicit")
 for backend in ("auto", "math", "flash"):
     with T.use_sdpa_backend(backend):
         fused = T.flash_attention(qt, kt, vt, is_causal=True)

@@ -153,18 +153,25 @@ print("rope_permutation(8, 'interleaved', 'half') =", N.rope_permutation(8, "int
 
 C, H = 24, 2
 x = rng.standard_normal((2, 10, C))
-inter = N.CausalSelfAttention(C, H, rope="interleaved", dtype=np.float64, rng=rng)
+inter = N.SelfAttention(C, H, rope="interleaved", dtype=np.float64, rng=rng)
 sd = inter.state_dict()
-half = N.CausalSelfAttention(C, H, rope="half", dtype=np.float64)
+half = N.SelfAttention(C, H, rope="half", dtype=np.float64)
 half.load_state_dict(sd)  # the same weights, the other layout: another model
-print(f"same weights, other layout:     max |difference| {max_diff(half(x), inter(x)):.3f}")
+reference = inter(x, is_causal=True)
+print(
+    "same weights, other layout:     max |difference| "
+    f"{max_diff(half(x, is_causal=True), reference):.3f}"
+)
 converted = dict(sd)
 for kind in ("weight", "bias"):
     converted[f"qkv_proj.{kind}"] = N.permute_qkv_for_rope(
         sd[f"qkv_proj.{kind}"], H, "interleaved", "half"
     )
 half.load_state_dict(converted)
-print(f"q, k rows permuted, other layout: max |difference| {max_diff(half(x), inter(x)):.1e}")
+print(
+    "q, k rows permuted, other layout: max |difference| "
+    f"{max_diff(half(x, is_causal=True), reference):.1e}"
+)
 
 # %% [markdown]
 # ## 5. The backward rotates back

@@ -40,9 +40,9 @@ import numpy as np
 import torch
 
 import numpy_impl as N
-import numpy_impl.attention as NA
+import numpy_impl.masks as NA
 import torch_impl as T
-import torch_impl.attention as TA
+import torch_impl.masks as TA
 from labs.plumbing.tasks import TaskModel
 from labs.plumbing.tasks_speakers import (
     WordTokenizer,
@@ -88,7 +88,7 @@ attn_mask = NA.key_padding_attn_mask(token_mask)  # (B, 1, 1, T)
 print("token_mask:\n", token_mask.astype(int), "\nattn_mask shape:", attn_mask.shape)
 q, k, v = (rng.normal(size=(B, H, T_, d_k)) for _ in range(3))
 out, cache = N.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
-probs = cache[4]  # the cache holds the attention probabilities (B, H, T, T)
+probs = cache.probs  # the cache holds the attention probabilities (B, H, T, T)
 print("row sums of the probabilities (1 = a distribution, 0 = nothing to attend to):")
 print(probs.sum(-1)[:, 0])
 print("output of the all-padding sequence:", out[2, 0, 0], "(zeros, not NaN)")

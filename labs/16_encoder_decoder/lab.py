@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 import numpy_impl as N
-import numpy_impl.attention as NA
+import numpy_impl.masks as NA
 import torch_impl as T
 from labs.plumbing.tasks import TaskModel
 from labs.plumbing.tasks_sequence import BOS, EOS, SequenceTask
@@ -57,11 +57,11 @@ np.set_printoptions(precision=2, suppress=True)
 # %%
 rng = np.random.default_rng(0)
 C, H = 8, 2
-cross = N.CrossAttention(C, H, dtype=np.float64, rng=rng)
+cross = N.SelfAttention(C, H, dtype=np.float64, rng=rng)  # the one attention module
 x, memory = rng.normal(size=(2, 3, C)), rng.normal(size=(2, 5, C))  # T_q = 3, T_k = 5
 src_mask = np.array([[True] * 5, [True, True, False, False, False]])
-y = cross(x, memory, attn_mask=NA.key_padding_attn_mask(src_mask))
-probs = cross._cache[4]
+y = cross(x, kv=memory, attn_mask=NA.key_padding_attn_mask(src_mask))  # kv: cross-attention
+probs = cross._cache.probs
 print("x", x.shape, "memory", memory.shape, "-> out", y.shape, "; probabilities", probs.shape)
 print("sequence 1, head 0 (its source has 2 real tokens):\n", probs[1, 0])
 dx, dmemory = cross.backward(np.ones_like(y))
@@ -166,7 +166,7 @@ s = task.val[0]
 one = task.batch([s])
 n = len(s)
 np_model(one["src"][:, :n], one["tgt_in"][:, : n + 1])
-probs = np_model.decoder.blocks[0].cross_attn._cache[4][0]  # (H, T_q, T_k)
+probs = np_model.decoder.blocks[0].cross_attn._cache.probs[0]  # (H, T_q, T_k)
 fig, axes = plt.subplots(1, 2, figsize=(8, 3.5))
 for h, ax in enumerate(axes):
     ax.imshow(probs[h], cmap="viridis", vmin=0, vmax=1)

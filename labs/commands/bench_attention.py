@@ -6,7 +6,7 @@ their softmax, and their gradient); FlashAttention never does. Implementations:
 
 * ``numpy-explicit``: ``numpy_impl.scaled_dot_product_attention`` and its backward;
 * ``numpy-flash``: ``numpy_impl.flash_attention`` (tiled, online softmax) and its backward;
-* ``torch-explicit``: ``torch_impl.scaled_dot_product_attention_explicit`` + autograd;
+* ``torch-explicit``: ``torch_impl.scaled_dot_product_attention(impl="explicit")`` + autograd;
 * ``torch-fused``: ``F.scaled_dot_product_attention`` with PyTorch's choice of kernel;
 * on CUDA also each kernel forced (``torch-flash``, ``torch-efficient``,
   ``torch-cudnn``, ``torch-math``) with ``torch_impl.use_sdpa_backend``.
@@ -140,7 +140,7 @@ def _torch_step(impl: str, q, k, v, dout):
         for x in (q, k, v):
             x.grad = None
         if impl == "torch-explicit":
-            out = T.scaled_dot_product_attention_explicit(q, k, v, is_causal=True)
+            out = T.scaled_dot_product_attention(q, k, v, is_causal=True, impl="explicit")
         else:
             sdpa_backend = "auto" if backend == "fused" else backend
             out = T.scaled_dot_product_attention(q, k, v, is_causal=True, sdpa_backend=sdpa_backend)

@@ -231,7 +231,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--method",
         metavar="NAME",
-        help="show one function or method only: forward, CausalSelfAttention.forward, ...",
+        help="show one function or method only: forward, SelfAttention.forward, ...",
     )
     p.add_argument(
         "--color",

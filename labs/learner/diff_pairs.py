@@ -3,7 +3,7 @@
 Both files are parsed with :mod:`ast` and cut into pieces: the module preamble
 (docstring, imports, constants), each top-level function, and each class as its
 header (``class`` line, docstring, class attributes) followed by one piece per
-method. Pieces are paired by qualified name (``CausalSelfAttention.forward``)
+method. Pieces are paired by qualified name (``SelfAttention.forward``)
 and shown in the NumPy file's order; a piece with no twin (``backward`` exists
 only on the NumPy side, helpers differ) faces blank space, and PyTorch-only
 pieces are slotted in where the PyTorch file has them. The shorter side of each
@@ -44,7 +44,7 @@ class Segment:
     above it), so that the two sides of a pair can be aligned on it.
     """
 
-    qualname: str  # "<module>", "attention_weights", "CausalSelfAttention", "...forward"
+    qualname: str  # "<module>", "softmax", "SelfAttention", "...forward"
     kind: str  # "module" | "function" | "class" | "method"
     start: int
     end: int
@@ -186,7 +186,7 @@ class Pair:
 
     @property
     def anchor(self) -> str:
-        """``CausalSelfAttention-forward``; ``module`` for the preamble."""
+        """``SelfAttention-forward``; ``module`` for the preamble."""
         if self.key == MODULE:
             return "module"
         return self.key.replace(".", "-").replace("#", "-")
@@ -329,7 +329,7 @@ def resolve_component(name: str) -> str:
 
 
 def select_method(pairs: list[Pair], method: str) -> list[Pair]:
-    """The pairs named ``method``: a qualified name (``CausalSelfAttention.forward``)
+    """The pairs named ``method``: a qualified name (``SelfAttention.forward``)
     or its last part (``forward``) when that is unambiguous."""
     exact = [p for p in pairs if p.key == method or p.qualname == method]
     if exact:

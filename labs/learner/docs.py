@@ -7,7 +7,7 @@ One page per chapter: the chapter's ``labs/NN_topic/README.md`` rendered to
 HTML, then the NumPy and PyTorch implementations of the components that the
 chapter covers (:data:`CHAPTER_CODE`), side by side and syntax-highlighted,
 aligned method by method with the same pairing as ``python -m labs diff``. Each
-pair has an anchor, ``#attention-CausalSelfAttention-forward``, and each page a
+pair has an anchor, ``#attention-SelfAttention-forward``, and each page a
 small table of contents. A chapter whose README is not written yet still gets
 its page, with the code and a note. No JavaScript; the CSS is inline.
 
@@ -72,11 +72,28 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
     "02": ("embeddings", (Part("embedding"), Part("linear"))),
     "03": (
         "attention",
-        (Part("attention", "functions", "The functions; the module follows in chapter 04."),),
+        (
+            Part(
+                "attention",
+                (
+                    "softmax",
+                    "scaled_dot_product_attention",
+                    "scaled_dot_product_attention_backward",
+                ),
+                "The functions; the module follows in chapter 04.",
+            ),
+        ),
     ),
     "04": (
         "multihead",
-        (Part("attention", ("CausalSelfAttention",), "The module; the functions are in 03."),),
+        (
+            Part(
+                "attention",
+                ("split_heads", "merge_heads", "SelfAttention"),
+                "The heads and the module; the attention function is chapter 03's.",
+            ),
+            Part("multihead_attention", ("MultiHeadAttention",), "The same core, torch's layout."),
+        ),
     ),
     "05": ("positional", (Part("positional"),)),
     "06": ("ffn_gelu", (Part("activations"), Part("ffn"))),
@@ -120,7 +137,7 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
         "encoder_classifier",
         (
             Part(
-                "attention",
+                "masks",
                 ("causal_attn_mask", "key_padding_attn_mask", "combine_attn_mask", "to_attn_mask"),
                 "The mask helpers (docs/masks.md).",
             ),

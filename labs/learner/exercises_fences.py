@@ -85,7 +85,7 @@ class Region:
         chapter: ``"03"``.
         index: this is the chapter's ``index``-th region in the file (from 0); with
             ``chapter`` it names the region in the reference and in a workspace.
-        function: the function or method around it (``"CausalSelfAttention.forward"``).
+        function: the function or method around it (``"SelfAttention.forward"``).
         indent: the fences' indentation.
         begin, end: line numbers (from 0) of the two fence lines.
         kept: the ``###`` lines right after BEGIN (the task), verbatim.
