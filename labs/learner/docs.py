@@ -1,23 +1,28 @@
 """``python -m labs docs``: a static HTML site of the chapters and their code.
 
-    python -m labs docs                  # -> docs/site/index.html
+    python -m labs docs                    # -> docs/site/index.html
     python -m labs docs --out /tmp/site
+    python -m labs docs --figures run      # run every lab again for its figures
 
-One page per chapter: the chapter's ``labs/NN_topic/README.md`` rendered to
-HTML, then the NumPy and PyTorch implementations of the components that the
-chapter covers (:data:`CHAPTER_CODE`), side by side and syntax-highlighted,
-aligned method by method with the same pairing as ``python -m labs diff``. Each
-pair has an anchor, ``#attention-SelfAttention-forward``, and each page a
-small table of contents. A chapter whose README is not written yet still gets
-its page, with the code and a note. No JavaScript; the CSS is inline.
+One page per chapter, in the manner of d2l.ai: at the top the contents, then
+the chapter's ``labs/NN_topic/README.md`` rendered to HTML, its equations as
+MathML (``docs_math.py``: the browser draws them, no script and no network),
+the figures its ``lab.py`` draws at the end of the README's lab section
+(``docs_figures.py``: from the lab's last run, or drawn by running it), then
+the NumPy and PyTorch implementations of the components that the chapter covers
+(:data:`CHAPTER_CODE`), side by side and syntax-highlighted, aligned method by
+method with the same pairing as ``python -m labs diff``; long lines wrap. Each
+pair has an anchor, ``#attention-SelfAttention-forward``. A chapter whose README
+is not written yet still gets its page, with the code and a note. No
+JavaScript; the CSS is inline.
 
 Exercise fences (``### BEGIN SOLUTION chNN`` / ``### END SOLUTION``) stay in
 the code as the ordinary comments they are; on chapter NN's page the lines
 between them are tinted, since that is the code the chapter's exercise asks for.
 
-Needs the ``docs`` extra (``markdown``, ``Pygments``): ``pip install -e ".[docs]"``.
-This module lists the chapters and builds the pages; ``docs_html.py`` has the
-HTML pieces, ``diff_pairs.py`` the pairs.
+Needs the ``docs`` extra (markdown, Pygments, latex2mathml):
+``pip install -e ".[docs]"``. This module lists the chapters and builds the
+pages; ``docs_html.py`` has the HTML pieces, ``diff_pairs.py`` the pairs.
 """
 
 from __future__ import annotations

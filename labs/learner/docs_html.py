@@ -77,7 +77,8 @@ h2.code { margin-top: 2.5rem; border-top: 1px solid var(--line); padding-top: 1.
 .highlight .hll { background: #fff4c2; display: block; }
 .legend { font-size: .9rem; color: var(--muted); }
 .legend mark { background: #fff4c2; padding: 0 .3em; }
-math { font-family: "STIX Two Math", "Latin Modern Math", "Cambria Math", math; font-size: 1.08em; }
+math { font-family: "STIX Two Math", "Latin Modern Math", "Cambria Math", "DejaVu Math TeX Gyre",
+  "Noto Sans Math", math; font-size: 1.08em; }
 math[display="block"] { margin: .9em 0; overflow-x: auto; overflow-y: hidden; }
 section.figures { width: calc(100vw - 3rem); max-width: 72rem; }
 section.figures figure { margin: 1.4rem 0; }
