@@ -217,7 +217,12 @@ def _markdown(
                         el.set(attr, rewrite(el.get(attr), image=el.tag == "img"))
                 name = (el.text or "").rsplit("/", 1)[-1]
                 parent = parents.get(el)
-                if el.tag == "code" and name in figure_anchors and parent.tag not in ("a", "pre"):
+                if (
+                    el.tag == "code"
+                    and name in figure_anchors
+                    and parent is not None
+                    and parent.tag not in ("a", "pre")
+                ):
                     link = etree.Element("a", href="#" + figure_anchors[name])
                     link.tail, el.tail = el.tail, None
                     parent.insert(list(parent).index(el), link)

@@ -11,6 +11,13 @@ the site needs no script, no font download and no network, at build time or
 when read. Each formula keeps its LaTeX in an ``<annotation>`` (hidden, but
 copyable and read by screen readers).
 
+Why latex2mathml: it is pure Python with no dependencies, maintained (a
+release most months), and it renders at build time, so the pages carry no
+script. KaTeX, the other choice, is JavaScript: the site would ship its script
+and fonts (or the build would need a JavaScript engine). latex2mathml knows
+fewer commands than KaTeX; one it does not know stops the build with the
+formula named (:func:`to_mathml`), so nothing reaches a page half-rendered.
+
 Not maths: code spans and fenced code (```` `$TWINFORMER_DATA` ````), an escaped
 ``\\$``, and a ``$`` followed by a space or closed by one (``$5 and $6``), the
 rules pandoc and GitHub follow.
