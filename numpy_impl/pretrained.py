@@ -61,13 +61,18 @@ def check_keys(what: str, present: set[str], wanted: set[str]) -> None:
     """Raise unless ``present == wanted``, listing the keys missing and unexpected.
 
     Raises:
-        ValueError: ``"<what>: missing keys [...], unexpected keys [...]"``.
+        ValueError: ``"<what>: missing keys [...], unexpected keys [...]"`` (the first ten
+            of each, sorted, and how many more).
     """
     missing, unexpected = sorted(wanted - present), sorted(present - wanted)
+
+    def listed(keys: list[str], limit: int = 10) -> str:
+        return f"{keys[:limit]}" + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
     if missing or unexpected:
         raise ValueError(
-            f"{what}: missing keys {missing}, unexpected keys {unexpected} (does the config's "
-            "n_layers and tie_weights match the weights?)"
+            f"{what}: missing keys {listed(missing)}, unexpected keys {listed(unexpected)} "
+            "(does the config's n_layers and tie_weights match the weights?)"
         )
 
 

@@ -48,12 +48,25 @@ def batches(n_steps: int, B: int = 12, seed: int = 0):
         yield ids[:, :-1], ids[:, 1:]
 
 
+def devices() -> list:
+    cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+    return ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, cuda])]
+
+
+BACKEND_DEVICES = [
+    ("numpy", "cpu"),
+    ("torch", "cpu"),
+    pytest.param("torch", "cuda", marks=devices()[1].marks, id="torch-cuda"),
+]
+
+
 @pytest.mark.parametrize("llama", [False, True], ids=["gpt2", "llama"])
-@pytest.mark.parametrize("backend", ["numpy", "torch"])
-def test_four_micro_batches_of_3_are_one_batch_of_12(backend, llama):
+@pytest.mark.parametrize(("backend", "device"), BACKEND_DEVICES)
+def test_four_micro_batches_of_3_are_one_batch_of_12(backend, device, llama):
     arch = {"pos_emb": "rope", "norm": "rmsnorm", "ffn": "swiglu", "bias": False} if llama else {}
-    one = make_backend(backend, {**CONFIG, **arch}, seed=1, train_config=TRAIN, dtype="float64")
-    accum = make_backend(backend, {**CONFIG, **arch}, seed=1, train_config=TRAIN, dtype="float64")
+    kwargs = {"seed": 1, "train_config": TRAIN, "dtype": "float64", "device": device}
+    one = make_backend(backend, {**CONFIG, **arch}, **kwargs)
+    accum = make_backend(backend, {**CONFIG, **arch}, **kwargs)
     for step, (x, y) in enumerate(batches(3)):
         a = one.train_step(x, y)
         b = accum.train_step(x, y, grad_accum=4)
@@ -147,9 +160,6 @@ def test_labs_train_grad_accum_4_of_3_is_batch_12(backend, tmp_path):
 
 
 # -- mixed precision (torch) ---------------------------------------------------------------
-def devices() -> list:
-    cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-    return ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, cuda])]
 
 
 @pytest.mark.parametrize("device", devices())

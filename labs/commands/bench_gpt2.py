@@ -80,6 +80,15 @@ def cpu_name() -> str:
     return f"{name}, {os.cpu_count()} cores"
 
 
+def _load_average() -> list[float] | None:
+    """The 1-, 5- and 15-minute load averages: how busy the machine was (timings on a shared
+    machine depend on it); None where the OS does not say."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def _peak_rss_mb() -> float:
     """This process's peak resident set size so far, MB (Linux reports KB, macOS bytes)."""
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -200,6 +209,7 @@ def main(args: argparse.Namespace) -> int:
         )
     }
     results = {"cpu": cpu_name(), "config": GPT2_124M, "options": opts, "backends": {}}
+    results["load_average_before"] = _load_average()
     for backend in args.backends:
         if not args.json:
             print(f"measuring the {backend} backend ...", file=sys.stderr, flush=True)
@@ -207,6 +217,7 @@ def main(args: argparse.Namespace) -> int:
         if not args.no_train:
             entry["training"] = _measure("training", backend, opts)
         results["backends"][backend] = entry
+    results["load_average_after"] = _load_average()
     if len(args.backends) == 2:
         np_, t_ = (results["backends"][b]["inference"]["rss_peak_mb"] for b in ("numpy", "torch"))
         results["inference_memory_ratio_numpy_to_torch"] = np_ / t_
@@ -257,8 +268,10 @@ def format_table(results: dict) -> str:
             (f"{label} (later, mean)", lambda r: _later_steps(r["training"]["step_s"])),
             ("memory: fine-tuning (peak RSS)", lambda r: f"{r['training']['rss_peak_mb']:,.0f} MB"),
         ]
+    load = results.get("load_average_before"), results.get("load_average_after")
+    busy = f" (load average {load[0][0]:.1f} before, {load[1][0]:.1f} after)" if all(load) else ""
     lines = [
-        f"GPT-2 124M (random weights, float32) on {results['cpu']}",
+        f"GPT-2 124M (random weights, float32) on {results['cpu']}{busy}",
         "",
         "| | " + " | ".join(backends) + " |",
         "|---|" + "---:|" * len(backends),

@@ -11,6 +11,7 @@ The code: ``labs/plumbing/exporting.py``.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from .. import UserError
 from ..plumbing.exporting import TARGETS, export_run
@@ -34,7 +35,7 @@ def main(args: argparse.Namespace) -> int:
     except FileExistsError as e:
         raise UserError(f"--out {e}") from e
     except (OSError, ValueError) as e:
-        raise UserError(f"{args.run}: {e}") from e
+        raise UserError(_naming(args.run, e)) from e
     for note in notes:
         print(f"note: {note}")
     arch = hf_config["architectures"][0]
@@ -44,3 +45,9 @@ def main(args: argparse.Namespace) -> int:
         "AutoTokenizer.from_pretrained(DIR)  (pip install transformers)"
     )
     return 0
+
+
+def _naming(source: str, error: Exception) -> str:
+    """The error's message, with ``source`` in front unless it names a path already."""
+    message = str(error)
+    return message if str(Path(source)) in message else f"{source}: {message}"

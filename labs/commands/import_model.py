@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
 from .. import UserError
 from ..plumbing.importing import KINDS, count_parameters, import_gpt2, import_llama, import_nanogpt
@@ -75,7 +76,7 @@ def main(args: argparse.Namespace) -> int:
     except FileExistsError as e:
         raise UserError(f"--out {e}") from e
     except (OSError, ValueError) as e:
-        raise UserError(f"{args.source}: {e}") from e
+        raise UserError(_naming(args.source, e)) from e
     c = imported.model_config
     tied = c["tie_weights"]
     counts = count_parameters(imported.state, tied)
@@ -95,3 +96,9 @@ def main(args: argparse.Namespace) -> int:
         f"(or inspect, train --init-from {out}, export {out} --to hf)"
     )
     return 0
+
+
+def _naming(source: str, error: Exception) -> str:
+    """The error's message, with ``source`` in front unless it names a path already."""
+    message = str(error)
+    return message if str(Path(source)) in message else f"{source}: {message}"

@@ -57,15 +57,26 @@ def read_json(path: Path) -> dict:
 
 
 def read_hf_config(directory: Path) -> dict:
-    """``DIR/config.json``.
+    """``DIR/config.json``, a Hugging Face model config (it names its ``model_type``).
 
     Raises:
-        FileNotFoundError: DIR or its config.json missing. ValueError: not JSON.
+        FileNotFoundError: DIR or its config.json missing.
+        ValueError: not JSON, a twinformer checkpoint's config, or no ``model_type``.
     """
     directory = Path(directory)
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory}: no such directory")
-    return read_json(directory / CONFIG_FILE)
+    config = read_json(directory / CONFIG_FILE)
+    if config.get("format") == "twinformer":
+        raise ValueError(
+            f"{directory} is a twinformer checkpoint already: sample, inspect or train "
+            "--init-from it as it is"
+        )
+    if not isinstance(config.get("model_type"), str):
+        raise ValueError(
+            f"{directory / CONFIG_FILE}: no 'model_type': not a Hugging Face model config"
+        )
+    return config
 
 
 def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
