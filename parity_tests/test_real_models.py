@@ -901,3 +901,16 @@ def test_bench_gpt2_table_and_bad_options(capsys):
     for argv, match in ((["--forward-tokens", "2000"], "<= 1024"), (["--grad-accum", "0"], ">= 1")):
         status, _, err = cli(capsys, "bench-gpt2", *argv)
         assert status == 2 and match in err
+
+
+def test_a_tokenizer_far_smaller_than_the_model_is_refused(hf_tokenizer):
+    from labs.plumbing.hf_files import MAX_RESERVED, fit_vocabulary
+    from numpy_impl.tokenizer import BPETokenizer
+
+    tok = BPETokenizer.train(TEXT, 300)
+    padded, n = fit_vocabulary(tok, 300 + MAX_RESERVED)
+    assert n == MAX_RESERVED and padded.vocab_size == 300 + MAX_RESERVED
+    assert padded.decode([300]) == "<|reserved_300|>" and padded.encode(TEXT) == tok.encode(TEXT)
+    for size, match in ((301 + MAX_RESERVED, "not the tokenizer|is this"), (299, "no embedding")):
+        with pytest.raises(ValueError, match=f"^vocab_size: .*({match})"):
+            fit_vocabulary(tok, size)

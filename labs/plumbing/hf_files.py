@@ -34,8 +34,10 @@ TOKENIZER_FILE = "tokenizer.json"
 VOCAB_FILE, MERGES_FILE = "vocab.json", "merges.txt"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 ENDOFTEXT = "<|endoftext|>"  # GPT-2's end-of-document token
-#: Spelling of the placeholder tokens that pad a tokenizer to a model's larger vocabulary.
+#: Spelling of the placeholder tokens that pad a tokenizer to a model's larger vocabulary,
+#: and the most of them a model may need (nanoGPT rounds 50257 up to 50304: 47).
 RESERVED = "<|reserved_{}|>"
+MAX_RESERVED = 1024
 
 
 def read_json(path: Path) -> dict:
@@ -206,13 +208,20 @@ def fit_vocabulary(tokenizer, vocab_size: int):
         ``(tokenizer, number of reserved tokens added)``.
 
     Raises:
-        ValueError: the tokenizer has more ids than the model has rows.
+        ValueError: the tokenizer has more ids than the model has rows, or more than
+            :data:`MAX_RESERVED` fewer (then it is not the model's tokenizer).
     """
     n = tokenizer.vocab_size
     if n > vocab_size:
         raise ValueError(
             f"vocab_size: the model has {vocab_size} token rows, but its tokenizer "
             f"{n} ids; the ids past {vocab_size - 1} would have no embedding"
+        )
+    if vocab_size - n > MAX_RESERVED:
+        raise ValueError(
+            f"vocab_size: the model has {vocab_size} token rows, its tokenizer only {n} ids: "
+            f"a rounded-up vocabulary adds a few dozen rows, not {vocab_size - n}; is this "
+            "the tokenizer the model was trained with?"
         )
     if n == vocab_size:
         return tokenizer, 0
