@@ -914,3 +914,32 @@ def test_a_tokenizer_far_smaller_than_the_model_is_refused(hf_tokenizer):
     for size, match in ((301 + MAX_RESERVED, "not the tokenizer|is this"), (299, "no embedding")):
         with pytest.raises(ValueError, match=f"^vocab_size: .*({match})"):
             fit_vocabulary(tok, size)
+
+
+def test_sharded_and_half_precision_weights_are_read(tmp_path):
+    """model.safetensors.index.json and its shards (how the hub stores large models), and
+    float16 / bfloat16 tensors, widened to float32 (NumPy has no bfloat16: torch reads it)."""
+    from safetensors.torch import save_file
+
+    from labs.plumbing.hf_files import read_hf_weights
+
+    a = torch.randn(3, 4)
+    save_file({"a": a.to(torch.bfloat16)}, tmp_path / "model-00001-of-00002.safetensors")
+    save_file({"b": a.half(), "c": torch.arange(3)}, tmp_path / "model-00002-of-00002.safetensors")
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors",
+                            "b": "model-00002-of-00002.safetensors",
+                            "c": "model-00002-of-00002.safetensors"}}  # fmt: skip
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    weights = read_hf_weights(tmp_path)
+    assert {k: v.dtype for k, v in weights.items()} == {
+        "a": np.float32,
+        "b": np.float32,
+        "c": np.int64,
+    }
+    np.testing.assert_array_equal(weights["a"], a.to(torch.bfloat16).float().numpy())
+    np.testing.assert_array_equal(weights["b"], a.half().float().numpy())
+    (tmp_path / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "../x"}})
+    )
+    with pytest.raises(ValueError, match="not a file name"):
+        read_hf_weights(tmp_path)
