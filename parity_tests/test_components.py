@@ -10,9 +10,9 @@
 * ``test_backward_accumulates``: ``backward`` adds into ``.grad``, never assigns.
 * ``test_finite_differences``: each NumPy backward on its own against central
   differences (float64, h = 1e-6), in random coordinates of every float input
-  and of every parameter. Reached at worst: a relative ~1e-7 (the whole GPT),
-  about 0.25 of the FINITE_DIFF tolerance (the session summary prints it).
-  NumPy vs torch reached ~1e-14 relative in float64 and ~3e-5 in float32.
+  and of every parameter. Reached at worst (HYPOTHESIS_PROFILE=thorough): 0.65 of
+  the FINITE_DIFF tolerance; NumPy vs torch 0.45 of FLOAT64's and 0.42 of FLOAT32's
+  (the session summary prints them).
 
 Then checks of single components that are not parity: LayerNorm over one
 feature, causal attention ignoring the future, GELU far in its tails, positions
