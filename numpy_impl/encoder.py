@@ -5,7 +5,8 @@ causal mask: every position attends to every other real position of its
 sequence, in both directions (Devlin et al. 2019). Sequences of different
 lengths share a batch by padding; a key-padding mask keeps the padding out of
 every attention row and out of the pooled vector. The classifier is the one of
-the source material's tutorial ("Getting Started with Transformers in PyTorch"):
+the tutorial "Getting Started with Transformers in PyTorch" ("the tutorial"
+below):
 
     logits = head(mean_pool(ln_f(blocks(drop(tok_emb(idx) + PE)))))
 

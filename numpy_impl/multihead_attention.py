@@ -1,7 +1,8 @@
 """Multi-head attention with separate q, k, v projections: ``torch.nn.MultiheadAttention``'s form.
 
-The tutorial of the source material writes multi-head attention with three
-projections ``W_q``, ``W_k``, ``W_v`` and returns the attention weights next to
+The tutorial "Getting Started with Transformers in PyTorch" writes multi-head
+attention (its ``MultiHeadAttention``) with three projections ``W_q``, ``W_k``,
+``W_v`` and returns the attention weights next to
 the output, as ``torch.nn.MultiheadAttention`` does. :class:`MultiHeadAttention`
 is that interface over the core of :class:`~numpy_impl.attention.SelfAttention`
 (the same attention, heads and output projection); only the projections differ.

@@ -17,7 +17,8 @@ the positions only through i - j.
 Which two features form plane i is a convention, and two are in circulation:
 
 * ``"interleaved"``: features (2i, 2i + 1). RoFormer's formula, Meta's Llama
-  (``view_as_complex``), GPT-J, and the seed's ``x[..., 0::2], x[..., 1::2]``.
+  (``view_as_complex``), GPT-J, and the ``x[..., 0::2], x[..., 1::2]`` of the source
+  material's ``rotary_embed`` (its chapter on from-scratch transformers).
 * ``"half"``: features (i, i + d_k/2), via ``rotate_half``. GPT-NeoX and the
   Hugging Face Llama.
 
@@ -169,7 +170,7 @@ def permute_qkv_for_rope(
     """Reorder the q and k rows of a combined QKV weight or bias for another RoPE layout.
 
     Args:
-        qkv: ``CausalSelfAttention.qkv_proj`` weight ``(3 d_model, d_model)`` or
+        qkv: ``SelfAttention.qkv_proj`` weight ``(3 d_model, d_model)`` or
             bias ``(3 d_model,)``, rows in the order q, k, v, then heads.
         n_heads: heads; ``d_k = d_model / n_heads`` must be even.
         from_layout, to_layout: the RoPE layouts.

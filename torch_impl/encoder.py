@@ -3,8 +3,8 @@
 
 An encoder block is the GPT's :class:`~torch_impl.block.Block` without the
 causal mask: every position attends to every real position of its sequence, in
-both directions (Devlin et al. 2019). The classifier is the one of the source
-material's tutorial:
+both directions (Devlin et al. 2019). The classifier is the one of the tutorial
+"Getting Started with Transformers in PyTorch":
 
     logits = head(mean_pool(ln_f(blocks(drop(tok_emb(idx) + PE)))))
 

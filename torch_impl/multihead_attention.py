@@ -1,6 +1,7 @@
 """Multi-head attention with separate q, k, v projections: ``torch.nn.MultiheadAttention``'s form.
 
-Twin of ``numpy_impl/multihead_attention.py``: the tutorial's layer over the
+Twin of ``numpy_impl/multihead_attention.py``: the layer of the tutorial "Getting
+Started with Transformers in PyTorch" (its ``MultiHeadAttention``) over the
 core of :class:`~torch_impl.attention.SelfAttention`, and the converters
 between its weights and the packed ``qkv_proj`` layout.
 """

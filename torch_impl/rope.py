@@ -7,8 +7,9 @@ by the angle ``p * theta_i`` at position p, ``theta_i = base^(-2i / d_k)``
 The two layouts are written here the way their home codebases write them, a
 second witness next to the NumPy side's one formula:
 
-* ``"interleaved"``: pairs (2i, 2i+1), the seed's (and RoFormer's) even/odd
-  split, re-interleaved with ``torch.stack(..., -1).flatten(-2)``;
+* ``"interleaved"``: pairs (2i, 2i+1), the even/odd split of RoFormer and of the
+  source material's ``rotary_embed``, re-interleaved with
+  ``torch.stack(..., -1).flatten(-2)``;
 * ``"half"``: pairs (i, i + d_k/2), ``x * cos + rotate_half(x) * sin`` as in
   GPT-NeoX and Hugging Face's Llama.
 

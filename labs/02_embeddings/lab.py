@@ -280,7 +280,12 @@ print(f"if the embedding had assigned: off by {max_diff(from_emb, tok_emb_t.weig
 # %%
 for name, vocab, d, kw in (
     ("this repo's default char GPT", 65, 128, {"n_layers": 4, "n_heads": 4, "block_size": 64}),
-    ("the seeds' example GPT", 50257, 256, {"n_layers": 4, "n_heads": 8, "block_size": 512}),
+    (
+        "the source material's example GPT",
+        50257,
+        256,
+        {"n_layers": 4, "n_heads": 8, "block_size": 512},
+    ),
 ):
     sizes = {}
     for tie in (True, False):
@@ -288,6 +293,6 @@ for name, vocab, d, kw in (
         sizes[tie] = N.GPT(cfg, seed=0).num_parameters()
     saved = sizes[False] - sizes[True]
     print(
-        f"{name:<30} untied {sizes[False]:>11,}  tied {sizes[True]:>11,}"
+        f"{name:<34} untied {sizes[False]:>11,}  tied {sizes[True]:>11,}"
         f"  saved {saved:>10,} ({saved / sizes[False]:.0%})"
     )

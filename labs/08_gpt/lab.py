@@ -15,12 +15,12 @@
 #     python labs/08_gpt/lab.py
 #
 # It prints numbers and writes PNGs into `labs/08_gpt/figures/` (ten to twenty
-# seconds on a laptop CPU; building the 16M-parameter seed model is most of it).
+# seconds on a laptop CPU; building the 16M-parameter example model is most of it).
 #
 # 1. One forward pass taken apart, with the shape after every step.
 # 2. Where the parameters are: the count by component, by formula, and by
-#    `num_parameters()`, for the default character model and for the seed
-#    example (vocabulary 50257), tied and untied.
+#    `num_parameters()`, for the default character model and for the example
+#    model of the source material (vocabulary 50257), tied and untied.
 # 3. The tied head: one matrix, two gradient contributions.
 # 4. GPT-2's initialisation: the loss at step 0 is ln(vocab_size), and the
 #    1/sqrt(2 n_layers) scaling keeps the residual stream the same size at any
@@ -48,8 +48,10 @@ np.set_printoptions(precision=4, suppress=True)
 
 #: ``python -m labs train``'s model: nanoGPT's CPU "baby GPT" on 65 characters.
 DEFAULT = {"vocab_size": 65, "block_size": 64, "n_layers": 4, "n_heads": 4, "d_model": 128}
-#: The seed example: GPT-2's BPE vocabulary, a small body.
-SEED = {"vocab_size": 50257, "block_size": 512, "n_layers": 4, "n_heads": 8, "d_model": 256}
+#: The example model of the source material's chapter on from-scratch transformers (its
+#: GPTStyleModel, a decoder-only GPT with nn.MultiheadAttention blocks): GPT-2's BPE
+#: vocabulary, a small body.
+EXAMPLE = {"vocab_size": 50257, "block_size": 512, "n_layers": 4, "n_heads": 8, "d_model": 256}
 
 
 # %% [markdown]
@@ -97,7 +99,7 @@ print(f"same as model.forward(idx): max |diff| {np.abs(logits - model(idx)).max(
 #
 # so one block is 12 C^2 + 13 C. We count the same thing by walking
 # `named_parameters()` (a tied matrix is listed once) and compare with
-# `num_parameters()`. For the seed config, torch builds the model on the
+# `num_parameters()`. For the example config, torch builds the model on the
 # "meta" device: shapes without memory, instant.
 
 
@@ -145,9 +147,9 @@ for tie in (True, False):
     assert sum(counts.values()) == m.num_parameters() == formula(**DEFAULT, tie_weights=tie)
 for tie in (True, False):
     with torch.device("meta"):  # shapes only: no memory, no initialisation cost
-        m = T.GPT(T.GPTConfig(**SEED, tie_weights=tie))
-    counts = cases[f"seed, {'tied' if tie else 'untied'}"] = breakdown(m.named_parameters())
-    assert sum(counts.values()) == m.num_parameters() == formula(**SEED, tie_weights=tie)
+        m = T.GPT(T.GPTConfig(**EXAMPLE, tie_weights=tie))
+    counts = cases[f"example, {'tied' if tie else 'untied'}"] = breakdown(m.named_parameters())
+    assert sum(counts.values()) == m.num_parameters() == formula(**EXAMPLE, tie_weights=tie)
 
 print(f"{'':<16}" + "".join(f"{c:>17}" for c in cases))
 for piece in PIECES:
@@ -172,16 +174,16 @@ fig.tight_layout()
 save(fig, "parameter_breakdown.png")
 
 # %% [markdown]
-# The seed model's NumPy build is checked too (it allocates 16M float32
+# The example model's NumPy build is checked too (it allocates 16M float32
 # numbers and draws them from N(0, 0.02); a few seconds), and we keep it for
 # section 4.
 
 # %%
 if __name__ == "__main__":
-    seed_model = N.GPT(N.GPTConfig(**SEED), seed=0)
+    example_model = N.GPT(N.GPTConfig(**EXAMPLE), seed=0)
     print(
-        f"seed config, NumPy num_parameters(): {seed_model.num_parameters():,} "
-        f"(formula: {formula(**SEED):,})"
+        f"example config, NumPy num_parameters(): {example_model.num_parameters():,} "
+        f"(formula: {formula(**EXAMPLE):,})"
     )
 
 # %% [markdown]
@@ -229,11 +231,11 @@ for std in (0.02, 0.2, 1.0):
     print(f"  head weights N(0, {std}): initial loss {loss_fn(base(idx), targets):.4f}")
 
 if __name__ == "__main__":
-    idx = rng.integers(0, SEED["vocab_size"], (2, 64))
-    targets = rng.integers(0, SEED["vocab_size"], (2, 64))
-    logits = seed_model(idx)
+    idx = rng.integers(0, EXAMPLE["vocab_size"], (2, 64))
+    targets = rng.integers(0, EXAMPLE["vocab_size"], (2, 64))
+    logits = example_model(idx)
     print(
-        f"seed model: logits {logits.shape}, initial loss {loss_fn(logits, targets):.4f}, "
+        f"example model: logits {logits.shape}, initial loss {loss_fn(logits, targets):.4f}, "
         f"ln(50257) = {math.log(50257):.4f}"
     )
 

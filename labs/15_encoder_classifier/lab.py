@@ -21,7 +21,8 @@
 # 1. A padded batch: the key-padding mask and what attention does with it.
 # 2. The three mask conventions, converted.
 # 3. Mean pooling over real tokens only.
-# 4. Seed 004's synthetic step in both backends: the first loss is ln 2.
+# 4. The synthetic step of the tutorial "Getting Started with Transformers in PyTorch"
+#    (whose classifier this chapter builds) in both backends: the first loss is ln 2.
 # 5. Who says this speech? The task, and a short training run.
 
 # %%
@@ -117,7 +118,7 @@ save(fig, "padding_attention.png")
 T_ = 4
 mha_mask = torch.triu(torch.ones(T_, T_), diagonal=1).bool()  # nn.MultiheadAttention: True = masked
 sdpa_mask = torch.ones(T_, T_).tril().bool()  # F.scaled_dot_product_attention: True = attend
-keep_mask = torch.ones(T_, T_).tril()  # seed 004 / Annotated Transformer: 1 = keep
+keep_mask = torch.ones(T_, T_).tril()  # the tutorial's / Annotated Transformer's: 1 = keep
 for name, mask, convention in (
     ("nn.MultiheadAttention", mha_mask, "masked"),
     ("F.scaled_dot_product_attention", sdpa_mask, "attend"),
@@ -134,7 +135,7 @@ print("padding AND causal, one explicit mask (the last key is padding):\n", both
 # %% [markdown]
 # ## 3. Mean pooling over real tokens
 #
-# Seed 004 pools with `x.mean(dim=1)`, which counts padding as tokens: the same
+# The tutorial pools with `x.mean(dim=1)`, which counts padding as tokens: the same
 # sentence gets a different vector in a longer batch. `MeanPool` divides by the
 # number of real tokens instead (and an all-padding row pools to zeros).
 
@@ -146,7 +147,7 @@ print("plain mean, alone vs padded:  ", x.mean(1)[0], padded.mean(1)[0])
 print("masked mean, alone vs padded: ", N.MeanPool()(x)[0], N.MeanPool()(padded, mask)[0])
 
 # %% [markdown]
-# ## 4. Seed 004's synthetic step, in both backends
+# ## 4. The tutorial's synthetic step, in both backends
 #
 # Vocabulary 10000, 2 classes, batch 8, length 32, d_model 128, 4 heads, 2
 # layers. The head's weights start small (N(0, 0.02)), so the logits start

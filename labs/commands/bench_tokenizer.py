@@ -9,10 +9,11 @@ In one process, on Tiny Shakespeare, side by side:
   cache empty; and a second call) against HF's ``Tokenizer.encode`` of the whole
   corpus in one call;
 * compression, UTF-8 bytes per token over the whole corpus, of: characters (chapter
-  01); the plain BPE of the tokenizer tutorials (no pre-tokenization: merges cross word boundaries),
-  trained with ``train_bpe(pattern=None)``, which the suite tests equal to the tutorials'
-  rescanning ``train_bpe_plain``; the from-scratch byte-level BPE with GPT-2's regex;
-  HF ``ByteLevel``; and HF with the tutorials' ``Whitespace`` pre-tokenizer (which drops
+  01); the plain BPE of the source material's chapter on tokenization (no
+  pre-tokenization: merges cross word boundaries), trained with
+  ``train_bpe(pattern=None)``, which the suite tests equal to that chapter's rescanning
+  ``train_bpe_plain``; the from-scratch byte-level BPE with GPT-2's regex; HF
+  ``ByteLevel``; and HF with that chapter's ``Whitespace`` pre-tokenizer (which drops
   whitespace, so it is not reversible: see the notes it prints).
 
 HF trains on a thread pool: ``RAYON_NUM_THREADS`` (``--threads``) sets its size, and
@@ -85,8 +86,8 @@ def _hf_bytelevel(text: str, vocab_size: int):
 
 
 def _hf_whitespace(text: str, vocab_size: int):
-    """The source material's snippet: ``BPE(unk_token="[UNK]")``, ``Whitespace()``,
-    ``BpeTrainer``."""
+    """The snippet of the source material's chapter on tokenization:
+    ``BPE(unk_token="[UNK]")``, ``Whitespace()``, ``BpeTrainer``."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE(unk_token="[UNK]"))

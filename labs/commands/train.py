@@ -20,6 +20,19 @@ Outputs, in ``--out`` (default ``runs/<backend>``):
 (weights, AdamW state and step, hence the schedule; the batch sampler's and
 the dropout generator's states; the recorded settings, unless given again).
 
+``--init-from RUN`` fine-tunes: the model (architecture and weights) and the
+tokenizer come from the checkpoint in RUN (a training run, or a model brought in
+by ``python -m labs import``), the text from ``--data``; the optimizer starts
+fresh at step 0, with this command's schedule. ``--block-size`` is then the
+training context, at most the model's; ``--dropout`` may change the model's.
+
+``--grad-accum N`` runs each step as N micro-batches of ``--batch-size``
+sequences, adding their gradients before the one update (nanoGPT's
+``gradient_accumulation_steps``): the step of a batch N times larger, with the
+activations of one micro-batch in memory. ``--amp bf16|fp16`` (torch backend)
+computes the forward in 16 bits under ``torch.autocast`` (fp16 with a
+``GradScaler``), weights and optimizer in float32.
+
 Under ``torchrun --nproc_per_node N`` (torch backend), the N processes train
 one model with DistributedDataParallel: ``--batch-size`` is the step's whole
 batch, which every process draws from the same seeded sampler before keeping
@@ -44,6 +57,7 @@ from ..plumbing.checkpoint_format import expected_shapes
 from ..plumbing.data import DATA_ENV_VAR
 from ..plumbing.tokenization import KINDS
 from .train_distributed import _init_distributed, _shutdown_distributed
+from .train_init import _prepare_init, load_init_weights
 from .train_resume import _prepare_resume
 from .train_steps import (
     Run,
@@ -90,6 +104,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="continue the run whose checkpoint is in DIR (alone: the one in --out), exactly "
         "where it stopped; its recorded settings apply unless given again, and it writes to "
         "--out (default: DIR)",
+    )
+    p.add_argument(
+        "--init-from",
+        metavar="RUN",
+        help="fine-tune the checkpoint in RUN (a run, or an import): its model and tokenizer, "
+        "a fresh optimizer at step 0, the text of --data",
     )
     p.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
     p.add_argument("--seed", type=int, default=1337, help="weights and batches")
@@ -144,6 +164,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="torch attention: fused sdpa or written out (numpy: always explicit)",
     )
     g.add_argument(
+        "--amp",
+        choices=("bf16", "fp16"),
+        default=None,
+        help="torch backend: mixed precision, the forward under torch.autocast in bfloat16 or "
+        "float16 (fp16: with a GradScaler); weights and AdamW stay float32 (default: off)",
+    )
+    g.add_argument(
         "--device",
         default="cpu",
         help="torch backend: where the model runs (cpu, cuda, cuda:1, ...); under torchrun "
@@ -154,7 +181,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--batch-size",
         type=int,
         default=12,
-        help="sequences per step B (under torchrun: in all, split over the processes)",
+        help="sequences per step B (per micro-batch with --grad-accum; under torchrun: in "
+        "all, split over the processes)",
+    )
+    g.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        help="micro-batches of --batch-size sequences per step, gradients added before the "
+        "update: the step of a batch N times larger, one micro-batch's activations in memory",
     )
     g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     g.add_argument("--min-lr", type=float, default=1e-4, help="final learning rate")
@@ -184,7 +219,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--seed must lie in [0, 2**63), got {args.seed}")
     if args.d_ff is not None and args.d_ff < 1:
         raise UserError(f"--d-ff must be >= 1, got {args.d_ff}")
-    positive = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size")
+    positive = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size",
+                "grad_accum")  # fmt: skip
     for name in (*positive, "eval_interval", "eval_batches", "eval_batch_size"):
         if getattr(args, name) < 1:
             raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
@@ -198,6 +234,13 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(
             f"--grad-clip must be a finite number >= 0 (0: no clipping), got {args.grad_clip}"
         )
+    if args.amp is not None and args.backend != "torch":
+        raise UserError(
+            f"--amp {args.amp}: the {args.backend} backend computes in --dtype only; mixed "
+            "precision (torch.autocast) is the torch backend's"
+        )
+    if args.amp is not None and args.dtype != "float32":
+        raise UserError(f"--amp {args.amp} keeps float32 weights: drop --dtype {args.dtype}")
     if args.lr_decay_iters is not None and args.lr_decay_iters <= args.warmup_iters:
         raise UserError(
             f"--lr-decay-iters ({args.lr_decay_iters}) must exceed --warmup-iters "
@@ -288,10 +331,15 @@ def run(args: argparse.Namespace) -> dict:
             ``--resume``) a missing or mismatched checkpoint.
     """
     resumed = _prepare_resume(args) if args.resume is not None else None
+    init = _prepare_init(args, resumed)
     _check_args(args)
     out = Path(args.out or (resumed.directory if resumed else f"runs/{args.backend}"))
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out}: is a file, not a directory")
+    if init is not None and resumed is None and out.resolve() == init.directory.resolve():
+        raise UserError(
+            f"--out {out} is the --init-from checkpoint: a fine-tuned run writes a new directory"
+        )
     rank, world = _init_distributed(args)
     if args.batch_size % world:
         raise UserError(
@@ -300,13 +348,15 @@ def run(args: argparse.Namespace) -> dict:
         )
     say = print if rank == 0 else (lambda *a, **k: None)  # one voice, not one per process
 
-    data = load_data(args)
-    model_config = _model_config(args, data.tokenizer.vocab_size)
+    data = load_data(args, init.tokenizer if init else None)
+    model_config = init.model_config if init else _model_config(args, data.tokenizer.vocab_size)
     train_config = _optimizer_config(args)
     backend = build_backend(args, model_config, train_config, world)
     config, tokenizer_files = run_config(args, backend, data, train_config)
     this = Run(args, backend, data, config, tokenizer_files, out, rank, world)
     prepare_output(this, resumed, say)
+    if init is not None and resumed is None:
+        load_init_weights(this, init, say)
     say(
         f"{backend.name} backend, {backend.num_parameters():,} parameters, "
         f"vocab {data.tokenizer.vocab_size}, {len(data.train_ids):,} train / "
@@ -314,6 +364,11 @@ def run(args: argparse.Namespace) -> dict:
         + (
             f"; {world} processes, {args.batch_size // world} sequences each per step"
             if world > 1
+            else ""
+        )
+        + (
+            f"; {args.grad_accum} micro-batches of {args.batch_size} per step"
+            if args.grad_accum > 1
             else ""
         )
     )

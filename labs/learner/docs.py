@@ -144,7 +144,29 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
             Part("encoder"),
         ),
     ),
-    "16": ("encoder_decoder", (Part("seq2seq"),)),
+    "16": (
+        "encoder_decoder",
+        (
+            Part(
+                "attention",
+                ("SelfAttention",),
+                "Cross-attention is SelfAttention called with kv: the kv branches of project "
+                "and project_backward are this chapter's; the rest is chapter 04's.",
+            ),
+            Part("seq2seq"),
+        ),
+    ),
+    "17": (
+        "real_models",
+        (
+            Part(
+                "pretrained",
+                note="The state-dict mapping has no PyTorch twin: it works on NumPy arrays "
+                "that both backends load, so only the NumPy column is shown.",
+                numpy_only=True,
+            ),
+        ),
+    ),
 }
 
 
