@@ -12,6 +12,8 @@
     python -m labs export RUN --to hf --out DIR    # back to Hugging Face's layout
     python -m labs inspect RUN                     # what a checkpoint holds
     python -m labs bench-gpt2                      # GPT-2 124M on this CPU, both backends
+    python -m labs start|check|status|reset NN     # the exercises (docs/exercises.md)
+    python -m labs grade WS1 WS2 --csv class.csv   # a teacher's table (docs/teaching.md)
 
 Expected bad inputs (a missing corpus, a corrupt checkpoint, a prompt with
 characters the model never saw) end with one line, ``error: ...``, and exit
@@ -39,7 +41,7 @@ from .commands import (
     seq2seq,
     train,
 )
-from .learner import diff, docs, exercises, notebook_export
+from .learner import diff, docs, exercises, grade, notebook_export
 from .plumbing.runtime import tune_malloc
 
 
@@ -84,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("check", exercises.check, "run one chapter's parity tests against your workspace"),
         ("status", exercises.status, "show which chapters are done"),
         ("reset", exercises.reset, "restore one chapter's exercise stubs in your workspace"),
+        ("grade", grade, "a teacher's table: many learners' workspaces, chapter by chapter"),
         ("diff", diff, "show the NumPy and PyTorch version of a component side by side"),
         ("docs", docs, "build the HTML reference site under docs/site/"),
         ("notebook", notebook_export, "write a chapter's lab as a Jupyter notebook (.ipynb)"),

@@ -19,6 +19,8 @@ docs/exercises.md):
 * ``TWINFORMER_REPORT=FILE``: write FILE, JSON: every test's outcome, exception
   and the place in ``numpy_impl`` that raised it, and every ``assert_close``
   comparison of its last example (the failing one, for a failed property).
+* ``TWINFORMER_READ_ONLY=1``: keep no failing examples in the workspace
+  (``python -m labs grade`` reads learners' workspaces without writing into them).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ if str(ROOT) not in sys.path:
 
 WORKSPACE_ENV = "TWINFORMER_WORKSPACE"
 REPORT_ENV = "TWINFORMER_REPORT"
+READ_ONLY_ENV = "TWINFORMER_READ_ONLY"
 REPORT_PATH = os.environ.get(REPORT_ENV) or None
 #: What the report file will hold; see pytest_sessionfinish.
 REPORT: dict = {"numpy_impl": None, "tests": [], "collect_errors": [], "import_error": None}
@@ -119,10 +122,14 @@ if os.environ.get(WORKSPACE_ENV):
     # A learner's failing examples stay with the learner's code, and a failing property
     # skips Hypothesis' "explain" phase: it costs seconds per failure (~6 s instead of
     # 0.3 s for a stub's NotImplementedError) for a comment on the falsifying example.
+    # TWINFORMER_READ_ONLY=1 (python -m labs grade): nothing is written into the workspace.
+    read_only = os.environ.get(READ_ONLY_ENV) == "1"
     settings.register_profile(
         "workspace",
         parent=settings.default,
-        database=DirectoryBasedExampleDatabase(NUMPY_IMPL.parent / ".hypothesis"),
+        database=None
+        if read_only
+        else DirectoryBasedExampleDatabase(NUMPY_IMPL.parent / ".hypothesis"),
         phases=[p for p in settings.default.phases if p.name != "explain"],
     )
     settings.load_profile("workspace")

@@ -9,6 +9,8 @@ comparison. The registry (registry.py) attaches them to its pairs.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 
@@ -138,3 +140,168 @@ def buffered_scatter(idx: np.ndarray, dout: np.ndarray, num_embeddings: int) -> 
     grad = np.zeros((num_embeddings, dout.shape[-1]), dtype=np.float64)
     grad[np.asarray(idx).reshape(-1)] += dout.reshape(-1, dout.shape[-1])
     return grad
+
+
+# -- training (chapter 09) ----------------------------------------------------------------------
+CE_DIVIDED_BY_N = (
+    "divided by N, all the rows, instead of the kept rows: the mean of the nll runs over "
+    "the positions whose target is not ignore_index (nll[keep].mean())"
+)
+CE_IGNORED_COUNTED = (
+    "the ignored rows are counted: their nll went into the mean; keep only the rows whose "
+    "target is not ignore_index"
+)
+
+
+def cross_entropy_hints(module, logits, targets, **_) -> dict:
+    """The loss of CrossEntropyLoss after the usual mistakes of chapter 09."""
+    V = logits.shape[-1]
+    z = logits.reshape(-1, V).astype(np.float64)
+    t = np.asarray(targets).reshape(-1)
+    keep = t != module.ignore_index
+    if keep.all() or not keep.any():
+        return {}  # nothing ignored (or everything): the mistakes give the right loss
+    t_safe = np.where(keep, t, 0)
+    top = z.max(axis=1, keepdims=True)
+    nll = np.log(np.exp(z - top).sum(axis=1)) - (z - top)[np.arange(len(t)), t_safe]
+    return {
+        CE_DIVIDED_BY_N: lambda: float(nll[keep].sum() / len(t)),
+        CE_IGNORED_COUNTED: lambda: float(nll.mean()),
+    }
+
+
+ADAMW_L2 = (
+    "weight decay folded into the gradient (L2 style, g + weight_decay p): AdamW decouples "
+    "it, p -= lr (m_hat / (sqrt(v_hat) + eps) + weight_decay p), outside the Adam ratio"
+)
+ADAMW_NO_BIAS_CORRECTION = (
+    "no bias correction: divide m by (1 - beta1^t) and v by (1 - beta2^t), t = 1 at the first step"
+)
+ADAMW_REBOUND = (
+    "the moments were rebound, not updated: `m = beta1 * m + ...` makes a new local array "
+    "and the optimizer's state keeps its zeros; write into it: m[...] = beta1 * m + ..."
+)
+ADAMW_DECAY_AFTER = (
+    "weight decay applied after the Adam update (to the new p): it uses p before the step"
+)
+
+
+def adamw_variant(params, grads, lrs, betas, eps, decays, mistake: str = "") -> tuple:
+    """AdamW run plainly over ``grads`` (per step, a list like ``params``) with the step's
+    learning rate from ``lrs`` and each parameter's weight decay from ``decays``, with one
+    mistake: ``"l2"``, ``"no_bias_correction"``, ``"rebound"``, ``"decay_after"`` (or none).
+    Returns ``(params, exp_avgs, exp_avg_sqs)`` after the last step."""
+    beta1, beta2 = betas
+    p = [np.array(x, dtype=np.float64) for x in params]
+    m = [np.zeros_like(x) for x in p]
+    v = [np.zeros_like(x) for x in p]
+    for t, (step_grads, lr) in enumerate(zip(grads, lrs, strict=True), start=1):
+        for i, g in enumerate(step_grads):
+            wd = decays[i]
+            if mistake == "l2":
+                g = g + wd * p[i]
+            m_new = beta1 * m[i] + (1 - beta1) * g
+            v_new = beta2 * v[i] + (1 - beta2) * g**2
+            if mistake != "rebound":
+                m[i], v[i] = m_new, v_new
+            if mistake == "no_bias_correction":
+                m_hat, v_hat = m_new, v_new
+            else:
+                m_hat, v_hat = m_new / (1 - beta1**t), v_new / (1 - beta2**t)
+            adam = m_hat / (np.sqrt(v_hat) + eps)
+            if mistake == "l2":
+                p[i] = p[i] - lr * adam
+            elif mistake == "decay_after":
+                p[i] = p[i] - lr * adam
+                p[i] = p[i] - lr * wd * p[i]
+            else:
+                p[i] = p[i] - lr * (adam + wd * p[i])
+    return p, m, v
+
+
+def adamw_hints(params, grads, lrs, betas, eps, decays) -> dict:
+    """``{"weight": [...], "exp_avg": [...], "exp_avg_sq": [...]}``, each a list (one per
+    parameter) of ``{label: wrong value}``: what AdamW's results look like after the usual
+    mistakes of chapter 09."""
+    runs = {
+        label: functools.partial(adamw_variant, params, grads, lrs, betas, eps, decays, mistake)
+        for label, mistake in (
+            (ADAMW_L2, "l2"),
+            (ADAMW_NO_BIAS_CORRECTION, "no_bias_correction"),
+            (ADAMW_REBOUND, "rebound"),
+            (ADAMW_DECAY_AFTER, "decay_after"),
+        )
+    }
+    cached = functools.lru_cache(maxsize=None)(lambda label: runs[label]())
+    out = {}
+    for k, key in enumerate(("weight", "exp_avg", "exp_avg_sq")):
+        out[key] = [
+            {label: functools.partial(lambda label, k, i: cached(label)[k][i], label, k, i)
+             for label in runs}
+            for i in range(len(params))
+        ]  # fmt: skip
+    return out
+
+
+CLIP_RETURNS_CLIPPED = (
+    "the norm after clipping returned: return the global norm measured before the "
+    "gradients were scaled"
+)
+CLIP_PER_PARAMETER = (
+    "each gradient clipped by its own norm: the norm is global, sqrt of the sum of g^2 over "
+    "every parameter, and one factor scales them all"
+)
+CLIP_NO_EPSILON = "max_norm / norm without torch's + 1e-6: the factor is max_norm / (norm + 1e-6)"
+
+
+def clip_hints(grads, max_norm: float) -> dict:
+    """``(norm hints, [per-gradient hints])``: what clip_grad_norm_ returns and leaves in
+    the gradients after the usual mistakes of chapter 09."""
+    grads = [np.asarray(g, dtype=np.float64) for g in grads]
+    norm = float(np.sqrt(sum(np.sum(g**2) for g in grads)))
+    coef = max_norm / (norm + 1e-6)
+    after = norm * min(coef, 1.0)
+    norm_hints = {CLIP_RETURNS_CLIPPED: after} if coef < 1.0 else {}
+    per_grad = []
+    for g in grads:
+        own = float(np.sqrt(np.sum(g**2)))
+        hints = {CLIP_PER_PARAMETER: g * min(max_norm / (own + 1e-6), 1.0)}
+        if coef < 1.0:
+            hints[CLIP_NO_EPSILON] = g * (max_norm / norm)
+        per_grad.append(hints)
+    return {"norm": norm_hints, "grads": per_grad}
+
+
+WARMUP_FROM_ZERO = (
+    "the warmup starts at 0: max_lr * step / warmup_iters gives lr 0 at step 0, a step that "
+    "moves nothing; the schedule is max_lr * (step + 1) / (warmup_iters + 1)"
+)
+WARMUP_WITHOUT_PLUS_ONE = (
+    "warmup as max_lr * (step + 1) / warmup_iters: the denominator is warmup_iters + 1 "
+    "(nanoGPT's get_lr)"
+)
+
+
+def cosine_lr_variant(step, max_lr, min_lr, warmup, decay, mistake: str) -> float:
+    """nanoGPT's schedule with one mistake in the warmup."""
+    if step < warmup:
+        if mistake == "from_zero":
+            return max_lr * step / warmup
+        return max_lr * (step + 1) / warmup
+    if step > decay or decay == warmup:
+        return min_lr
+    ratio = (step - warmup) / (decay - warmup)
+    return min_lr + 0.5 * (1.0 + np.cos(np.pi * ratio)) * (max_lr - min_lr)
+
+
+def schedule_hints(steps: int, max_lr, min_lr, warmup, decay) -> dict:
+    """The learning rates of steps 0 .. steps - 1 after the usual warmup mistakes."""
+    if warmup == 0:
+        return {}
+
+    def run(mistake):
+        return lambda: [
+            cosine_lr_variant(s, max_lr, min_lr, warmup, decay, mistake) for s in range(steps)
+        ]
+
+    return {WARMUP_FROM_ZERO: run("from_zero"), WARMUP_WITHOUT_PLUS_ONE: run("no_plus_one")}

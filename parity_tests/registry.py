@@ -774,6 +774,7 @@ register(
         lambda c, dt: T.CrossEntropyLoss(ignore_index=c["ignore_index"]),
         _loss_inputs,
         outputs=("loss",),
+        hints=H.cross_entropy_hints,
         invariants=_loss_ignores,
         fd_config=loss_problems(max_logit_scale=3.0),
         has_params=False,

@@ -38,6 +38,7 @@ from labs.learner.exercises_fences import (
     replace_bodies,
 )
 from labs.learner.exercises_workspace import Workspace, add_stubs
+from labs.learner.invocation import labs_command
 from parity_tests import conftest, forkrun, tolerances
 from parity_tests.tolerances import FLOAT64, assert_close, diagnose
 
@@ -413,7 +414,7 @@ def test_commands_print_what_they_did_and_refuse_bad_input(tmp_path, capsys):
         "numpy_impl/attention.py: softmax, scaled_dot_product_attention, "
         "scaled_dot_product_attention_backward" in out
     )
-    assert "python -m labs check 03" in out
+    assert f"then run: {labs_command('check', '03')}" in out
     args = cli("check", "05", "--workspace", ws)
     with pytest.raises(UserError, match="chapter 05 is not started"):
         args.func(args)
@@ -453,16 +454,21 @@ def test_check_runs_the_workspace_and_explains_failures(reference, tmp_path, cap
     out = capsys.readouterr().out
     assert "FAIL  test_components.py::test_backward_accumulates[LearnedPositionalEmbedding]" in out
     assert "hint: gradients assigned instead of accumulated (use +=)" in out
-    assert "PASS  test_components.py::test_forward_backward_parity[Learned" in out
-    assert "max abs" in out and "output of LearnedPositionalEmbedding" in out
+    # one line per passing group of tests; the failure in full; the next command as invoked
+    assert "PASS  test_components.py::test_forward_backward_parity  (" in out
+    assert "test_forward_backward_parity[Learned" not in out
+    assert f"then: {labs_command('check', '05')}" in out
     report = json.loads((ws.root / exercises_check.REPORTS_DIR / "ch05.json").read_text())
     assert Path(report["numpy_impl"]) == ws.package.resolve()
     assert ws.load_state()["chapters"]["05"]["last_check"]["passed"] is False
 
     path.write_text(replace_bodies(path.read_text(), parse_regions(path.read_text(), "p"),
                                    {backward.key: backward.body}))  # fmt: skip
-    assert exercises_check.run_check(ws, "05", quiet=True) == 0
-    assert "Done!" in capsys.readouterr().out
+    assert exercises_check.run_check(ws, "05", verbose=True) == 0
+    out = capsys.readouterr().out
+    assert "Done!" in out and f"next: {labs_command('start', '06')}" in out
+    assert "PASS  test_components.py::test_forward_backward_parity[Learned" in out  # -v: each
+    assert "max abs" in out and "output of LearnedPositionalEmbedding" in out
     assert ws.load_state()["chapters"]["05"]["last_check"]["passed"] is True
 
 

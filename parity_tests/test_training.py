@@ -23,9 +23,10 @@ from hypothesis import strategies as st
 
 import numpy_impl as N
 import torch_impl as T
+from parity_tests import hints as H
 from parity_tests.harness import copy_weights, copy_weights_to_torch, randomize_, tensor
 from parity_tests.strategies import SeededRng
-from parity_tests.tolerances import assert_close
+from parity_tests.tolerances import Collected, assert_close
 
 pytestmark = pytest.mark.ch09
 
@@ -87,11 +88,14 @@ def test_adamw_training_runs_agree_step_by_step(tie, attn_impl):
     numpy_loss, torch_loss = N.CrossEntropyLoss(), T.CrossEntropyLoss()
     stream = batches(rng, corpus(rng))
     losses, clipped = [], []
+    # collect, then fail: when the loss differs at step 1, the final weights and moments
+    # are still compared by name (which of them differ says which update went wrong)
+    checks = Collected()
     for step in range(STEPS):
         x, y = next(stream)
         lr = N.cosine_lr(step, LR, MIN_LR, WARMUP, DECAY)
         lr_t = T.cosine_lr(step, LR, MIN_LR, WARMUP, DECAY)
-        assert_close(f"learning rate at step {step}", lr, lr_t, kind="training")
+        checks.assert_close(f"learning rate at step {step}", lr, lr_t, kind="training", once="lr")
         for group in numpy_opt.param_groups:
             group["lr"] = lr
         for group in torch_opt.param_groups:
@@ -109,27 +113,77 @@ def test_adamw_training_runs_agree_step_by_step(tie, attn_impl):
         norm_t = T.clip_grad_norm_(torch_model.parameters(), CLIP)
         torch_opt.step()
 
-        assert_close(f"loss at step {step}", loss, loss_t, kind="training")
-        assert_close(f"gradient norm before clipping, step {step}", norm, norm_t, kind="training")
+        checks.assert_close(f"loss at step {step}", loss, loss_t, kind="training", once="loss")
+        checks.assert_close(
+            f"gradient norm before clipping, step {step}", norm, norm_t, kind="training",
+            once="norm",
+        )  # fmt: skip
         losses.append(loss)
-        clipped.append(norm > CLIP)
+        clipped.append(norm_t.item() > CLIP)
 
+    torch_state = dict(torch_model.named_parameters())
+    for name, p in numpy_model.named_parameters():
+        checks.assert_close(f"final weight {name}", p.data, torch_state[name], kind="training")
+        for key in ("exp_avg", "exp_avg_sq"):
+            moment = numpy_opt.state.get(p, {}).get(key, np.zeros_like(p.data))
+            checks.assert_close(
+                f"AdamW {key} of {name}",
+                moment,
+                torch_opt.state[torch_state[name]][key],
+                kind="training",
+                hints={H.ADAMW_REBOUND: np.zeros_like(p.data)},
+            )
+    checks.raise_failures()
     assert any(clipped), "clipping never triggered: the test would not check it"
     assert not all(clipped), "clipping triggered at every step: the no-clip branch is unchecked"
     assert losses[-1] < losses[0] - 0.1, (
         f"the model did not learn: losses {losses[0]:.3f} -> {losses[-1]:.3f}"
     )
 
-    torch_state = dict(torch_model.named_parameters())
-    for name, p in numpy_model.named_parameters():
-        assert_close(f"final weight {name}", p.data, torch_state[name], kind="training")
+
+def test_adamw_steps_agree():
+    """Three AdamW steps on a matrix (decayed) and a vector (not), changing learning rates:
+    the weights and both moments, each against torch.optim.AdamW, and against AdamW with
+    each of the usual mistakes (hints.adamw_variant) for the failure's hint."""
+    rng = SeededRng(9)
+    betas, eps, lrs = (0.9, 0.99), 1e-8, [1e-2, 5e-2, 2e-2]
+    starts = [rng.normal((3, 4)), rng.normal((4,))]
+    decays = [0.5, 0.0]  # large: decay mistakes change the weights far beyond 1e-9
+    grads = [[rng.normal(p.shape) for p in starts] for _ in lrs]
+    numpy_params = [N.Parameter(p.copy()) for p in starts]
+    torch_params = [torch.nn.Parameter(tensor(p)) for p in starts]
+    numpy_opt = N.AdamW(
+        [{"params": [q], "weight_decay": wd} for q, wd in zip(numpy_params, decays, strict=True)],
+        lr=lrs[0], betas=betas, eps=eps,
+    )  # fmt: skip
+    torch_opt = T.AdamW(
+        [{"params": [q], "weight_decay": wd} for q, wd in zip(torch_params, decays, strict=True)],
+        lr=lrs[0], betas=betas, eps=eps, foreach=False,
+    )  # fmt: skip
+    for step_grads, lr in zip(grads, lrs, strict=True):
+        for opt in (numpy_opt, torch_opt):
+            for group in opt.param_groups:
+                group["lr"] = lr
+        for p, q, g in zip(numpy_params, torch_params, step_grads, strict=True):
+            p.grad[...] = g
+            q.grad = tensor(g)
+        numpy_opt.step()
+        torch_opt.step()
+    hints = H.adamw_hints(starts, grads, lrs, betas, eps, decays)
+    checks = Collected()
+    for i, (name, p, q) in enumerate(
+        zip(("matrix", "vector"), numpy_params, torch_params, strict=True)
+    ):
+        checks.assert_close(
+            f"{name} after 3 AdamW steps", p.data, q, kind="training", hints=hints["weight"][i]
+        )
         for key in ("exp_avg", "exp_avg_sq"):
-            assert_close(
-                f"AdamW {key} of {name}",
-                numpy_opt.state[p][key],
-                torch_opt.state[torch_state[name]][key],
-                kind="training",
-            )
+            moment = numpy_opt.state.get(p, {}).get(key, np.zeros_like(p.data))
+            checks.assert_close(
+                f"AdamW {key} of the {name}", moment, torch_opt.state[q][key], kind="training",
+                hints=hints[key][i],
+            )  # fmt: skip
+    checks.raise_failures()
 
 
 SCHEDULES = [  # (warmup_iters, lr_decay_iters): labs' defaults, a floor reached early, no warmup
@@ -144,10 +198,11 @@ def test_lr_schedules_agree_over_2000_steps(warmup, decay):
     max_lr, min_lr, steps = 1e-3, 1e-4, 2000
     torch_lrs = np.array([T.cosine_lr(s, max_lr, min_lr, warmup, decay) for s in range(steps)])
     numpy_lrs = np.array([N.cosine_lr(s, max_lr, min_lr, warmup, decay) for s in range(steps)])
-    assert numpy_lrs[0] > 0, "step 0 must already move the weights"
     assert_close(
-        f"learning rates of warmup={warmup}, decay={decay}", numpy_lrs, torch_lrs, kind="training"
-    )
+        f"learning rates of warmup={warmup}, decay={decay}", numpy_lrs, torch_lrs,
+        kind="training", hints=H.schedule_hints(steps, max_lr, min_lr, warmup, decay),
+    )  # fmt: skip
+    assert numpy_lrs[0] > 0, "step 0 must already move the weights"
     # the shape itself: rises through warmup, peaks at max_lr, falls to the floor
     if warmup:
         assert np.all(np.diff(numpy_lrs[: warmup + 1]) > 0)
@@ -167,8 +222,9 @@ def test_lr_schedules_agree_for_any_shape(warmup, span, extra):
     torch_lrs = [T.cosine_lr(s, 3e-4, 3e-5, warmup, decay) for s in range(steps)]
     numpy_lrs = [N.cosine_lr(s, 3e-4, 3e-5, warmup, decay) for s in range(steps)]
     assert_close(
-        f"learning rates of warmup={warmup}, decay={decay}", numpy_lrs, torch_lrs, kind="training"
-    )
+        f"learning rates of warmup={warmup}, decay={decay}", numpy_lrs, torch_lrs,
+        kind="training", hints=H.schedule_hints(steps, 3e-4, 3e-5, warmup, decay),
+    )  # fmt: skip
     assert all(3e-5 <= lr <= 3e-4 for lr in numpy_lrs[warmup:]), "outside [min_lr, max_lr]"
 
 
@@ -182,13 +238,20 @@ def test_clip_grad_norm_agrees(max_norm):
     for p, q in zip(numpy_model.parameters(), torch_model.parameters(), strict=True):
         p.grad[...] = rng.normal(p.shape)
         q.grad = tensor(p.grad)
+    hints = H.clip_hints([p.grad for p in numpy_model.parameters()], max_norm)
     norm = N.clip_grad_norm_(numpy_model.parameters(), max_norm)
     norm_t = T.clip_grad_norm_(torch_model.parameters(), max_norm)
-    assert_close(f"global gradient norm (max_norm={max_norm})", norm, norm_t)
-    for (name, p), (_, q) in zip(
-        numpy_model.named_parameters(), torch_model.named_parameters(), strict=True
+    checks = Collected()
+    checks.assert_close(
+        f"global gradient norm (max_norm={max_norm})", norm, norm_t, hints=hints["norm"]
+    )
+    for (name, p), (_, q), grad_hints in zip(
+        numpy_model.named_parameters(), torch_model.named_parameters(), hints["grads"], strict=True
     ):
-        assert_close(f"clipped grad of {name} (max_norm={max_norm})", p.grad, q.grad)
+        checks.assert_close(
+            f"clipped grad of {name} (max_norm={max_norm})", p.grad, q.grad, hints=grad_hints
+        )
+    checks.raise_failures()
     after = math.sqrt(sum(float(np.sum(p.grad**2)) for p in numpy_model.parameters()))
     if max_norm < norm:  # ~11.7 for these 136 N(0, 1) gradients: 0.05 and 1.0 clip
         assert math.isclose(after, max_norm, rel_tol=1e-6), f"norm after clipping {after}"

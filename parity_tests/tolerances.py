@@ -180,7 +180,8 @@ def merge_reached(exported: list) -> None:
 #: Called with one dict per :func:`assert_close` call, passed or failed: ``name``,
 #: ``actual_shape``, ``expected_shape``, ``dtype``, ``kind``, ``rtol``, ``atol``,
 #: ``passed``, ``max_abs``, ``max_rel`` (elementwise ``|a - e| / |e|``), ``rel``
-#: (``max|a - e| / max|e|``), ``fraction`` (of the tolerance), ``hint``. The errors are
+#: (``max|a - e| / max|e|``), ``fraction`` (of the tolerance), ``hint``; for a comparison
+#: of two numbers also ``actual_value`` and ``expected_value``. The errors are
 #: None when the shapes differ. conftest.py sets it when a report is asked for.
 ON_COMPARISON: Callable[[dict], None] | None = None
 
@@ -342,6 +343,9 @@ def assert_close(
         "fraction": None,
         "hint": None,
     }
+    if a.size == 1 and e.size == 1:  # a number: the report shows both values
+        record["actual_value"] = float(a.astype(np.float64).ravel()[0])
+        record["expected_value"] = float(e.astype(np.float64).ravel()[0])
     if a.shape != e.shape:
         record["hint"] = diagnose(a, e, tol, tol.atol, hints) or (
             f"shape mismatch: yours {a.shape}, the reference's {e.shape}"
@@ -416,3 +420,36 @@ def assert_close(
 
 def _hint_line(hint: str | None) -> str:
     return f"\n  hint: {hint}" if hint else ""
+
+
+class Collected:
+    """:func:`assert_close` that keeps going: every comparison runs (and is reported to
+    :data:`ON_COMPARISON`), and :meth:`raise_failures` raises them together at the end.
+
+    A training run whose loss differs at step 1 still compares every final weight and
+    moment by name, which is what tells a learner *which* update went wrong.
+    """
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+        self._failed: set[str] = set()
+
+    def assert_close(self, *args, once: str | None = None, **kwargs) -> None:
+        """:func:`assert_close`, its failure kept; with ``once``, a series (``"loss"``)
+        stops being compared after its first failure (step 2 adds nothing to step 1)."""
+        if once is not None and once in self._failed:
+            return
+        try:
+            assert_close(*args, **kwargs)
+        except AssertionError as e:
+            self.failures.append(str(e))
+            if once is not None:
+                self._failed.add(once)
+
+    def raise_failures(self) -> None:
+        if not self.failures:
+            return
+        n = len(self.failures)
+        shown = "\n".join(self.failures[:3])
+        more = f"\n... and {n - 3} more" if n > 3 else ""
+        raise AssertionError(f"{n} comparison{'s' * (n != 1)} failed:\n{shown}{more}")

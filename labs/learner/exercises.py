@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from .. import UserError
 from .exercises_check import run_check
@@ -43,6 +44,7 @@ from .exercises_workspace import (
     add_stubs,
     workspace_dir,
 )
+from .invocation import labs_command
 
 
 # -- the commands ------------------------------------------------------------------------
@@ -99,7 +101,7 @@ def _start(args: argparse.Namespace) -> int:
         f"each stub sits between '### BEGIN SOLUTION ch{chapter}' and '### END SOLUTION' and "
         "raises NotImplementedError until you replace it"
     )
-    print(f"read {folder}/README.md, then run: python -m labs check {chapter}")
+    print(f"read {folder}/README.md, then run: {labs_command('check', chapter)}")
     return 0
 
 
@@ -107,7 +109,25 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
     _chapter_argument(p)
     p.add_argument("-k", dest="keyword", metavar="EXPR", help="only the tests pytest -k selects")
     p.add_argument(
-        "-q", "--quiet", action="store_true", help="list passing tests without their tensors"
+        "-m", dest="marker", metavar="EXPR", help="only the chapter's tests pytest -m selects too"
+    )
+    p.add_argument(
+        "-v", "--verbose", action="store_true", help="every test and every compared tensor"
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="only the failures and the summary")
+    p.add_argument(
+        "--junit",
+        metavar="FILE",
+        type=Path,
+        help="also write the results as JUnit XML (GitHub Classroom, Gradescope, CI); "
+        "a report of the same name is replaced",
+    )
+    p.add_argument(
+        "--json",
+        dest="json_out",
+        metavar="FILE",
+        type=Path,
+        help="also write the results as JSON; a report of the same name is replaced",
     )
     _workspace_option(p)
 
@@ -117,9 +137,19 @@ def _check(args: argparse.Namespace) -> int:
     ws = Workspace(workspace_dir(args.workspace)).require()
     if chapter not in ws.started():
         raise UserError(
-            f"chapter {chapter} is not started in {_show(ws.root)}: python -m labs start {chapter}"
+            f"chapter {chapter} is not started in {_show(ws.root)}: "
+            f"{labs_command('start', chapter)}"
         )
-    return run_check(ws, chapter, keyword=args.keyword, quiet=args.quiet)
+    return run_check(
+        ws,
+        chapter,
+        keyword=args.keyword,
+        quiet=args.quiet,
+        verbose=args.verbose,
+        marker=args.marker,
+        junit=args.junit,
+        json_out=args.json_out,
+    )
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -150,7 +180,7 @@ def _reset(args: argparse.Namespace) -> int:
     written = add_stubs(Reference(), ws, chapter, force=True)
     print(f"reset chapter {chapter} ({CHAPTERS[chapter][0]}): the stubs are back in")
     _print_written(ws, written)
-    print(f"next: python -m labs check {chapter}")
+    print(f"next: {labs_command('check', chapter)}")
     return 0
 
 

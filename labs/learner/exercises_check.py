@@ -1,6 +1,12 @@
 """``python -m labs check NN``: run a chapter's parity tests on the workspace,
-then explain the failures (each compared tensor's errors, a hint for the usual
-mistakes, a summary and what to do next).
+then explain them: one line per passing group of tests, each failure in full
+(the compared tensors, or both numbers for a scalar, and a hint naming the
+usual mistake it looks like), a summary and the next command to run.
+
+For a teacher: ``--junit FILE`` (pytest's JUnit XML, what GitHub Classroom,
+Gradescope and CI systems read) and ``--json FILE`` (:func:`results`); and
+``python -m labs grade`` (labs/learner/grade.py), which runs these checks over
+many workspaces without writing into them.
 """
 
 from __future__ import annotations
@@ -12,24 +18,50 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
 
 from .. import UserError
 from .exercises_fences import CHAPTERS, REPO, Reference
 from .exercises_workspace import WORKSPACE_ENV, Workspace, _now, _show
+from .invocation import labs_command
 
 #: Read by parity_tests/conftest.py too: write this report.
 REPORT_ENV = "TWINFORMER_REPORT"
 REPORTS_DIR = ".reports"  # in the workspace: the JSON report of each chapter's last check
+#: Read by parity_tests/conftest.py too: keep no Hypothesis examples in the workspace.
+READ_ONLY_ENV = "TWINFORMER_READ_ONLY"
 
 
 # -- check: run the chapter's tests, explain the failures ---------------------------------
 _OK = {"passed", "skipped", "xfailed"}
 
 
-def run_check(ws: Workspace, chapter: str, keyword: str | None = None, quiet: bool = False) -> int:
-    """``pytest -m chNN`` against the workspace, then the summary; returns 0 iff all pass."""
-    title = CHAPTERS[chapter][0]
-    report = ws.root / REPORTS_DIR / f"ch{chapter}.json"
+@dataclass
+class Run:
+    """One ``pytest -m chNN`` over a workspace: the report conftest.py wrote, and how."""
+
+    chapter: str
+    data: dict
+    proc: subprocess.CompletedProcess
+    elapsed: float
+    partial: bool  # -k or -m: some of the chapter's tests only
+
+
+def run_tests(
+    ws: Workspace,
+    chapter: str,
+    keyword: str | None = None,
+    marker: str | None = None,
+    report: Path | None = None,
+    junit: Path | None = None,
+    read_only: bool = False,
+) -> Run:
+    """``pytest -m chNN`` against the workspace; the JSON report at ``report`` (default:
+    the workspace's ``.reports/chNN.json``). ``read_only``: write nothing into the
+    workspace (no report there, no Hypothesis examples, no bytecode)."""
+    if report is None:
+        report = ws.root / REPORTS_DIR / f"ch{chapter}.json"
     report.unlink(missing_ok=True)
     env = {
         **os.environ,
@@ -37,6 +69,8 @@ def run_check(ws: Workspace, chapter: str, keyword: str | None = None, quiet: bo
         REPORT_ENV: str(report),
         "HYPOTHESIS_PROFILE": "default",
     }
+    if read_only:
+        env.update({READ_ONLY_ENV: "1", "PYTHONDONTWRITEBYTECODE": "1"})
     import importlib.util
 
     for needed in ("pytest", "hypothesis"):
@@ -45,14 +79,9 @@ def run_check(ws: Workspace, chapter: str, keyword: str | None = None, quiet: bo
                 f"check runs the parity tests, which need {needed}: install the test tools "
                 'with  .venv/bin/pip install -e ".[learn]"  (the README\'s second command does too)'
             )
-    cmd = [
-        sys.executable, "-m", "pytest", "parity_tests", "-m", f"ch{chapter}",
-        "-q", "--no-header", "-p", "no:cacheprovider", "-o", "addopts=", "--tb=short",
-    ]  # fmt: skip
-    if keyword:
-        cmd += ["-k", keyword]
-    print(f"chapter {chapter} ({title}): pytest -m ch{chapter} on {_show(ws.package)} ...")
-    sys.stdout.flush()
+    cmd = [sys.executable, *pytest_args(chapter, keyword, marker)]
+    if junit is not None:
+        cmd += [f"--junitxml={junit}", "-o", f"junit_suite_name=ch{chapter}"]
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     elapsed = time.monotonic() - start
@@ -63,25 +92,57 @@ def run_check(ws: Workspace, chapter: str, keyword: str | None = None, quiet: bo
         raise UserError(
             f"pytest stopped before it wrote its report (exit {proc.returncode})"
         ) from None
-
-    tests = data.get("tests", [])
-    for t in tests:  # "numpy_impl/x.py:12 in f" -> "workspace/numpy_impl/x.py:12 in f"
+    for t in data.get("tests", []):  # "numpy_impl/x.py:12 in f" -> "workspace/numpy_impl/..."
         if t.get("where"):
             t["where"] = f"{_show(ws.root)}/{t['where']}"
-    problems = _print_problems(ws, data, proc)
-    if not problems:
-        skipped = Counter()  # one line per reason (a CPU skips ~100 GPU tests for one reason)
-        for t in tests:
-            if t["outcome"] == "skipped":
-                skipped[t.get("message") or "skipped"] += 1
-            else:
-                _print_test(t, chapter, quiet, tests)
-        for reason, n in skipped.items():
-            print(f"SKIP  {n} test{'s' * (n != 1)}  ({reason})")
+    return Run(chapter, data, proc, elapsed, partial=bool(keyword or marker))
+
+
+def pytest_args(chapter: str, keyword: str | None = None, marker: str | None = None) -> list:
+    """The arguments after ``python``: ``-m pytest parity_tests -m chNN ...``."""
+    selection = f"ch{chapter} and ({marker})" if marker else f"ch{chapter}"
+    args = [
+        "-m", "pytest", "parity_tests", "-m", selection,
+        "-q", "--no-header", "-p", "no:cacheprovider", "-o", "addopts=", "--tb=short",
+    ]  # fmt: skip
+    if keyword:
+        args += ["-k", keyword]
+    return args
+
+
+def run_check(
+    ws: Workspace,
+    chapter: str,
+    keyword: str | None = None,
+    quiet: bool = False,
+    verbose: bool = False,
+    marker: str | None = None,
+    junit: Path | None = None,
+    json_out: Path | None = None,
+) -> int:
+    """``pytest -m chNN`` against the workspace, then the explanation; 0 iff all pass.
+
+    A partial check (``keyword``/``marker``) never marks the chapter done."""
+    title = CHAPTERS[chapter][0]
+    for path, option in ((junit, "--junit"), (json_out, "--json")):
+        if path is not None:
+            _check_output_path(ws, path, option)
+    selected = " ".join(f"{o} {v!r}" for o, v in (("-k", keyword), ("-m", marker)) if v)
+    print(
+        f"chapter {chapter} ({title}): pytest -m ch{chapter}{' ' + selected if selected else ''}"
+        f" on {_show(ws.package)} ..."
+    )
+    sys.stdout.flush()
+    run = run_tests(ws, chapter, keyword=keyword, marker=marker, junit=junit)
+    passed = explain(ws, run, quiet=quiet, verbose=verbose)
+    tests = run.data.get("tests", [])
     n_run, n_ok, _ = _counts(tests)
-    passed = not problems and proc.returncode == 0 and n_run > 0 and n_ok == n_run
-    _print_summary(ws, chapter, tests, elapsed, passed, problems)
-    if keyword is None:  # a partial run (-k) says nothing about the chapter
+    if json_out is not None:
+        write_json(json_out, results(ws, run, passed))
+        print(f"wrote {_show(json_out)}")
+    if junit is not None:
+        print(f"wrote {_show(junit)}")
+    if not run.partial:  # a partial run (-k, -m) says nothing about the chapter
         state = ws.load_state()
         entry = state["chapters"].setdefault(chapter, {"started": _now()})
         entry["last_check"] = {
@@ -92,6 +153,60 @@ def run_check(ws: Workspace, chapter: str, keyword: str | None = None, quiet: bo
         }
         ws.save_state(state)
     return 0 if passed else 1
+
+
+def _check_output_path(ws: Workspace, path: Path, option: str) -> None:
+    """A report file goes anywhere but into the learner's code (or onto a directory)."""
+    path = path.resolve()
+    if path.is_relative_to(ws.package.resolve()):
+        raise UserError(
+            f"{option}: {_show(path)} is inside your code ({_show(ws.package)}); "
+            "write the report elsewhere"
+        )
+    if path.is_dir():
+        raise UserError(f"{option}: {_show(path)} is a directory; give a file name")
+
+
+def explain(ws: Workspace, run: Run, quiet: bool = False, verbose: bool = False) -> bool:
+    """Print the run: one line per passing group of tests (every test and tensor with
+    ``verbose``), the failures in full, then the summary. Returns whether all passed."""
+    tests, chapter = run.data.get("tests", []), run.chapter
+    problems = _print_problems(ws, run.data, run.proc)
+    if not problems:
+        _print_tests(tests, chapter, quiet, verbose)
+    n_run, n_ok, _ = _counts(tests)
+    passed = not problems and run.proc.returncode == 0 and n_run > 0 and n_ok == n_run
+    _print_summary(ws, run, passed, problems)
+    return passed
+
+
+def _group(nodeid: str) -> str:
+    """``test_components.py::test_forward_backward_parity``: a test without its parameters."""
+    return _short_id(nodeid).split("[", 1)[0]
+
+
+def _print_tests(tests: list[dict], chapter: str, quiet: bool, verbose: bool) -> None:
+    skipped = Counter()  # one line per reason (a CPU skips ~100 GPU tests for one reason)
+    groups: dict[str, list[dict]] = {}
+    for t in tests:
+        if t["outcome"] == "skipped":
+            skipped[t.get("message") or "skipped"] += 1
+        else:
+            groups.setdefault(_group(t["nodeid"]), []).append(t)
+    for name, members in groups.items():
+        failing = [t for t in members if t["outcome"] not in _OK]
+        if verbose:
+            for t in members:
+                _print_test(t, chapter, verbose, tests)
+            continue
+        if len(failing) < len(members) and not quiet:
+            n_ok = len(members) - len(failing)
+            cases = f"  ({n_ok} of {len(members)} cases)" if len(members) > 1 else ""
+            print(f"PASS  {name}{cases}" if n_ok == len(members) else f"ok    {name}{cases}")
+        for t in failing:
+            _print_test(t, chapter, verbose, tests)
+    for reason, n in skipped.items():
+        print(f"SKIP  {n} test{'s' * (n != 1)}  ({reason})")
 
 
 def _counts(tests: list[dict]) -> tuple[int, int, int]:
@@ -134,6 +249,12 @@ def _fmt_err(x) -> str:
 def _comparison_line(c: dict) -> str:
     status = "ok  " if c["passed"] else "FAIL"
     shape = tuple(c["actual_shape"])
+    if "actual_value" in c and not c["passed"]:  # a number: both values say more
+        return (
+            f"      {status} {c['name']}: yours {c['actual_value']:.10g}, "
+            f"the reference {c['expected_value']:.10g}  (abs {_fmt_err(c['max_abs']).strip()}, "
+            f"rel {_fmt_err(c['rel']).strip()})"
+        )
     if c["actual_shape"] != c["expected_shape"]:
         shape_text = f"yours {shape} vs reference {tuple(c['expected_shape'])}"
     else:
@@ -144,9 +265,10 @@ def _comparison_line(c: dict) -> str:
     )
 
 
-def _print_test(t: dict, chapter: str, quiet: bool, tests: list[dict]) -> None:
+def _print_test(t: dict, chapter: str, verbose: bool, tests: list[dict]) -> None:
     label = {"passed": "PASS", "xfailed": "PASS"}.get(t["outcome"], "FAIL")
     print(f"{label}  {_short_id(t['nodeid'])}")
+    comparisons = t.get("comparisons", [])
     if label == "FAIL":
         hint = failure_hint(t, chapter, tests)
         if t.get("exception") and t["exception"] != "AssertionError":
@@ -157,10 +279,21 @@ def _print_test(t: dict, chapter: str, quiet: bool, tests: list[dict]) -> None:
         if not (hint or "").startswith("not implemented yet"):  # else any example fails
             for line in _example_lines(t.get("notes", [])):
                 print(f"      {line}")
-    elif quiet:
+        if not verbose:
+            n_ok = sum(c["passed"] for c in comparisons)
+            comparisons = [c for c in comparisons if not c["passed"]]
+            if n_ok:
+                s = "s" * (n_ok != 1)
+                print(f"      ({n_ok} comparison{s} within tolerance; -v lists them)")
+    elif not verbose:
         return
-    for c in t.get("comparisons", []):
-        print(_comparison_line(c))
+    last = None
+    for c in comparisons:
+        line = _comparison_line(c)
+        if line == last:
+            continue  # the same tensor compared again (one line per parameter group...)
+        last = line
+        print(line)
         if c.get("hint") and not c["passed"]:
             print(f"           hint: {c['hint']}")
 
@@ -220,19 +353,26 @@ def failure_hint(t: dict, chapter: str, tests: list[dict] = ()) -> str | None:
     return None
 
 
-def _print_summary(
-    ws: Workspace, chapter: str, tests: list[dict], elapsed: float, passed: bool, problems
-) -> None:
+def _print_summary(ws: Workspace, run: Run, passed: bool, problems) -> None:
+    tests, chapter, elapsed = run.data.get("tests", []), run.chapter, run.elapsed
     n_run, n_ok, n_skip = _counts(tests)
     skipped = f", {n_skip} skipped" if n_skip else ""
+    selected = "selected tests " if run.partial else "tests "
     print()
     if problems:
         print(f"chapter {chapter}: the tests could not run: {'; '.join(problems)}")
+    elif passed and run.partial:
+        print(
+            f"chapter {chapter}: all {n_run} {selected}pass{skipped} ({elapsed:.1f} s); "
+            "a partial check: the chapter is done when all its tests pass"
+        )
     elif passed:
         print(f"chapter {chapter}: all {n_run} tests pass{skipped} ({elapsed:.1f} s). Done!")
+    elif n_run == 0:
+        print(f"chapter {chapter}: no test selected{skipped}")
     else:
         print(
-            f"chapter {chapter}: {n_ok} of {n_run} tests pass, "
+            f"chapter {chapter}: {n_ok} of {n_run} {selected}pass, "
             f"{n_run - n_ok} fail{skipped} ({elapsed:.1f} s)"
         )
         todo = Counter(
@@ -243,29 +383,76 @@ def _print_summary(
         for message, n in todo.most_common():
             print(f"  to write ({n} tests): {message}")
         hints = Counter(
-            h
-            for t in tests
-            if t["outcome"] not in _OK
-            for h in [_main_hint(t, chapter, tests)]
-            if h
+            h for t in tests if t["outcome"] not in _OK for h in _main_hints(t, chapter, tests)
         )
-        for hint, n in hints.most_common(3):
+        for hint, n in hints.most_common(6):
             if not hint.startswith("not implemented yet"):
                 print(f"  {n} x {hint}")
     files = sorted({r.file for r in Reference().chapter_regions(chapter)})
     where = ", ".join(_show(ws.package / f) for f in files)
-    if passed:
+    if passed and run.partial:
+        print(f"next, the whole chapter: {labs_command('check', chapter)}")
+    elif passed:
         following = next((c for c in sorted(CHAPTERS) if c > chapter), None)
         if following is not None:
-            print(f"next: python -m labs start {following}")
+            print(f"next: {labs_command('start', following)}")
         else:
-            print("that was the last chapter: python -m labs train --backend numpy")
+            print(f"that was the last chapter: {labs_command('train', '--backend', 'numpy')}")
     else:
-        print(f"next: edit {where}, then: python -m labs check {chapter}")
+        print(f"next: edit {where}, then: {labs_command('check', chapter)}")
 
 
-def _main_hint(t: dict, chapter: str, tests: list[dict]) -> str | None:
-    failed = [c for c in t.get("comparisons", []) if not c["passed"]]
-    if failed and failed[-1].get("hint"):
-        return failed[-1]["hint"]
-    return failure_hint(t, chapter, tests)
+def _main_hints(t: dict, chapter: str, tests: list[dict]) -> list[str]:
+    """Every distinct hint of a failed test: its comparisons', else its own."""
+    seen = []
+    for c in t.get("comparisons", []):
+        if not c["passed"] and c.get("hint") and c["hint"] not in seen:
+            seen.append(c["hint"])
+    if not seen:
+        hint = failure_hint(t, chapter, tests)
+        if hint:
+            seen.append(hint)
+    return seen
+
+
+# -- machine-readable results ---------------------------------------------------------------
+def results(ws: Workspace, run: Run, passed: bool) -> dict:
+    """The check as plain JSON: what ``--json`` writes and ``grade`` rolls up."""
+    tests = run.data.get("tests", [])
+    n_run, n_ok, n_skip = _counts(tests)
+    failures = []
+    for t in tests:
+        if t["outcome"] in _OK:
+            continue
+        message = (t.get("message") or "").strip()
+        failures.append(
+            {
+                "test": _short_id(t["nodeid"]),
+                "exception": t.get("exception"),
+                "hints": _main_hints(t, run.chapter, tests),
+                "message": message.splitlines()[0][:500] if message else "",
+            }
+        )
+    return {
+        "chapter": run.chapter,
+        "title": CHAPTERS[run.chapter][0],
+        "workspace": str(ws.root),
+        "partial": run.partial,
+        "passed": passed,
+        "done": passed and not run.partial,
+        "tests": n_run,
+        "tests_passed": n_ok,
+        "tests_failed": n_run - n_ok,
+        "tests_skipped": n_skip,
+        "seconds": round(run.elapsed, 3),
+        "time": _now(),
+        "failures": failures,
+    }
+
+
+def write_json(path: Path, data) -> None:
+    """Strict JSON (no NaN), written atomically: a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    os.replace(tmp, path)

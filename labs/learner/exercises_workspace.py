@@ -25,6 +25,7 @@ from .exercises_fences import (
     parse_regions,
     replace_bodies,
 )
+from .invocation import labs_command
 
 PACKAGE = "numpy_impl"
 #: Read by parity_tests/conftest.py too: test this workspace.
@@ -61,7 +62,7 @@ class Workspace:
     def require(self) -> Workspace:
         if not self.exists():
             raise UserError(
-                f"no workspace yet at {_show(self.root)}: run `python -m labs start NN` first"
+                f"no workspace yet at {_show(self.root)}: run `{labs_command('start', 'NN')}` first"
             )
         return self
 
@@ -174,7 +175,7 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
     if conflicts:
         raise UserError(
             f"chapter {chapter}: your code is in {'; '.join(conflicts)}; "
-            f"`python -m labs start {chapter} --force` (or `reset {chapter}`) replaces it "
+            f"`{labs_command('start', chapter, '--force')}` (or `reset {chapter}`) replaces it "
             "with the stubs"
         )
     for f, text in plan.items():

@@ -1,0 +1,193 @@
+"""The catalogue of common mistakes, chapter by chapter: each one written into a learner's
+workspace, and the hint ``python -m labs check`` must print for it.
+
+A chapter README's "Pitfalls" section lists the mistakes learners make; here each is
+an edit of the reference solution (the wrong code a learner would write) and the
+words the check's output must contain. test_mistakes.py writes each into a fresh
+workspace (every other region of the chapter solved), runs the chapter's check and
+asserts the output names the mistake. The hints themselves come from running the
+reference's buggy variants (hints.py) or from the symptom (tolerances.diagnose).
+
+    from parity_tests.mistakes import MISTAKES, write_mistake
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from labs.learner.exercises_fences import Reference, parse_regions, replace_bodies
+from labs.learner.exercises_workspace import Workspace, add_stubs
+from parity_tests import hints as H
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """One wrong way to write a chapter's code.
+
+    Attributes:
+        chapter: ``"09"``.
+        name: a short id (the test's parameter id).
+        what: the mistake, in words.
+        file, function: the fenced region it goes into (numpy_impl/FILE, FUNCTION's region).
+        edits: ``(reference text, wrong text)`` pairs, applied to the region's reference
+            body; a newline in the wrong text continues at the indentation of its line.
+        expect: what the check's output must say.
+        keyword: the ``-k`` of a quick check (the tests that catch it); None: all of them.
+    """
+
+    chapter: str
+    name: str
+    what: str
+    file: str
+    function: str
+    edits: tuple[tuple[str, str], ...]
+    expect: str
+    keyword: str | None = None
+
+
+MISTAKES: list[Mistake] = [
+    # -- chapter 09: training ----------------------------------------------------------------
+    Mistake(
+        "09",
+        "adamw-l2-decay",
+        "weight decay folded into the gradient (L2, Adam not AdamW)",
+        "optim.py",
+        "AdamW.step",
+        (
+            ("m[...] = beta1 * m", "g = g + weight_decay * p.data\nm[...] = beta1 * m"),
+            (
+                "(m_hat / (np.sqrt(v_hat) + eps) + weight_decay * p.data)",
+                "m_hat / (np.sqrt(v_hat) + eps)",
+            ),
+        ),
+        H.ADAMW_L2[:60],
+        "adamw",
+    ),
+    Mistake(
+        "09",
+        "adamw-no-bias-correction",
+        "the bias corrections left out",
+        "optim.py",
+        "AdamW.step",
+        (("m / (1 - beta1**t)", "m"), ("v / (1 - beta2**t)", "v")),
+        H.ADAMW_NO_BIAS_CORRECTION[:60],
+        "adamw",
+    ),
+    Mistake(
+        "09",
+        "adamw-rebound-moments",
+        "the moments rebound (m = ...) instead of updated",
+        "optim.py",
+        "AdamW.step",
+        (("m[...] = beta1", "m = beta1"), ("v[...] = beta2", "v = beta2")),
+        H.ADAMW_REBOUND[:60],
+        "adamw",
+    ),
+    Mistake(
+        "09",
+        "adamw-decay-after-update",
+        "weight decay applied to the updated weights",
+        "optim.py",
+        "AdamW.step",
+        (
+            (
+                "p.data -= lr * (m_hat / (np.sqrt(v_hat) + eps) + weight_decay * p.data)",
+                "p.data -= lr * m_hat / (np.sqrt(v_hat) + eps)\n"
+                "p.data -= lr * weight_decay * p.data",
+            ),
+        ),
+        H.ADAMW_DECAY_AFTER[:60],
+        "adamw",
+    ),
+    Mistake(
+        "09",
+        "cross-entropy-divided-by-n",
+        "the loss divided by N instead of the kept rows",
+        "loss.py",
+        "CrossEntropyLoss.forward",
+        (("float(nll[keep].mean())", "float(nll[keep].sum() / N)"),),
+        H.CE_DIVIDED_BY_N[:60],
+        "CrossEntropy",
+    ),
+    Mistake(
+        "09",
+        "cross-entropy-no-max-subtraction",
+        "exp of the raw logits (no max subtraction)",
+        "loss.py",
+        "CrossEntropyLoss.forward",
+        (("shifted = z - z.max(axis=1, keepdims=True)", "shifted = z"),),
+        "subtract the row max before exp",
+        "huge_logits",
+    ),
+    Mistake(
+        "09",
+        "clip-returns-clipped-norm",
+        "the norm after clipping returned",
+        "optim.py",
+        "clip_grad_norm_",
+        (("return total_norm", "return math.sqrt(sum(float((g**2).sum()) for g in grads))"),),
+        H.CLIP_RETURNS_CLIPPED[:60],
+        "clip",
+    ),
+    Mistake(
+        "09",
+        "clip-per-parameter",
+        "each gradient clipped by its own norm",
+        "optim.py",
+        "clip_grad_norm_",
+        (("g *= clip_coef", "g *= min(max_norm / (math.sqrt(float((g**2).sum())) + 1e-6), 1.0)"),),
+        H.CLIP_PER_PARAMETER[:60],
+        "clip",
+    ),
+    Mistake(
+        "09",
+        "warmup-from-zero",
+        "a warmup that starts at lr 0",
+        "optim.py",
+        "cosine_lr",
+        (("max_lr * (step + 1) / (warmup_iters + 1)", "max_lr * step / warmup_iters"),),
+        H.WARMUP_FROM_ZERO[:60],
+        "lr_schedules",
+    ),
+]
+
+
+def region_of(ref: Reference, mistake: Mistake):
+    regions = [
+        r
+        for r in ref.regions[mistake.file]
+        if r.chapter == mistake.chapter and r.function == mistake.function
+    ]
+    assert len(regions) == 1, f"{mistake.name}: {len(regions)} regions in {mistake.function}"
+    return regions[0]
+
+
+def wrong_body(ref: Reference, mistake: Mistake) -> list[str]:
+    """The region's reference body with the mistake's edits made."""
+    text = "".join(region_of(ref, mistake).body)
+    for old, new in mistake.edits:
+        assert old in text, f"{mistake.name}: {old!r} is not in the reference's {mistake.function}"
+        line_start = text.rfind("\n", 0, text.index(old)) + 1
+        line = text[line_start:]
+        indent = line[: len(line) - len(line.lstrip())]
+        text = text.replace(old, new.replace("\n", "\n" + indent), 1)
+    return text.splitlines(keepends=True)
+
+
+def write_mistake(ref: Reference, ws: Workspace, mistake: Mistake) -> None:
+    """A workspace with the mistake's chapter started, every region of it solved but the
+    one with the mistake, which holds the wrong code."""
+    add_stubs(ref, ws, mistake.chapter)
+    target = region_of(ref, mistake)
+    for f in {r.file for r in ref.chapter_regions(mistake.chapter)}:
+        path = ws.package / f
+        text = path.read_text(encoding="utf-8")
+        bodies = {
+            r.key: (wrong_body(ref, mistake) if r.key == target.key and f == mistake.file
+                    else list(r.body))
+            for r in ref.regions[f]
+            if r.chapter == mistake.chapter
+        }  # fmt: skip
+        path.write_text(
+            replace_bodies(text, parse_regions(text, f, names=False), bodies), encoding="utf-8"
+        )
