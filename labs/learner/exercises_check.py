@@ -203,10 +203,34 @@ def _print_tests(tests: list[dict], chapter: str, quiet: bool, verbose: bool) ->
             n_ok = len(members) - len(failing)
             cases = f"  ({n_ok} of {len(members)} cases)" if len(members) > 1 else ""
             print(f"PASS  {name}{cases}" if n_ok == len(members) else f"ok    {name}{cases}")
+        shown: list[dict] = []  # each failing case in full, unless it fails like one shown
         for t in failing:
-            _print_test(t, chapter, verbose, tests)
+            alike = next((u for u in shown if _same_failure(t, u, chapter, tests)), None)
+            if alike is None:
+                _print_test(t, chapter, verbose, tests)
+                shown.append(t)
+            else:
+                case = alike["nodeid"].rsplit("[", 1)[-1].rstrip("]")
+                print(f"FAIL  {_short_id(t['nodeid'])}  (fails like [{case}])")
     for reason, n in skipped.items():
         print(f"SKIP  {n} test{'s' * (n != 1)}  ({reason})")
+
+
+def _same_failure(t: dict, first: dict, chapter: str, tests: list[dict]) -> bool:
+    """Two cases of one test failing alike: the same hints, the same tensors failing."""
+
+    def failed(u):
+        return [c["name"] for c in u.get("comparisons", []) if not c["passed"]]
+
+    return (
+        t.get("exception") == first.get("exception")
+        and _main_hints(t, chapter, tests) == _main_hints(first, chapter, tests)
+        and failed(t) == failed(first)
+    )
+
+
+#: A failed test lists this many failing comparisons (and those with a hint); -v lists all.
+MAX_FAILED_SHOWN = 6
 
 
 def _counts(tests: list[dict]) -> tuple[int, int, int]:
@@ -228,7 +252,7 @@ def _print_problems(ws: Workspace, data: dict, proc: subprocess.CompletedProcess
     for c in data.get("collect_errors", []):
         print(f"\ncould not collect {c['nodeid']}:\n{_indent(c['message'].rstrip(), '    ')}")
         problems.append("a test module does not import")
-    if not problems and proc.returncode not in (0, 1):
+    if not problems and proc.returncode not in (0, 1, 5):  # 5: no test selected
         print((proc.stdout + proc.stderr)[-3000:])
         problems.append(f"pytest exited with status {proc.returncode}")
     return problems
@@ -279,15 +303,21 @@ def _print_test(t: dict, chapter: str, verbose: bool, tests: list[dict]) -> None
         if not (hint or "").startswith("not implemented yet"):  # else any example fails
             for line in _example_lines(t.get("notes", [])):
                 print(f"      {line}")
-        if not verbose:
-            n_ok = sum(c["passed"] for c in comparisons)
-            comparisons = [c for c in comparisons if not c["passed"]]
-            if n_ok:
-                s = "s" * (n_ok != 1)
-                print(f"      ({n_ok} comparison{s} within tolerance; -v lists them)")
     elif not verbose:
         return
-    last = None
+    hidden = []
+    if not verbose:  # the failing comparisons: the first few, and every one with a hint
+        n_ok = sum(c["passed"] for c in comparisons)
+        failed = [c for c in comparisons if not c["passed"]]
+        comparisons = (
+            failed[:MAX_FAILED_SHOWN]
+            + [c for c in failed[MAX_FAILED_SHOWN:] if c.get("hint")][:MAX_FAILED_SHOWN]
+        )
+        hidden = [c for c in failed if c not in comparisons]
+        if n_ok:
+            s = "s" * (n_ok != 1)
+            print(f"      ({n_ok} comparison{s} within tolerance; -v lists them)")
+    last, hints_shown = None, set()
     for c in comparisons:
         line = _comparison_line(c)
         if line == last:
@@ -295,7 +325,13 @@ def _print_test(t: dict, chapter: str, verbose: bool, tests: list[dict]) -> None
         last = line
         print(line)
         if c.get("hint") and not c["passed"]:
-            print(f"           hint: {c['hint']}")
+            said = c["hint"] in hints_shown
+            print(f"           hint: {'the same' if said else c['hint']}")
+            hints_shown.add(c["hint"])
+    if hidden:
+        names = ", ".join(c["name"] for c in hidden[:3])
+        more = f" and {len(hidden) - 3} more" if len(hidden) > 3 else ""
+        print(f"      FAIL also: {names}{more} (-v lists them)")
 
 
 def _example_lines(notes: list[str]) -> list[str]:
@@ -369,7 +405,8 @@ def _print_summary(ws: Workspace, run: Run, passed: bool, problems) -> None:
     elif passed:
         print(f"chapter {chapter}: all {n_run} tests pass{skipped} ({elapsed:.1f} s). Done!")
     elif n_run == 0:
-        print(f"chapter {chapter}: no test selected{skipped}")
+        print(f"chapter {chapter}: no test selected{skipped}; the chapter's tests: "
+              f"{labs_command('check', chapter, '-v')}")  # fmt: skip
     else:
         print(
             f"chapter {chapter}: {n_ok} of {n_run} {selected}pass, "
@@ -390,6 +427,8 @@ def _print_summary(ws: Workspace, run: Run, passed: bool, problems) -> None:
                 print(f"  {n} x {hint}")
     files = sorted({r.file for r in Reference().chapter_regions(chapter)})
     where = ", ".join(_show(ws.package / f) for f in files)
+    if n_run == 0 and not problems:
+        return
     if passed and run.partial:
         print(f"next, the whole chapter: {labs_command('check', chapter)}")
     elif passed:
