@@ -40,6 +40,7 @@ from .shared import (
     check_positive,
     check_seed,
     check_task_size,
+    check_weights_finite,
     refuse_to_replace,
     stopped_training,
     training_options,
@@ -192,6 +193,7 @@ def run(args: argparse.Namespace) -> dict:
                 raise stopped_training(e, output.log_path) from e
             recent.append(loss)
             if model.step % args.eval_interval == 0 or model.step == args.max_iters:
+                check_weights_finite(model, output.log_path)
                 val_loss, acc = evaluate(model, val_idx, val_mask, data.val_labels)
                 row = {
                     "step": model.step,

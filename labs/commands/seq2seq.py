@@ -31,6 +31,7 @@ from .shared import (
     check_positive,
     check_seed,
     check_task_size,
+    check_weights_finite,
     refuse_to_replace,
     stopped_training,
     training_options,
@@ -137,6 +138,7 @@ def run(args: argparse.Namespace) -> dict:
             except NonFiniteError as e:
                 raise stopped_training(e, output.log_path) from e
             if model.step % args.eval_interval == 0 or model.step == args.max_iters:
+                check_weights_finite(model, output.log_path)
                 row = {"step": model.step, "train_loss": float(np.mean(recent))}
                 row |= evaluate(model, task)
                 row["elapsed_s"] = round(time.perf_counter() - t0, 3)

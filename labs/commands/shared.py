@@ -134,6 +134,13 @@ def check_optimizer_options(args) -> None:
     command has them), checked the same way for every command."""
     check_number(args, "lr", 0, low_open=True)
     check_number(args, "min_lr", 0)
+    if args.min_lr > args.lr:
+        from .. import UserError
+
+        raise UserError(
+            f"--min-lr ({args.min_lr}) must not exceed --lr ({args.lr}): the schedule decays "
+            "from --lr down to --min-lr"
+        )
     check_number(args, "weight_decay", 0)
     check_number(args, "dropout", 0, 1)
     for name in ("beta1", "beta2"):
@@ -278,8 +285,8 @@ class TaskOutput:
         bad = {k: v for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)}
         if bad:
             raise UserError(
-                f"the evaluation at step {row.get('step')} is not finite ({bad}); stopped "
-                f"before writing it. Try a lower --lr"
+                f"training stopped at step {row.get('step')}: its evaluation is not finite "
+                f"({bad}), and was not written. Try a lower --lr"
             )
         if self.rows == 0:  # a new log (it replaces an overwritten run's)
             self._write(self.log_path, lambda: write_log(self.log_path, [row]))
@@ -294,6 +301,20 @@ class TaskOutput:
 
         data = (dumps_strict(metrics, indent=1) + "\n").encode("utf-8")
         self._write(self.metrics_path, lambda: _atomic_write(self.metrics_path, data))
+
+
+def check_weights_finite(model, log_path) -> None:
+    """Before an evaluation: weights that an update made infinite would give NaN logits,
+    and an argmax of NaN is class 0, a wrong answer that looks like one."""
+    from .. import UserError
+
+    name = model.first_nonfinite_parameter()
+    if name is not None:
+        raise UserError(
+            f"training stopped at step {model.step}: the update made the weights non-finite "
+            f"(the first is {name}); nothing was evaluated ({log_path} holds the evaluations "
+            "before; no metrics.json). Try a lower --lr"
+        )
 
 
 def stopped_training(e, log_path) -> Exception:

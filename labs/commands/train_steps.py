@@ -370,41 +370,42 @@ def train_loop(run: Run, resumed: _Resumed | None) -> float:
     )
     window_time, window_tokens = 0.0, 0  # for the bar's recent tokens/s
     b = args.batch_size // world
-    while backend.step < args.max_iters:
-        x, y = run.data.sampler.next()  # every rank draws the same (B, T) batch...
-        x, y = x[rank * b : (rank + 1) * b], y[rank * b : (rank + 1) * b]  # ...and keeps its b
-        t0 = time.perf_counter()
-        try:
-            stats = backend.train_step(x, y)
-        except NonFiniteError as e:
-            bar.close()
-            raise UserError(
-                f"training stopped at step {e.step}: the loss is {e.loss} and the gradient "
-                f"norm {e.grad_norm}; "
-                + (
-                    f"the first parameter whose gradient is non-finite is {e.parameter}"
-                    if e.parameter is not None
-                    else "every gradient is finite"
+    try:
+        while backend.step < args.max_iters:
+            x, y = run.data.sampler.next()  # every rank draws the same (B, T) batch...
+            x, y = x[rank * b : (rank + 1) * b], y[rank * b : (rank + 1) * b]  # ...keeps its b
+            t0 = time.perf_counter()
+            try:
+                stats = backend.train_step(x, y)
+            except NonFiniteError as e:
+                raise UserError(
+                    f"training stopped at step {e.step}: the loss is {e.loss} and the gradient "
+                    f"norm {e.grad_norm}; "
+                    + (
+                        f"the first parameter whose gradient is non-finite is {e.parameter}"
+                        if e.parameter is not None
+                        else "every gradient is finite"
+                    )
+                    + f". The last good checkpoint (step {run.last_saved}) is kept in {run.out}, "
+                    "not overwritten. Try a lower --lr or keep --grad-clip on"
+                ) from e
+            dt = time.perf_counter() - t0
+            run.train_time += dt
+            run.train_tokens += x.size * world
+            window_time += dt
+            window_tokens += x.size * world
+            bar.update(1)
+            if backend.step % 10 == 0 or backend.step == args.max_iters:
+                bar.set_postfix_str(
+                    f"loss {stats['loss']:.4f}, lr {stats['lr']:.2e}, "
+                    f"{window_tokens / window_time:,.0f} tok/s",
+                    refresh=False,  # drawn at the bar's own pace (mininterval)
                 )
-                + f". The last good checkpoint (step {run.last_saved}) is kept in {run.out}, "
-                "not overwritten. Try a lower --lr or keep --grad-clip on"
-            ) from e
-        dt = time.perf_counter() - t0
-        run.train_time += dt
-        run.train_tokens += x.size * world
-        window_time += dt
-        window_tokens += x.size * world
-        bar.update(1)
-        if backend.step % 10 == 0 or backend.step == args.max_iters:
-            bar.set_postfix_str(
-                f"loss {stats['loss']:.4f}, lr {stats['lr']:.2e}, "
-                f"{window_tokens / window_time:,.0f} tok/s",
-                refresh=False,  # drawn at the bar's own pace (mininterval)
-            )
-            window_time, window_tokens = 0.0, 0
-        if backend.step % args.eval_interval == 0 or backend.step == args.max_iters:
-            evaluate_and_save(run)
-    bar.close()
+                window_time, window_tokens = 0.0, 0
+            if backend.step % args.eval_interval == 0 or backend.step == args.max_iters:
+                evaluate_and_save(run)
+    finally:
+        bar.close()  # also when a step or a save stops the run: its error line comes clean
     return run.elapsed_before + time.perf_counter() - run.t_start
 
 

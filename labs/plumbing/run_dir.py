@@ -96,6 +96,8 @@ def read_log(path: Path) -> tuple[list[dict], list[str]]:
     lines = text.split("\n")
     last = max((i for i, line in enumerate(lines) if line.strip("\x00 \t\r")), default=-1)
     rows, notes = [], []
+    if "\x00" in text:
+        notes.append(f"{path} holds NUL bytes (what a crash can leave at its end): dropped them")
     for i, line in enumerate(lines):
         content = line.strip("\x00 \t\r")
         if not content:
@@ -160,6 +162,11 @@ def reconcile_log(src: Path, dst: Path, step: int, row: dict | None) -> list[str
         if r["step"] <= step:
             by_step[r["step"]] = r
     if row is not None:
+        if step not in by_step:
+            notes.append(
+                f"{src} had no row for step {step} (the process stopped between the "
+                "checkpoint and its log line): restored it from the checkpoint"
+            )
         by_step[step] = row
     write_log(dst, [by_step[s] for s in sorted(by_step)])
     return notes

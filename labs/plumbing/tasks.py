@@ -155,6 +155,14 @@ class TaskModel:
         self.step += 1
         return float(loss)
 
+    def first_nonfinite_parameter(self) -> str | None:
+        """The name of the first parameter holding a NaN or an infinity (None if none)."""
+        if self.backend == "numpy":
+            named = ((n, p.data) for n, p in self.model.named_parameters())
+        else:
+            named = ((n, p.detach().numpy()) for n, p in self.model.named_parameters())
+        return _first_nonfinite(named)
+
     def _check_finite(self, loss: float, grad_norm: float, named_grads) -> None:
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
             raise NonFiniteError(self.step, loss, grad_norm, _first_nonfinite(named_grads))
