@@ -93,6 +93,9 @@ TRAIN_BAD = [  # (option, value, what the error says)
     ("--out", "", "--out is empty"),
     ("--data", "", "--data is empty"),
     ("--d-model", str(2**40), "more than this machine's"),
+    ("--min-lr", "0.01", "--min-lr (0.01) must not exceed --lr"),
+    ("--device", "bogus", "--device bogus"),
+    ("--data", "/", "is a directory"),
 ]
 
 
@@ -238,3 +241,23 @@ def test_bpe_merges_are_learned_from_the_training_split_only(tmp_path, capsys, m
     vocab = json.loads((out / "tokenizer.json").read_text())["model"]["vocab"]
     assert not [t for t in vocab if "yz" in t or "zz" in t], "validation text became merges"
     shutil.rmtree(tmp_path / "cache")
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["seq2seq", "--backend", "numpy", "--n-val", str(10**8)], "--n-val must be at most"),
+        (["start", "03", "--workspace", ""], "--workspace is empty"),
+        (["start", "03", "--workspace", "/proc/no/such/dir"], "cannot make the workspace"),
+    ],
+)
+def test_other_commands_refuse_what_they_cannot_do(argv, says, tmp_path, capsys):
+    status, _, err = cli(capsys, *argv)
+    assert status == 2
+    one_error_line(err, says)
+
+
+def test_a_workspace_that_is_a_file_is_refused(corpus, capsys):
+    status, _, err = cli(capsys, "start", "03", "--workspace", corpus)
+    assert status == 2
+    one_error_line(err, "cannot make the workspace", "Not a directory")

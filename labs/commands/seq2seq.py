@@ -37,6 +37,7 @@ from .shared import (
     training_options,
 )
 
+MAX_N_VAL = 100_000
 LOG_FILE = TaskOutput.LOG_FILE
 METRICS_FILE = TaskOutput.METRICS_FILE
 
@@ -99,6 +100,11 @@ def run(args: argparse.Namespace) -> dict:
     check_seed(args)
     check_optimizer_options(args)
     check_out(args.out)
+    if args.n_val > MAX_N_VAL:
+        raise UserError(
+            f"--n-val must be at most {MAX_N_VAL:,} (the held-out set is drawn one sequence at "
+            f"a time and decoded at every evaluation), got {args.n_val:,}"
+        )
     if args.min_len > args.max_len:
         raise UserError(f"--min-len ({args.min_len}) must not exceed --max-len ({args.max_len})")
     check_task_size(args, 13, 13, decoder=True, block_size=args.max_len + 1)

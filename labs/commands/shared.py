@@ -220,8 +220,8 @@ def check_size(n_params: int, activations: int, dtype: str, device: str = "cpu")
         raise UserError(
             f"the model has {n_params:,} parameters: its weights, gradients, AdamW moments "
             f"and a step's activations need at least {need / 2**30:,.1f} GiB, more than this "
-            f"machine's {available / 2**30:,.1f} GiB; choose a smaller --d-model, --n-layers, "
-            "--block-size, --batch-size or vocabulary"
+            f"machine's {available / 2**30:,.1f} GiB; choose a smaller model (--d-model, "
+            "--n-layers), context, batch or vocabulary"
         )
 
 

@@ -211,6 +211,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError("--data is empty: give the corpus file's path")
     if args.from_previous and args.resume is None:
         raise UserError("--from-previous goes with --resume DIR")
+    _check_device(args)
     positive = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size")
     check_positive(args, (*positive, "d_ff", "eval_interval", "eval_batches", "eval_batch_size"))
     check_positive(args, ("vocab_size",))
@@ -225,6 +226,31 @@ def _check_args(args: argparse.Namespace) -> None:
             f"--lr-decay-iters ({args.lr_decay_iters}) must exceed --warmup-iters "
             f"({args.warmup_iters})"
         )
+
+
+def _check_device(args: argparse.Namespace) -> None:
+    """``--device``: cpu for the NumPy backend; for torch, a device torch can name and
+    this machine has."""
+    if args.backend == "numpy":
+        if args.device != "cpu":
+            raise UserError(f"--device {args.device}: the numpy backend runs on the CPU only")
+        return
+    import torch
+
+    try:
+        device = torch.device(args.device)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise UserError(
+            f"--device {args.device}: not a device torch knows (cpu, cuda, cuda:1, ...)"
+        ) from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {args.device}: this machine has no CUDA device for torch")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UserError(
+            f"--device {args.device}: this machine has {torch.cuda.device_count()} CUDA devices"
+        )
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"--device {args.device}: the torch backend runs on cpu or cuda")
 
 
 def _decay_iters(args: argparse.Namespace) -> int:

@@ -35,6 +35,8 @@ STATE_FILE = "progress.json"  # in the workspace: started chapters and their las
 # -- the workspace -----------------------------------------------------------------------
 def workspace_dir(option: str | None) -> Path:
     """``--workspace``, else ``$TWINFORMER_WORKSPACE``, else ``workspace/`` in the repository."""
+    if option is not None and not option.strip():
+        raise UserError("--workspace is empty: give a directory")
     chosen = option or os.environ.get(WORKSPACE_ENV) or str(REPO / "workspace")
     return Path(chosen).expanduser().resolve()
 
@@ -142,15 +144,13 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
     functions = {f: _function_list(rs) for f, rs in by_file.items()}
 
     if not ws.exists():
-        ws.package.mkdir(parents=True, exist_ok=True)
-        for f in ref.files:
-            target = ws.package / f
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if f in by_file:
-                target.write_text(ref.render(f, {chapter}), encoding="utf-8")
-            else:
-                shutil.copyfile(ref.root / f, target)
-        ws.save_state({"version": 1, "chapters": {chapter: {"started": _now()}}})
+        try:
+            _create(ref, ws, chapter, by_file)
+        except OSError as e:
+            raise UserError(
+                f"cannot make the workspace in {_show(ws.root)}: {e.strerror or e} "
+                f"({e.filename}); give --workspace a directory you can write"
+            ) from e
         return [Written(f, "created", functions[f]) for f in by_file]
 
     started = ws.started() | {chapter}
@@ -203,13 +203,29 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
             f"`python -m labs start {chapter} --force` (or `reset {chapter}`) replaces it "
             "with the stubs"
         )
-    for f, text in plan.items():
-        _write_atomic(ws.package / f, text)
+    try:
+        for f, text in plan.items():
+            _write_atomic(ws.package / f, text)
+    except OSError as e:
+        raise UserError(f"cannot write {_show(ws.package / f)}: {e.strerror or e}") from e
     state = ws.load_state()
     if chapter not in state["chapters"] or any(w.action != "unchanged" for w in written):
         state["chapters"][chapter] = {"started": _now()}
     ws.save_state(state)
     return written
+
+
+def _create(ref: Reference, ws: Workspace, chapter: str, by_file: dict) -> None:
+    """A new workspace: the reference, with chapter ``chapter``'s regions stubbed."""
+    ws.package.mkdir(parents=True, exist_ok=True)
+    for f in ref.files:
+        target = ws.package / f
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if f in by_file:
+            _write_atomic(target, ref.render(f, {chapter}))
+        else:
+            shutil.copyfile(ref.root / f, target)
+    ws.save_state({"version": 1, "chapters": {chapter: {"started": _now()}}})
 
 
 def _missing_regions(text: str, file: str, chapter: str, refs: list[Region], mine: dict):
