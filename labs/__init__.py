@@ -2,7 +2,7 @@
 
 ``python -m labs COMMAND`` (the parser: ``labs/__main__.py``). The package's rooms:
 
-* ``01_tokens/`` ... ``16_encoder_decoder/``: the course, one chapter each
+* ``01_tokens/`` ... ``17_real_models/``: the course, one chapter each
   (``README.md``, and ``lab.py``, a script that is also a notebook).
 * ``commands/``: the command-line jobs (``train``, ``sample``, ``bench``, ...).
 * ``plumbing/``: what the commands stand on, shared by both backends: the backend

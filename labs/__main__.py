@@ -8,6 +8,10 @@
     python -m labs bench-tokenizer
     python -m labs classify --backend torch        # speaker classification
     python -m labs seq2seq --backend numpy         # encoder-decoder, digit reversal
+    python -m labs import gpt2 DIR --out RUN       # a Hugging Face GPT-2 (or llama, nanogpt)
+    python -m labs export RUN --to hf --out DIR    # back to Hugging Face's layout
+    python -m labs inspect RUN                     # what a checkpoint holds
+    python -m labs bench-gpt2                      # GPT-2 124M on this CPU, both backends
 
 Expected bad inputs (a missing corpus, a corrupt checkpoint, a prompt with
 characters the model never saw) end with one line, ``error: ...``, and exit
@@ -24,8 +28,12 @@ from .commands import (
     bench,
     bench_attention,
     bench_generate,
+    bench_gpt2,
     bench_tokenizer,
     classify,
+    export,
+    import_model,
+    inspect_run,
     sample,
     seq2seq,
     train,
@@ -64,6 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
         ),
         ("bench-generate", bench_generate, "generation tokens/s with and without the KV cache"),
         ("bench-tokenizer", bench_tokenizer, "byte-level BPE from scratch against HF tokenizers"),
+        ("import", import_model, "a GPT-2, Llama or nanoGPT checkpoint as a run directory"),
+        ("export", export, "a run directory as a Hugging Face model directory"),
+        ("inspect", inspect_run, "what a checkpoint holds: config, tokenizer, parameters"),
+        ("bench-gpt2", bench_gpt2, "GPT-2 124M on this CPU: memory, forward, generation, a step"),
         ("classify", classify, "train a transformer classifier: who says this speech?"),
         ("seq2seq", seq2seq, "train an encoder-decoder to reverse or sort digit strings"),
         ("start", exercises.start, "make a workspace where one chapter's NumPy code is yours"),

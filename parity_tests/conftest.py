@@ -147,6 +147,7 @@ CHAPTERS = {
     "ch14": "normalisation II and SwiGLU: RMSNorm, SiLU, SwiGLU, the post-norm block",
     "ch15": "encoder models and classification: padding masks, MeanPool, TransformerClassifier",
     "ch16": "encoder-decoder: cross-attention, the decoder block, greedy decoding",
+    "ch17": "real models: GPT-2's and nanoGPT's state dicts, the key renames, Conv1D transposes",
 }
 
 

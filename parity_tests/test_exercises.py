@@ -125,6 +125,7 @@ FENCES = {
             "Seq2SeqTransformer.generate",
         ],
     },
+    "17": {"pretrained.py": ["gpt2_key_table", "from_gpt2_state", "to_gpt2_state"]},
 }
 
 #: chapter -> the test files its marker selects from: the files that test its functions.
@@ -151,6 +152,7 @@ TEST_FILES = {
     "14": {"test_bad_inputs.py", "test_components.py", "test_llama.py", "test_norms_ffn.py"},
     "15": {"test_bad_inputs.py", "test_encoder.py", "test_masks.py"},
     "16": {"test_bad_inputs.py", "test_seq2seq.py"},
+    "17": {"test_pretrained.py"},
 }
 WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09", "13", "14", "15", "16"]
 ALL = list(CHAPTERS)

@@ -2,7 +2,9 @@
 
 Each command module has ``add_arguments(parser)`` and ``main(args)``: ``train``,
 ``sample``, ``bench``, ``bench_attention``, ``bench_generate``, ``bench_tokenizer``,
-``classify`` and ``seq2seq``. ``train`` runs the steps of ``train_steps.py``
-(resuming: ``train_resume.py``; several processes: ``train_distributed.py``);
+``bench_gpt2``, ``classify``, ``seq2seq``, ``import_model`` (``labs import``),
+``export`` and ``inspect_run`` (``labs inspect``). ``train`` runs the steps of
+``train_steps.py`` (resuming: ``train_resume.py``; fine-tuning a checkpoint:
+``train_init.py``; several processes: ``train_distributed.py``);
 ``classify`` and ``seq2seq`` share their options through ``shared.py``.
 """

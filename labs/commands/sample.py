@@ -5,6 +5,10 @@ parameter names and shapes, so ``--backend`` only chooses who does the
 arithmetic. (The same seed gives different samples on the two backends: their
 random number generators differ. With ``--temperature 0``, greedy decoding,
 they agree up to float32 rounding.)
+
+Decoding uses the KV cache by default in both backends (``--no-kv-cache``: the
+plain loop): with GPT-2's 124M parameters, the NumPy backend then generates
+several times faster (``python -m labs bench-gpt2``).
 """
 
 from __future__ import annotations
@@ -56,6 +60,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--from-previous",
         action="store_true",
         help="if the checkpoint is damaged, sample from the older one in DIR/.previous",
+    )
+    p.add_argument(
+        "--kv-cache",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="decode with the KV cache (chapter 12): one token per forward after the prompt "
+        "(default: on; --no-kv-cache runs the whole window at every token)",
     )
 
 
@@ -112,6 +123,7 @@ def main(args: argparse.Namespace) -> int:
         top_k=args.top_k,
         top_p=args.top_p,
         seed=args.seed,
+        use_cache=args.kv_cache,
     )
     print(prompt + tokenizer.decode(ids))
     return 0

@@ -20,6 +20,19 @@ Outputs, in ``--out`` (default ``runs/<backend>``):
 (weights, AdamW state and step, hence the schedule; the batch sampler's and
 the dropout generator's states; the recorded settings, unless given again).
 
+``--init-from RUN`` fine-tunes: the model (architecture and weights) and the
+tokenizer come from the checkpoint in RUN (a training run, or a model brought in
+by ``python -m labs import``), the text from ``--data``; the optimizer starts
+fresh at step 0, with this command's schedule. ``--block-size`` is then the
+training context, at most the model's; ``--dropout`` may change the model's.
+
+``--grad-accum N`` runs each step as N micro-batches of ``--batch-size``
+sequences, adding their gradients before the one update (nanoGPT's
+``gradient_accumulation_steps``): the step of a batch N times larger, with the
+activations of one micro-batch in memory. ``--amp bf16|fp16`` (torch backend)
+computes the forward in 16 bits under ``torch.autocast`` (fp16 with a
+``GradScaler``), weights and optimizer in float32.
+
 Under ``torchrun --nproc_per_node N`` (torch backend), the N processes train
 one model with DistributedDataParallel: ``--batch-size`` is the step's whole
 batch, which every process draws from the same seeded sampler before keeping
@@ -52,6 +65,7 @@ from .shared import (
     refuse_to_replace,
 )
 from .train_distributed import _init_distributed, _shutdown_distributed
+from .train_init import _prepare_init, load_init_weights
 from .train_resume import _prepare_resume
 from .train_steps import (
     RUN_OUTPUTS,
@@ -114,6 +128,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="with --resume: if the run's checkpoint is damaged, continue from the older "
         "one in DIR/.previous (the steps after it are lost)",
     )
+    p.add_argument(
+        "--init-from",
+        metavar="RUN",
+        help="fine-tune the checkpoint in RUN (a run, or an import): its model and tokenizer, "
+        "a fresh optimizer at step 0, the text of --data",
+    )
     p.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
     p.add_argument("--seed", type=int, default=1337, help="weights and batches")
     p.add_argument(
@@ -167,6 +187,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="torch attention: fused sdpa or written out (numpy: always explicit)",
     )
     g.add_argument(
+        "--amp",
+        choices=("bf16", "fp16"),
+        default=None,
+        help="torch backend: mixed precision, the forward under torch.autocast in bfloat16 or "
+        "float16 (fp16: with a GradScaler); weights and AdamW stay float32 (default: off)",
+    )
+    g.add_argument(
         "--device",
         default="cpu",
         help="torch backend: where the model runs (cpu, cuda, cuda:1, ...); under torchrun "
@@ -177,7 +204,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--batch-size",
         type=int,
         default=12,
-        help="sequences per step B (under torchrun: in all, split over the processes)",
+        help="sequences per step B (per micro-batch with --grad-accum; under torchrun: in "
+        "all, split over the processes)",
+    )
+    g.add_argument(
+        "--grad-accum",
+        type=int,
+        default=1,
+        help="micro-batches of --batch-size sequences per step, gradients added before the "
+        "update: the step of a batch N times larger, one micro-batch's activations in memory",
     )
     g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
     g.add_argument("--min-lr", type=float, default=1e-4, help="final learning rate")
@@ -212,15 +247,22 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.from_previous and args.resume is None:
         raise UserError("--from-previous goes with --resume DIR")
     _check_device(args)
-    positive = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size")
-    check_positive(args, (*positive, "d_ff", "eval_interval", "eval_batches", "eval_batch_size"))
-    check_positive(args, ("vocab_size",))
+    sizes = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size", "d_ff")
+    check_positive(args, (*sizes, "grad_accum", "vocab_size"))
+    check_positive(args, ("eval_interval", "eval_batches", "eval_batch_size"))
     if args.sample_tokens < 0:
         raise UserError(f"--sample-tokens must be >= 0, got {args.sample_tokens}")
     # checked here, not by each backend: cosine_lr would take a negative --min-lr as the
     # floor, a negative or NaN --grad-clip silently meant "no clipping", and torch's
     # AdamW takes an infinite --lr
     check_optimizer_options(args)
+    if args.amp is not None and args.backend != "torch":
+        raise UserError(
+            f"--amp {args.amp}: the {args.backend} backend computes in --dtype only; mixed "
+            "precision (torch.autocast) is the torch backend's"
+        )
+    if args.amp is not None and args.dtype != "float32":
+        raise UserError(f"--amp {args.amp} keeps float32 weights: drop --dtype {args.dtype}")
     if args.lr_decay_iters is not None and args.lr_decay_iters <= args.warmup_iters:
         raise UserError(
             f"--lr-decay-iters ({args.lr_decay_iters}) must exceed --warmup-iters "
@@ -359,9 +401,14 @@ def run(args: argparse.Namespace) -> dict:
             ``--resume``) a missing or mismatched checkpoint.
     """
     resumed = _prepare_resume(args) if args.resume is not None else None
+    init = _prepare_init(args, resumed)
     _check_args(args)
     out = Path(args.out or (resumed.directory if resumed else f"runs/{args.backend}"))
     check_out(out)
+    if init is not None and resumed is None and out.resolve() == init.directory.resolve():
+        raise UserError(
+            f"--out {out} is the --init-from checkpoint: a fine-tuned run writes a new directory"
+        )
     continuing = resumed is not None and out.resolve() == resumed.directory.resolve()
     if not continuing:  # said now, before the corpus is read; checked again under the lock
         refuse_to_replace(out, RUN_OUTPUTS, args.overwrite, _resume_hint(out))
@@ -373,24 +420,26 @@ def run(args: argparse.Namespace) -> dict:
         )
     say = print if rank == 0 else (lambda *a, **k: None)  # one voice, not one per process
 
-    data = load_data(args)
-    model_config = _model_config(args, data.tokenizer.vocab_size)
+    data = load_data(args, init.tokenizer if init else None)
+    model_config = init.model_config if init else _model_config(args, data.tokenizer.vocab_size)
     _check_size(args, model_config)
     train_config = _optimizer_config(args)
     backend = build_backend(args, model_config, train_config, world)
     config, tokenizer_files = run_config(args, backend, data, train_config)
     this = Run(args, backend, data, config, tokenizer_files, out, rank, world)
     try:
-        return _train(this, resumed, say)
+        return _train(this, resumed, init, say)
     finally:
         if this.lock is not None:
             this.lock.release()  # (a process that ends releases it anyway)
 
 
-def _train(this: Run, resumed, say) -> dict:
+def _train(this: Run, resumed, init, say) -> dict:
     """Take the output directory, train, summarize; return the final metrics."""
     args, backend, data, out, world = this.args, this.backend, this.data, this.out, this.world
     prepare_output(this, resumed, say)
+    if init is not None and resumed is None:
+        load_init_weights(this, init, say)
     say(
         f"{backend.name} backend, {backend.num_parameters():,} parameters, "
         f"vocab {data.tokenizer.vocab_size}, {len(data.train_ids):,} train / "
@@ -398,6 +447,11 @@ def _train(this: Run, resumed, say) -> dict:
         + (
             f"; {world} processes, {args.batch_size // world} sequences each per step"
             if world > 1
+            else ""
+        )
+        + (
+            f"; {args.grad_accum} micro-batches of {args.batch_size} per step"
+            if args.grad_accum > 1
             else ""
         )
     )

@@ -102,6 +102,11 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
         )
     except UserError as e:
         raise UserError(f"cannot resume: {e}") from e
+    if not saved.get("train"):
+        raise UserError(
+            f"cannot resume: {directory} holds no training run (it was imported, or written "
+            f"without one); fine-tune it with --init-from {directory} --out NEW"
+        )
     given = _given_options(args)
     changed = []
     for key, value in (saved.get("train") or {}).items():
@@ -167,6 +172,8 @@ def _resume(resumed: _Resumed, backend, sampler: BatchSampler, config: dict, say
         )
     if "sampler_state" in saved:
         sampler.set_state(saved["sampler_state"])
+    if saved.get("grad_scaler") and hasattr(backend, "set_scaler_state"):
+        backend.set_scaler_state(saved["grad_scaler"])  # --amp fp16: the loss scale reached
     rng_state = saved.get("rng_state")
     if rng_state is not None and rng_state.get("backend") == backend.name:
         backend.set_rng_state(rng_state)

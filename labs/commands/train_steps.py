@@ -107,12 +107,13 @@ class Data:
     eval_sets: dict  # split -> its fixed evaluation batches
 
 
-def load_data(args: argparse.Namespace) -> Data:
-    """Read the corpus, build the tokenizer, split the ids and set up the batches.
+def load_data(args: argparse.Namespace, tokenizer=None) -> Data:
+    """Read the corpus, build the tokenizer (unless given: ``--init-from``'s), split the
+    ids and set up the batches (``--batch-size`` x ``--grad-accum`` sequences per step).
 
     Raises:
-        UserError: a missing or unreadable corpus, a bad ``--vocab-size``, or a
-            split shorter than ``--block-size + 1``.
+        UserError: a missing or unreadable corpus, a bad ``--vocab-size``, a text the
+            given tokenizer cannot encode, or a split shorter than ``--block-size + 1``.
     """
     try:
         corpus_path = resolve_corpus(args.data)
@@ -125,13 +126,17 @@ def load_data(args: argparse.Namespace) -> Data:
     # must be encodable), so its split is the one of the ids.
     cut = int(TRAIN_FRACTION * len(text))
     train_text, val_text = text[:cut], text[cut:]
+    if tokenizer is None:
+        try:
+            source = text if args.tokenizer == "char" else train_text
+            tokenizer = build_tokenizer(args.tokenizer, args.backend, source, args.vocab_size)
+        except (TypeError, ValueError) as e:
+            raise UserError(f"--vocab-size: {e}") from e
     try:
-        source = text if args.tokenizer == "char" else train_text
-        tokenizer = build_tokenizer(args.tokenizer, args.backend, source, args.vocab_size)
-    except (TypeError, ValueError) as e:
-        raise UserError(f"--vocab-size: {e}") from e
-    train_ids, val_ids = tokenizer.encode_array(train_text), tokenizer.encode_array(val_text)
-    B, T = args.batch_size, args.block_size
+        train_ids, val_ids = tokenizer.encode_array(train_text), tokenizer.encode_array(val_text)
+    except ValueError as e:  # a char vocabulary from --init-from that lacks some characters
+        raise UserError(f"--data {corpus_path}: {e}") from e
+    B, T = args.batch_size * args.grad_accum, args.block_size
     for split, ids in (("training", train_ids), ("validation", val_ids)):
         if len(ids) <= T:
             raise UserError(
@@ -169,6 +174,7 @@ def build_backend(args: argparse.Namespace, model_config: dict, train_config: di
             dtype=args.dtype,
             attn_impl=args.attn_impl,
             device=_device(args, world),
+            amp=args.amp,
         )
     except ValueError as e:
         raise UserError(str(e)) from e
@@ -320,6 +326,7 @@ def evaluate_and_save(run: Run) -> None:
                 "log_row": row,  # the log's line of this evaluation, restored if lost
                 "sampler_state": run.data.sampler.get_state(),
                 "rng_state": rng_state,  # the dropout masks to come
+                **({"grad_scaler": scaler} if (scaler := _scaler_state(backend)) else {}),
             },
             extra_files=run.tokenizer_files,
         )
@@ -341,6 +348,12 @@ def evaluate_and_save(run: Run) -> None:
             f"cannot write {run.log_path}: {e.strerror or e}; the checkpoint of step "
             f"{backend.step} is saved, and {_resume_hint(out)} restores its log row"
         ) from e
+
+
+def _scaler_state(backend) -> dict | None:
+    """The fp16 GradScaler's state (``--amp fp16``), None otherwise."""
+    get = getattr(backend, "scaler_state", None)
+    return get() if get is not None else None
 
 
 def train_loop(run: Run, resumed: _Resumed | None) -> float:
@@ -369,14 +382,17 @@ def train_loop(run: Run, resumed: _Resumed | None) -> float:
         disable=rank != 0,
     )
     window_time, window_tokens = 0.0, 0  # for the bar's recent tokens/s
-    b = args.batch_size // world
+    B, N = args.batch_size, args.grad_accum
+    b = B // world
     try:
         while backend.step < args.max_iters:
-            x, y = run.data.sampler.next()  # every rank draws the same (B, T) batch...
-            x, y = x[rank * b : (rank + 1) * b], y[rank * b : (rank + 1) * b]  # ...keeps its b
+            x, y = run.data.sampler.next()  # every rank draws the same (N B, T) batch...
+            if world > 1:  # ...and keeps its b rows of each of the N micro-batches
+                x = x.reshape(N, B, -1)[:, rank * b : (rank + 1) * b].reshape(N * b, -1)
+                y = y.reshape(N, B, -1)[:, rank * b : (rank + 1) * b].reshape(N * b, -1)
             t0 = time.perf_counter()
             try:
-                stats = backend.train_step(x, y)
+                stats = backend.train_step(x, y, grad_accum=N)
             except NonFiniteError as e:
                 raise UserError(
                     f"training stopped at step {e.step}: the loss is {e.loss} and the gradient "

@@ -156,6 +156,17 @@ CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
             Part("seq2seq"),
         ),
     ),
+    "17": (
+        "real_models",
+        (
+            Part(
+                "pretrained",
+                note="The state-dict mapping has no PyTorch twin: it works on NumPy arrays "
+                "that both backends load, so only the NumPy column is shown.",
+                numpy_only=True,
+            ),
+        ),
+    ),
 }
 
 

@@ -45,6 +45,7 @@ CHAPTERS: dict[str, tuple[str, str]] = {
     "14": ("RMSNorm, post-norm, SwiGLU", "14_norms_ffn"),
     "15": ("encoder models and classification", "15_encoder_classifier"),
     "16": ("encoder-decoder and cross-attention", "16_encoder_decoder"),
+    "17": ("real models: GPT-2, nanoGPT, Llama", "17_real_models"),
 }
 
 

@@ -9,6 +9,10 @@
 * ``tokenization.py``: a run's character or BPE tokenizer, cached.
 * ``interop_gpt2.py``, ``interop_llama.py``: Hugging Face GPT-2 and Llama weights in
   and out (``interop.py``: the helpers both use).
+* ``importing.py``, ``exporting.py``: real models in and out from the command line
+  (``labs import``, ``labs export``), over ``hf_files.py`` (Hugging Face directories,
+  read and written with safetensors and JSON) and ``nanogpt.py`` (nanoGPT's ``ckpt.pt``
+  and ``meta.pkl``, read without running their pickles).
 * ``runtime.py``: process-level settings (the memory allocator).
 * ``tasks.py``: the model adapter of the two non-GPT tasks (``TaskModel``), whose
   data come from ``tasks_speakers.py`` (who says this speech?) and

@@ -8,11 +8,16 @@ hand and once with PyTorch's machinery. The NumPy training step spells out what
     NumPy                                  PyTorch
     group["lr"] = cosine_lr(step, ...)     group["lr"] = cosine_lr(step, ...)
     model.zero_grad()                      optimizer.zero_grad()
-    logits = model.forward(x)              logits = model(x)
-    loss = loss_fn.forward(logits, y)      loss = loss_fn(logits, y)
-    model.backward(loss_fn.backward())     loss.backward()
+    for each of the N micro-batches:       for each of the N micro-batches:
+      logits = model.forward(x)              logits = model(x)
+      loss = loss_fn.forward(logits, y)      loss = loss_fn(logits, y)
+      model.backward(loss_fn.backward()/N)   (loss / N).backward()
     clip_grad_norm_(params, clip)          clip_grad_norm_(params, clip)
     optimizer.step()                       optimizer.step()
+
+(N = 1 without ``--grad-accum``; both backward passes add into ``.grad``.) The
+torch adapter can also compute in bfloat16 or float16 (``amp``: ``torch.autocast``,
+and ``torch.amp.GradScaler`` for float16); the NumPy one computes in its dtype only.
 
 Both build the optimizer the same way, ``AdamW(configure_param_groups(model,
 weight_decay), lr=..., betas=(beta1, beta2), eps=...)``, and take the learning
@@ -50,6 +55,8 @@ DEFAULT_TRAIN_CONFIG = {
     "grad_clip": 1.0,
 }
 ADAM_EPS = 1e-8
+#: ``--amp``: the torch backend's mixed precision (None: compute in the parameters' dtype).
+AMP_DTYPES = {None: None, "bf16": "bfloat16", "fp16": "float16"}
 
 
 def _train_config(train_config: dict | None) -> dict:
@@ -63,6 +70,24 @@ def _check_dtype(dtype: str) -> str:
     if dtype not in ("float32", "float64"):
         raise ValueError(f"dtype: expected 'float32' or 'float64', got {dtype!r}")
     return dtype
+
+
+def _micro_batches(x, y, grad_accum: int) -> tuple[list, list]:
+    """``x`` and ``y`` cut into ``grad_accum`` equal micro-batches along the batch axis.
+
+    Raises:
+        ValueError: ``grad_accum`` not a positive integer dividing the batch size.
+    """
+    B = x.shape[0]
+    if isinstance(grad_accum, bool) or not isinstance(grad_accum, int) or grad_accum < 1:
+        raise ValueError(f"grad_accum: expected a positive integer, got {grad_accum!r}")
+    if B % grad_accum:
+        raise ValueError(f"grad_accum: {grad_accum} does not divide the batch size {B}")
+    n = B // grad_accum
+    return (
+        [x[j * n : (j + 1) * n] for j in range(grad_accum)],
+        [y[j * n : (j + 1) * n] for j in range(grad_accum)],
+    )
 
 
 def _global_norm(grads) -> float:
@@ -144,9 +169,9 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
     Args:
         name: ``"numpy"`` or ``"torch"``.
         model_config, seed, **kwargs: passed to the backend (``train_config``,
-            ``dtype``, ``attn_impl``, ``device``); ``device`` must be ``"cpu"``
-            for the NumPy backend, and ``attn_impl`` is ignored by the NumPy
-            backend, which has one attention, written out.
+            ``dtype``, ``attn_impl``, ``device``, ``amp``); ``device`` must be ``"cpu"``
+            and ``amp`` None for the NumPy backend, and ``attn_impl`` is ignored by the
+            NumPy backend, which has one attention, written out.
 
     Raises:
         ValueError: unknown name (and whatever the backend raises).
@@ -158,6 +183,11 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
         kwargs.pop("attn_impl", None)
         if kwargs.pop("device", "cpu") != "cpu":
             raise ValueError("device: the numpy backend runs on the CPU only")
+        if kwargs.pop("amp", None) is not None:
+            raise ValueError(
+                "amp: the numpy backend computes in its dtype only; mixed precision "
+                "(torch.autocast) is the torch backend's"
+            )
         return NumpyBackend(model_config, seed, **kwargs)
     if name == "torch":
         from .backends_torch import TorchBackend

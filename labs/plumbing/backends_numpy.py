@@ -17,6 +17,7 @@ from .backends import (
     _check_state_dict,
     _first_nonfinite,
     _global_norm,
+    _micro_batches,
     _train_config,
 )
 
@@ -71,8 +72,15 @@ class NumpyBackend:
             self.step, tc["lr"], tc["min_lr"], tc["warmup_iters"], tc["lr_decay_iters"]
         )
 
-    def train_step(self, x: np.ndarray, y: np.ndarray) -> dict:
+    def train_step(self, x: np.ndarray, y: np.ndarray, grad_accum: int = 1) -> dict:
         """One optimizer step on the batch ``x``, ``y``: both ``(B, T)`` int64.
+
+        With ``grad_accum = N`` the batch is run as N micro-batches of ``B / N`` rows,
+        one forward and backward each, before the one update: the gradient of the
+        whole batch's mean loss, ``sum_j (1/N) grad(mean loss of micro-batch j)``,
+        with the activations of ``B / N`` rows in memory at a time. Every backward
+        ADDS into ``p.grad`` (zeroed once, before the first), so accumulating takes
+        nothing but the ``1 / N`` on each micro-batch's loss gradient.
 
         Returns:
             ``{"loss": float, "lr": float, "grad_norm": float}``: the batch's
@@ -80,19 +88,25 @@ class NumpyBackend:
             gradient norm before clipping.
 
         Raises:
+            ValueError: ``grad_accum`` not a positive divisor of B.
             NonFiniteError: the loss or the gradient norm is NaN or infinite;
                 the weights and the optimizer are left as they were.
         """
         from numpy_impl.optim import clip_grad_norm_
 
+        micro_x, micro_y = _micro_batches(x, y, grad_accum)
         lr = self.current_lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
         self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
-        logits = self.model.forward(x)  # (B, T) -> (B, T, V)
-        loss = self.loss_fn.forward(logits, y)
-        self.model.backward(self.loss_fn.backward())  # fills every p.grad
+        losses = []
+        for xm, ym in zip(micro_x, micro_y, strict=True):
+            logits = self.model.forward(xm)  # (B/N, T) -> (B/N, T, V)
+            losses.append(self.loss_fn.forward(logits, ym))
+            dlogits = self.loss_fn.backward()  # of this micro-batch's mean loss
+            self.model.backward(dlogits / grad_accum if grad_accum > 1 else dlogits)  # adds
+        loss = float(np.mean(losses))
         params = self._params
         if self.train_config["grad_clip"] > 0:
             with np.errstate(invalid="ignore"):  # inf * 0 when the norm is inf: checked below
@@ -186,8 +200,14 @@ class NumpyBackend:
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int | None = None,
+        use_cache: bool = True,
     ) -> list[int]:
         """The ``max_new_tokens`` ids that follow ``prompt_ids`` (prompt excluded).
+
+        ``use_cache`` (the default): decode with the KV cache (chapter 12), one token
+        per forward after the prompt: at GPT-2's size (124M parameters, context 1024)
+        the difference between seconds and minutes. The tokens are those of the plain
+        loop (greedy: identical but for a near-tie's rounding).
 
         Raises:
             ValueError: empty prompt, invalid sampling settings.
@@ -202,6 +222,7 @@ class NumpyBackend:
             temperature=temperature,
             top_k=top_k,
             top_p=top_p,
+            use_cache=use_cache,
             rng=np.random.default_rng(seed),
         )
         return out[0, len(prompt_ids) :].tolist()

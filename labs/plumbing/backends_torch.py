@@ -13,6 +13,7 @@ import numpy as np
 
 from .backends import (
     ADAM_EPS,
+    AMP_DTYPES,
     NonFiniteError,
     _check_dtype,
     _check_state_dict,
@@ -29,7 +30,14 @@ class TorchBackend:
     softmax(QK^T/sqrt(d))V written out, as on the NumPy side), and ``device``
     (``"cpu"``, ``"cuda"``, ``"cuda:1"``...: where the model lives; the
     weights are drawn on the CPU first, so a seed gives the same start on any
-    device). Everything crossing the interface stays NumPy on the CPU.
+    device), and ``amp``: None (compute in ``dtype``), ``"bf16"`` or ``"fp16"``
+    (mixed precision: the forward and the loss under ``torch.autocast``, which runs
+    matrix products in the 16-bit type and keeps the weights, the reductions and the
+    optimizer in float32; with ``"fp16"``, whose range is narrow, a
+    ``torch.amp.GradScaler`` multiplies the loss before backward so that small
+    gradients do not round to zero, divides them back before clipping, and skips
+    the update, halving its scale, when a gradient overflowed). Everything crossing
+    the interface stays NumPy on the CPU.
 
     Threads: torch's default (one per core).
     """
@@ -44,6 +52,7 @@ class TorchBackend:
         dtype: str = "float32",
         attn_impl: str = "sdpa",
         device: str = "cpu",
+        amp: str | None = None,
     ):
         import torch
 
@@ -69,6 +78,34 @@ class TorchBackend:
         )
         self.step = 0
         self._ddp = None  # the DistributedDataParallel wrapper, once distribute() is called
+        if amp not in AMP_DTYPES:
+            raise ValueError(f"amp: expected one of {sorted(AMP_DTYPES, key=str)}, got {amp!r}")
+        if amp is not None and self.dtype != torch.float32:
+            raise ValueError(
+                f"amp: mixed precision keeps float32 weights; dtype is {dtype!r}, not 'float32'"
+            )
+        self.amp = amp
+        # fp16 only: bf16 has float32's range, so its gradients neither overflow nor vanish
+        self.scaler = torch.amp.GradScaler(self.device.type) if amp == "fp16" else None
+
+    def _autocast(self):
+        """``torch.autocast`` in the ``amp`` type, or nothing."""
+        import contextlib
+
+        if self.amp is None:
+            return contextlib.nullcontext()
+        dtype = getattr(self.torch, AMP_DTYPES[self.amp])
+        return self.torch.autocast(device_type=self.device.type, dtype=dtype)
+
+    def scaler_state(self) -> dict | None:
+        """The fp16 GradScaler's state (its scale and growth counter), JSON-ready; None
+        without one."""
+        return None if self.scaler is None else dict(self.scaler.state_dict())
+
+    def set_scaler_state(self, state: dict | None) -> None:
+        """Restore :meth:`scaler_state` (ignored without a GradScaler or a state)."""
+        if self.scaler is not None and state:
+            self.scaler.load_state_dict(state)
 
     def distribute(self) -> None:
         """Train under ``torch.distributed`` (the process group must be initialised,
@@ -96,26 +133,48 @@ class TorchBackend:
             self.step, tc["lr"], tc["min_lr"], tc["warmup_iters"], tc["lr_decay_iters"]
         )
 
-    def train_step(self, x: np.ndarray, y: np.ndarray) -> dict:
-        """As :meth:`NumpyBackend.train_step`."""
+    def train_step(self, x: np.ndarray, y: np.ndarray, grad_accum: int = 1) -> dict:
+        """As :meth:`NumpyBackend.train_step` (``grad_accum`` micro-batches, each loss
+        divided by ``grad_accum`` before its backward, which adds into ``.grad``). Under
+        DistributedDataParallel the gradients are averaged over the ranks once, at the
+        last micro-batch (``no_sync`` before it). With ``amp="fp16"`` a step whose
+        gradient overflowed is skipped by the GradScaler (``"skipped": True`` in the
+        result, the step still counted, as nanoGPT does)."""
+        import contextlib
+
         from torch_impl.optim import clip_grad_norm_
 
+        from .backends import _micro_batches
+
         torch = self.torch
-        x, y = torch.from_numpy(x).to(self.device), torch.from_numpy(y).to(self.device)
+        micro_x, micro_y = _micro_batches(x, y, grad_accum)
         lr = self.current_lr()
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         model = self.model if self._ddp is None else self._ddp
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        logits = model(x)  # (B, T) -> (B, T, V)
-        loss = self.loss_fn(logits, y)
-        loss.backward()  # autograd fills every p.grad (under DDP: averaged over the ranks)
-        loss_value = loss.detach().clone()
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for j, (xm, ym) in enumerate(zip(micro_x, micro_y, strict=True)):
+            xm, ym = self._tensor(xm), self._tensor(ym)
+            last = j == grad_accum - 1
+            sync = contextlib.nullcontext() if self._ddp is None or last else self._ddp.no_sync()
+            with sync:
+                with self._autocast():
+                    logits = model(xm)  # (B/N, T) -> (B/N, T, V)
+                    loss = self.loss_fn(logits, ym)
+                scaled = loss / grad_accum if grad_accum > 1 else loss
+                if self.scaler is not None:
+                    scaled = self.scaler.scale(scaled)
+                scaled.backward()  # adds into every p.grad (under DDP, averaged at the last)
+            loss_sum += loss.detach().double()
+        loss_value = loss_sum / grad_accum
         if self._ddp is not None:  # report the whole batch's loss: the mean of the ranks'
             torch.distributed.all_reduce(loss_value)
             loss_value /= torch.distributed.get_world_size()
         loss_value = float(loss_value)
+        if self.scaler is not None:
+            self.scaler.unscale_(self.optimizer)  # the true gradients, before clipping
         params = [p for p in self.model.parameters() if p.grad is not None]
 
         def norm_of_grads() -> float:
@@ -131,22 +190,29 @@ class TorchBackend:
                 grad_norm = norm_of_grads()  # the gradients are still unscaled
         else:
             grad_norm = norm_of_grads()
-        if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
+        overflowed = self.scaler is not None and math.isfinite(loss_value)
+        if not (math.isfinite(loss_value) and (math.isfinite(grad_norm) or overflowed)):
             named = (
                 (n, None if p.grad is None else p.grad.detach().cpu().numpy())
                 for n, p in self.model.named_parameters()
             )
             raise NonFiniteError(self.step, loss_value, grad_norm, _first_nonfinite(named))
-        self.optimizer.step()
+        stats = {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
+        if self.scaler is not None:
+            self.scaler.step(self.optimizer)  # skipped if a gradient is inf or NaN
+            self.scaler.update()  # scale halved after an overflow, doubled after 2000 good steps
+            stats["skipped"] = not math.isfinite(grad_norm)
+        else:
+            self.optimizer.step()
         self.step += 1
-        return {"loss": loss_value, "lr": lr, "grad_norm": grad_norm}
+        return stats
 
     def eval_loss(self, batches) -> float:
         """As :meth:`NumpyBackend.eval_loss`; no autograd graph is built."""
         torch = self.torch
         self.model.eval()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), self._autocast():
                 losses = [
                     float(self.loss_fn(self.model(self._tensor(x)), self._tensor(y)))
                     for x, y in batches
@@ -270,6 +336,7 @@ class TorchBackend:
         top_k: int | None = None,
         top_p: float | None = None,
         seed: int | None = None,
+        use_cache: bool = True,
     ) -> list[int]:
         """As :meth:`NumpyBackend.generate` (same seed, different random
         numbers: the two backends' generators differ)."""
@@ -290,6 +357,7 @@ class TorchBackend:
                 temperature=temperature,
                 top_k=top_k,
                 top_p=top_p,
+                use_cache=use_cache,
                 generator=generator,
             )
         return out[0, len(prompt_ids) :].tolist()

@@ -8,6 +8,7 @@ there. ``checkpoint.py`` builds its crash-safe save from these.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -91,3 +92,36 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+@contextlib.contextmanager
+def new_directory(path: str | os.PathLike):
+    """Create the directory ``path``, which must not exist, all at once or not at all.
+
+    Yields a hidden sibling (``.NAME.PID.partial``) to write into; when the block
+    ends without an error, its files are made durable and it is renamed to
+    ``path`` (one atomic rename), otherwise it is removed. Whatever happens,
+    ``path`` is either absent or complete, and an existing ``path`` is never
+    touched: a user's run or export cannot be overwritten.
+
+    Raises:
+        FileExistsError: ``path`` exists (checked before anything is written, and
+            again before the rename).
+    """
+    path = Path(path)
+    if path.exists() or path.is_symlink():
+        raise FileExistsError(f"{path} already exists (nothing was written; choose a new name)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+        _fsync_dir(tmp)
+        if path.exists() or path.is_symlink():  # appeared while we were writing
+            raise FileExistsError(f"{path} already exists (nothing was written)")
+        os.rename(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

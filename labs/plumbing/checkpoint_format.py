@@ -219,7 +219,7 @@ def _read_config(directory: Path) -> dict:
             raise CheckpointError(f"{path}: the {key!r} section is missing")
     step = document.get("step", 0)
     if type(step) is not int or step < 0:
-        raise CheckpointError(f"{path}: \"step\" must be an integer >= 0, got {step!r}")
+        raise CheckpointError(f'{path}: "step" must be an integer >= 0, got {step!r}')
     n_symbols = _vocabulary_size(document["tokenizer"])
     vocab_size = document["model"].get("vocab_size")
     if n_symbols is not None and n_symbols != vocab_size:

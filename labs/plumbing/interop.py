@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from numpy_impl.pretrained import check_keys
+
 
 def _get(config, name: str):
     """``config.name`` for a GPT2Config, ``config[name]`` for its ``to_dict()``."""
@@ -36,10 +38,4 @@ def _numpy(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def _check_keys(what: str, present: set[str], wanted: set[str]) -> None:
-    missing, unexpected = sorted(wanted - present), sorted(present - wanted)
-    if missing or unexpected:
-        raise ValueError(
-            f"{what}: missing keys {missing}, unexpected keys {unexpected} (does the config's "
-            "n_layers and tie_weights match the weights?)"
-        )
+_check_keys = check_keys  # numpy_impl/pretrained.py's: the same message for every format

@@ -26,6 +26,12 @@ The architectures agree when GPT-2's config asks for what this project
 builds: the tanh GELU (``activation_function="gelu_new"``, Hendrycks & Gimpel
 2016; GPT-2's default), LayerNorm epsilon 1e-5 (GPT-2's default), scores scaled
 by 1/sqrt(d_k) and no cross-attention. :func:`from_gpt2_config` refuses the rest.
+
+The renames and the transposes themselves are ``numpy_impl/pretrained.py``'s
+(chapter 17's exercise: nanoGPT's checkpoints use the same names without the
+transposes); this module adds the configs and the ``transformers`` models.
+:func:`gpt2_config_dict` writes the ``config.json`` of an export without
+``transformers`` (``labs/plumbing/hf_files.py``).
 """
 
 from __future__ import annotations
@@ -34,44 +40,31 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .interop import _check_keys, _get, _has, _numpy
+from numpy_impl import pretrained
 
-#: (our name, GPT-2's name without "transformer.", transposed?) for block N.
-_BLOCK_KEYS = (
-    ("ln1.weight", "ln_1.weight", False),
-    ("ln1.bias", "ln_1.bias", False),
-    ("attn.qkv_proj.weight", "attn.c_attn.weight", True),
-    ("attn.qkv_proj.bias", "attn.c_attn.bias", False),
-    ("attn.out_proj.weight", "attn.c_proj.weight", True),
-    ("attn.out_proj.bias", "attn.c_proj.bias", False),
-    ("ln2.weight", "ln_2.weight", False),
-    ("ln2.bias", "ln_2.bias", False),
-    ("ffn.fc1.weight", "mlp.c_fc.weight", True),
-    ("ffn.fc1.bias", "mlp.c_fc.bias", False),
-    ("ffn.fc2.weight", "mlp.c_proj.weight", True),
-    ("ffn.fc2.bias", "mlp.c_proj.bias", False),
-)
-#: Non-trainable buffers some transformers versions keep in GPT-2's state dict.
-_BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")
+from .interop import _get, _has, _numpy
+
 _GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
-
-
-def _key_table(n_layers: int, tied: bool) -> list[tuple[str, str, bool]]:
-    """(our key, GPT-2's key, transposed?) for every parameter."""
-    table = [
-        ("tok_emb.weight", "transformer.wte.weight", False),
-        ("pos_emb.weight", "transformer.wpe.weight", False),
-    ]
-    for n in range(n_layers):
-        table += [(f"blocks.{n}.{ours}", f"transformer.h.{n}.{theirs}", t) for ours, theirs, t in
-                  _BLOCK_KEYS]  # fmt: skip
-    table += [
-        ("ln_f.weight", "transformer.ln_f.weight", False),
-        ("ln_f.bias", "transformer.ln_f.bias", False),
-    ]
-    if not tied:
-        table.append(("head.weight", "lm_head.weight", False))
-    return table
+#: GPT2Config's defaults, for a config.json that leaves a field out (the hub's gpt2 has no
+#: tie_word_embeddings, for one).
+GPT2_DEFAULTS = {
+    "vocab_size": 50257,
+    "n_positions": 1024,
+    "n_embd": 768,
+    "n_layer": 12,
+    "n_head": 12,
+    "n_inner": None,
+    "activation_function": "gelu_new",
+    "resid_pdrop": 0.1,
+    "embd_pdrop": 0.1,
+    "attn_pdrop": 0.1,
+    "layer_norm_epsilon": 1e-5,
+    "scale_attn_weights": True,
+    "scale_attn_by_inverse_layer_idx": False,
+    "reorder_and_upcast_attn": False,
+    "add_cross_attention": False,
+    "tie_word_embeddings": True,
+}
 
 
 def from_gpt2_config(hf_config) -> dict:
@@ -90,6 +83,11 @@ def from_gpt2_config(hf_config) -> dict:
             layer-scaled attention scores, cross-attention, or three different
             dropout probabilities (this GPT has one).
     """
+    if isinstance(hf_config, Mapping):
+        model_type = hf_config.get("model_type", "gpt2")
+        if model_type != "gpt2":
+            raise ValueError(f"model_type: expected 'gpt2', got {model_type!r}")
+        hf_config = {**GPT2_DEFAULTS, **hf_config}
     activation = _get(hf_config, "activation_function")
     if activation not in _GELU:
         raise ValueError(
@@ -128,17 +126,15 @@ def from_gpt2_config(hf_config) -> dict:
     }
 
 
-def gpt2_config(model_config: dict):
-    """The ``transformers.GPT2Config`` of a model with these GPTConfig fields.
+def gpt2_config_dict(model_config: dict) -> dict:
+    """The ``config.json`` fields of a ``GPT2LMHeadModel`` with these GPTConfig fields
+    (``model_type`` and ``architectures`` included; no ``transformers`` needed).
 
     Raises:
-        ImportError: transformers is not installed (``pip install -e ".[interop]"``).
         ValueError: a model without biases (GPT-2 always has them), or one that is not
             GPT-2-style, naming the field (``pos_emb`` "learned", ``norm`` "layernorm",
             ``ffn`` "gelu", ``norm_position`` "pre" are needed).
     """
-    from transformers import GPT2Config
-
     if not model_config.get("bias", True):
         raise ValueError("bias: GPT-2 has biases everywhere; this model has none")
     # A post-norm model has exactly GPT-2's weights: without this check it would export
@@ -150,67 +146,74 @@ def gpt2_config(model_config: dict):
             raise ValueError(f"{name}: GPT-2 needs {wanted!r}, this model has {value!r}")
     gelu = model_config.get("gelu_approximate", "tanh")
     dropout = float(model_config.get("dropout", 0.0))
-    return GPT2Config(
-        vocab_size=model_config["vocab_size"],
-        n_positions=model_config.get("block_size", 64),
-        n_embd=model_config.get("d_model", 128),
-        n_layer=model_config.get("n_layers", 4),
-        n_head=model_config.get("n_heads", 4),
-        n_inner=model_config.get("d_ff"),
-        activation_function="gelu_new" if gelu == "tanh" else "gelu",
-        resid_pdrop=dropout,
-        embd_pdrop=dropout,
-        attn_pdrop=dropout,
-        layer_norm_epsilon=1e-5,
-        tie_word_embeddings=model_config.get("tie_weights", True),
-        bos_token_id=None,  # GPT-2's 50256 is its BPE's <|endoftext|>; a char vocabulary has none
-        eos_token_id=None,
-    )
+    return {
+        "model_type": "gpt2",
+        "architectures": ["GPT2LMHeadModel"],
+        "vocab_size": model_config["vocab_size"],
+        "n_positions": model_config.get("block_size", 64),
+        "n_embd": model_config.get("d_model", 128),
+        "n_layer": model_config.get("n_layers", 4),
+        "n_head": model_config.get("n_heads", 4),
+        "n_inner": model_config.get("d_ff"),
+        "activation_function": "gelu_new" if gelu == "tanh" else "gelu",
+        "resid_pdrop": dropout,
+        "embd_pdrop": dropout,
+        "attn_pdrop": dropout,
+        "layer_norm_epsilon": 1e-5,
+        "initializer_range": 0.02,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+        "tie_word_embeddings": model_config.get("tie_weights", True),
+        # GPT-2's 50256 is its BPE's <|endoftext|>; a char vocabulary has none
+        "bos_token_id": None,
+        "eos_token_id": None,
+    }
+
+
+def gpt2_config(model_config: dict):
+    """The ``transformers.GPT2Config`` of a model with these GPTConfig fields
+    (:func:`gpt2_config_dict`'s fields).
+
+    Raises:
+        ImportError: transformers is not installed (``pip install -e ".[interop]"``).
+        ValueError: as :func:`gpt2_config_dict`.
+    """
+    from transformers import GPT2Config
+
+    fields = gpt2_config_dict(model_config)
+    del fields["model_type"], fields["architectures"]
+    return GPT2Config(**fields)
+
+
+def _shape_args(model_config: dict) -> dict:
+    return {
+        "n_layers": model_config.get("n_layers", 4),
+        "tied": model_config.get("tie_weights", True),
+        "bias": model_config.get("bias", True),
+    }
 
 
 def from_gpt2_state(hf_state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
     """GPT-2's state dict (``GPT2LMHeadModel.state_dict()``, torch tensors or
-    arrays) as this project's state dict.
-
-    The four Conv1D weights are transposed here, from GPT-2's ``(in, out)`` to
-    ``nn.Linear``'s ``(out, in)``; the rest is renamed only. With tied weights,
-    ``head.weight`` is the ``tok_emb.weight`` array, as a state dict lists it.
+    arrays) as this project's state dict: :func:`numpy_impl.pretrained.from_gpt2_state`
+    (the four Conv1D weights transposed from ``(in, out)`` to ``(out, in)``, the rest
+    renamed; with tied weights, ``head.weight`` is the ``tok_emb.weight`` array).
 
     Raises:
         ValueError: keys missing or unexpected (all listed; GPT-2's causal-mask
             buffers are ignored).
     """
-    tied = model_config.get("tie_weights", True)
-    table = _key_table(model_config.get("n_layers", 4), tied)
-    wanted = {theirs for _, theirs, _ in table}
-    present = {k for k in hf_state if not k.endswith(_BUFFER_SUFFIXES)}
-    if tied:
-        present.discard("lm_head.weight")  # the same tensor as wte
-    _check_keys("GPT-2 state dict", present, wanted)
-    state = {}
-    for ours, theirs, transposed in table:
-        array = _numpy(hf_state[theirs])
-        state[ours] = np.ascontiguousarray(array.T if transposed else array)
-    if tied:
-        state["head.weight"] = state["tok_emb.weight"]
-    return state
+    arrays = {k: _numpy(v) for k, v in hf_state.items()}
+    return pretrained.from_gpt2_state(arrays, **_shape_args(model_config))
 
 
 def to_gpt2_state(state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
     """The inverse of :func:`from_gpt2_state`: this project's state dict as
     GPT-2's (Conv1D weights transposed back to ``(in, out)``; with tied
     weights ``lm_head.weight`` is ``transformer.wte.weight``)."""
-    tied = model_config.get("tie_weights", True)
-    table = _key_table(model_config.get("n_layers", 4), tied)
-    wanted = {ours for ours, _, _ in table}
-    _check_keys("state dict", set(state) - ({"head.weight"} if tied else set()), wanted)
-    hf_state = {}
-    for ours, theirs, transposed in table:
-        array = _numpy(state[ours])
-        hf_state[theirs] = np.ascontiguousarray(array.T if transposed else array)
-    if tied:
-        hf_state["lm_head.weight"] = hf_state["transformer.wte.weight"]
-    return hf_state
+    arrays = {k: _numpy(v) for k, v in state.items()}
+    return pretrained.to_gpt2_state(arrays, **_shape_args(model_config))
 
 
 def from_gpt2(hf_model) -> tuple[dict, dict[str, np.ndarray]]:
@@ -248,7 +251,7 @@ def to_gpt2(model_config: dict, state: Mapping, dtype=None):
     tensors = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in hf_state.items()}
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     # only the causal-mask buffers may be left to the model's own values
-    missing = [k for k in missing if not k.endswith(_BUFFER_SUFFIXES)]
+    missing = [k for k in missing if not k.endswith(pretrained.BUFFER_SUFFIXES)]
     if missing or unexpected:
         raise ValueError(f"GPT-2 model: missing keys {missing}, unexpected keys {unexpected}")
     if model_config.get("tie_weights", True):

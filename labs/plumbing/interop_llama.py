@@ -64,6 +64,24 @@ _LLAMA_ARCH = {
     "norm_position": "pre",
 }
 _RMS_NORM_EPS = 1e-5  # numpy_impl/torch_impl RMSNorm's eps, which GPTConfig does not change
+#: LlamaConfig's defaults, for a config.json that leaves a field out.
+LLAMA_DEFAULTS = {
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 11008,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": None,
+    "hidden_act": "silu",
+    "max_position_embeddings": 2048,
+    "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "mlp_bias": False,
+    "pretraining_tp": 1,
+    "head_dim": None,
+}
 
 
 def _llama_key_table(n_layers: int, tied: bool) -> list[tuple[str, str]]:
@@ -132,6 +150,13 @@ def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
     """
     if rope_layout not in ("interleaved", "half"):
         raise ValueError(f"rope_layout: expected 'interleaved' or 'half', got {rope_layout!r}")
+    if isinstance(hf_config, Mapping):  # a config.json: LlamaConfig's defaults where silent
+        model_type = hf_config.get("model_type", "llama")
+        if model_type != "llama":
+            raise ValueError(f"model_type: expected 'llama', got {model_type!r}")
+        hf_config = {**LLAMA_DEFAULTS, **hf_config}
+        if not hf_config.get("rope_parameters") and "rope_theta" not in hf_config:
+            hf_config["rope_theta"] = 10000.0
     d_model = int(_get(hf_config, "hidden_size"))
     n_heads = int(_get(hf_config, "num_attention_heads"))
     kv_heads = _optional(hf_config, "num_key_value_heads")
@@ -179,20 +204,18 @@ def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
     }
 
 
-def llama_config(model_config: dict):
-    """The ``transformers.LlamaConfig`` of a model with these GPTConfig fields.
+def llama_config_dict(model_config: dict) -> dict:
+    """The ``config.json`` fields of a ``LlamaForCausalLM`` with these GPTConfig fields
+    (``model_type`` and ``architectures`` included; no ``transformers`` needed).
 
     ``dropout`` is not carried: Llama's config has an attention dropout only, and
     the exported model is for inference (its dropout is off in eval mode anyway).
 
     Raises:
-        ImportError: transformers is not installed (``pip install -e ".[interop]"``).
         ValueError: a model that is not Llama-style, naming the field (``pos_emb``
             "rope", ``norm`` "rmsnorm", ``ffn`` "swiglu", ``bias`` False and
             ``norm_position`` "pre" are needed).
     """
-    from transformers import LlamaConfig
-
     from numpy_impl.ffn import swiglu_hidden_dim
 
     defaults = {"pos_emb": "learned", "norm": "layernorm", "ffn": "gelu", "bias": True,
@@ -203,25 +226,49 @@ def llama_config(model_config: dict):
             raise ValueError(f"{name}: a Llama needs {wanted!r}, this model has {value!r}")
     d_model = model_config.get("d_model", 128)
     d_ff = model_config.get("d_ff")
-    return LlamaConfig(
-        vocab_size=model_config["vocab_size"],
-        hidden_size=d_model,
-        intermediate_size=swiglu_hidden_dim(d_model) if d_ff is None else d_ff,
-        num_hidden_layers=model_config.get("n_layers", 4),
-        num_attention_heads=model_config.get("n_heads", 4),
-        num_key_value_heads=model_config.get("n_heads", 4),
-        max_position_embeddings=model_config.get("block_size", 64),
-        rms_norm_eps=_RMS_NORM_EPS,
-        rope_theta=float(model_config.get("rope_base", 10000.0)),
-        hidden_act="silu",
-        attention_bias=False,
-        mlp_bias=False,
-        attention_dropout=0.0,
-        tie_word_embeddings=model_config.get("tie_weights", True),
-        bos_token_id=None,  # Llama's 1 and 2 are its SentencePiece ids; a char vocabulary has none
-        eos_token_id=None,
-        pad_token_id=None,
-    )
+    rope_base = float(model_config.get("rope_base", 10000.0))
+    return {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "vocab_size": model_config["vocab_size"],
+        "hidden_size": d_model,
+        "intermediate_size": swiglu_hidden_dim(d_model) if d_ff is None else d_ff,
+        "num_hidden_layers": model_config.get("n_layers", 4),
+        "num_attention_heads": model_config.get("n_heads", 4),
+        "num_key_value_heads": model_config.get("n_heads", 4),
+        "max_position_embeddings": model_config.get("block_size", 64),
+        "rms_norm_eps": _RMS_NORM_EPS,
+        "rope_theta": rope_base,  # transformers 4.x; 5.x reads rope_parameters (and this)
+        "rope_scaling": None,
+        "rope_parameters": {"rope_type": "default", "rope_theta": rope_base},
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "attention_dropout": 0.0,
+        "pretraining_tp": 1,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": model_config.get("tie_weights", True),
+        # Llama's 1 and 2 are its SentencePiece ids; a char vocabulary has none
+        "bos_token_id": None,
+        "eos_token_id": None,
+        "pad_token_id": None,
+    }
+
+
+def llama_config(model_config: dict):
+    """The ``transformers.LlamaConfig`` of a model with these GPTConfig fields
+    (:func:`llama_config_dict`'s fields).
+
+    Raises:
+        ImportError: transformers is not installed (``pip install -e ".[interop]"``).
+        ValueError: as :func:`llama_config_dict`.
+    """
+    from transformers import LlamaConfig
+
+    fields = llama_config_dict(model_config)
+    for name in ("model_type", "architectures", "rope_scaling", "rope_parameters"):
+        del fields[name]
+    return LlamaConfig(**fields)
 
 
 def _permute_qk(qkv: np.ndarray, model_config: dict, from_layout: str, to_layout: str):

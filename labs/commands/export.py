@@ -1,0 +1,53 @@
+"""``python -m labs export RUN --to hf --out DIR``: a checkpoint as a Hugging Face directory.
+
+DIR gets ``config.json`` (``model_type`` "gpt2" or "llama", as the model's config
+says), ``model.safetensors``, ``tokenizer.json`` and ``tokenizer_config.json``, so that
+``transformers``' ``AutoModelForCausalLM.from_pretrained(DIR)`` and
+``AutoTokenizer.from_pretrained(DIR)`` load them. What the architecture cannot
+express is refused, the field named. DIR must not exist; it is written all at once.
+The code: ``labs/plumbing/exporting.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .. import UserError
+from ..plumbing.exporting import TARGETS, export_run
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``export`` command's options."""
+    p.add_argument("run", metavar="RUN", help="a checkpoint directory (train's --out, import's)")
+    p.add_argument("--to", choices=TARGETS, required=True, help="the format: hf, Hugging Face's")
+    p.add_argument("--out", metavar="DIR", required=True, help="the new directory")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Export; print what was written.
+
+    Raises:
+        UserError: DIR exists, RUN unusable, or a model HF cannot express (the field named).
+    """
+    try:
+        out, hf_config, notes = export_run(args.run, args.out, args.to)
+    except FileExistsError as e:
+        raise UserError(f"--out {e}") from e
+    except (OSError, ValueError) as e:
+        raise UserError(_naming(args.run, e)) from e
+    for note in notes:
+        print(f"note: {note}")
+    arch = hf_config["architectures"][0]
+    print(f"wrote {out}/ ({arch}: config.json, model.safetensors, tokenizer.json)")
+    print(
+        "load it with: AutoModelForCausalLM.from_pretrained(DIR), "
+        "AutoTokenizer.from_pretrained(DIR)  (pip install transformers)"
+    )
+    return 0
+
+
+def _naming(source: str, error: Exception) -> str:
+    """The error's message, with ``source`` in front unless it names a path already."""
+    message = str(error)
+    return message if str(Path(source)) in message else f"{source}: {message}"
