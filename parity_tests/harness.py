@@ -33,6 +33,18 @@ def tensor(x: np.ndarray, requires_grad: bool = False) -> torch.Tensor:
     return t.requires_grad_(requires_grad)
 
 
+def to_torch(value):
+    """A NumPy array -> a torch copy of it; anything else (None, an int, a bool) unchanged."""
+    return tensor(value) if isinstance(value, np.ndarray) else value
+
+
+def as_tuple(value) -> tuple:
+    """A forward's or backward's result as a tuple: ``None`` -> ``()``, one array -> ``(a,)``."""
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, tuple) else (value,)
+
+
 @torch.no_grad()
 def randomize_(module, rng: SeededRng):
     """Overwrite every parameter of ``module`` (torch or NumPy) with bounded random values.
@@ -73,6 +85,15 @@ def copy_weights(torch_module: torch.nn.Module, numpy_module) -> None:
     )
 
 
+def twins(numpy_cls, torch_cls, *args, rng: SeededRng, **kwargs):
+    """``numpy_cls(*args, **kwargs)`` and ``torch_cls(...)`` in float64 with the same random
+    weights (drawn for torch, copied to NumPy)."""
+    torch_module = randomize_(torch_cls(*args, **kwargs, dtype=torch.float64), rng)
+    numpy_module = numpy_cls(*args, **kwargs, dtype=np.float64)
+    copy_weights(torch_module, numpy_module)
+    return numpy_module, torch_module
+
+
 @torch.no_grad()
 def copy_weights_to_torch(numpy_module, torch_module: torch.nn.Module) -> None:
     """The other direction: NumPy weights into the torch twin, through the state dict."""
@@ -92,7 +113,7 @@ def torch_grad(p: torch.Tensor) -> np.ndarray:
 
 
 def assert_param_grads_close(
-    numpy_module, torch_module: torch.nn.Module, dtype, what: str = "", subtract=None
+    numpy_module, torch_module: torch.nn.Module, dtype, what: str = "", subtract=None, hints=None
 ) -> None:
     """Every parameter's gradient, by name: NumPy ``.grad`` vs torch ``.grad``.
 
@@ -100,16 +121,22 @@ def assert_param_grads_close(
         what: context appended to each name, e.g. ``"GPT, tied"``.
         subtract: ``{name: array}`` to subtract from the NumPy gradients first
             (what was in ``.grad`` before the backward, to test accumulation).
+        hints: ``{name: hints}``: what a wrong gradient of that parameter looks
+            like (see tolerances.assert_close).
     """
     own = dict(numpy_module.named_parameters())
     suffix = f" ({what})" if what else ""
     for name, p in torch_module.named_parameters():
-        got, expected, hints = own[name].grad, torch_grad(p), None
+        got, expected = own[name].grad, torch_grad(p)
+        param_hints = (hints or {}).get(name)
         if subtract is not None:
             got = got - subtract[name]
             # `.grad = g` instead of `.grad += g` leaves g - prior after the subtraction
-            hints = {ASSIGNED_NOT_ACCUMULATED: expected - subtract[name]}
-        assert_close(f"grad of {name}{suffix}", got, expected, dtype, hints=hints)
+            param_hints = {
+                **(param_hints or {}),
+                ASSIGNED_NOT_ACCUMULATED: expected - subtract[name],
+            }
+        assert_close(f"grad of {name}{suffix}", got, expected, dtype, hints=param_hints)
 
 
 def assert_unchanged(name: str, before: np.ndarray, after: np.ndarray) -> None:
@@ -136,7 +163,8 @@ def finite_difference_check(
     ``sum(dout * (f(x + h e_i) - f(x - h e_i))) / 2h`` (a vector-Jacobian product
     with a random ``dout``: a plain ``sum`` would hide transposes) is compared
     with ``analytic[i]``, the hand-written backward's gradient. ``array`` is
-    restored exactly afterwards.
+    restored exactly afterwards. A forward with several outputs returns a tuple,
+    and ``dout`` is then the tuple of their upstream gradients (the products add up).
 
     Returns:
         the fraction of the FINITE_DIFF tolerance used by the worst coordinate.
@@ -147,16 +175,23 @@ def finite_difference_check(
     )
     flat = array.reshape(-1)  # a view: writes reach the module
     assert np.shares_memory(flat, array)
+    douts = dout if isinstance(dout, tuple) else (dout,)
+
+    def outputs() -> list[np.ndarray]:  # copies: outputs may be views
+        return [np.array(o, dtype=np.float64, copy=True) for o in as_tuple(forward())]
+
     chosen = np.sort(rng.choice(array.size, n_coords))
     numeric = np.empty(len(chosen))
     for j, i in enumerate(chosen):
         original = flat[i]
         flat[i] = original + h
-        plus = np.array(forward(), dtype=np.float64, copy=True)  # copy: outputs may be views
+        plus = outputs()
         flat[i] = original - h
-        minus = np.array(forward(), dtype=np.float64, copy=True)
+        minus = outputs()
         flat[i] = original
-        numeric[j] = np.sum(dout * (plus - minus)) / (2.0 * h)
+        numeric[j] = sum(
+            np.sum(d * (p - m)) for d, p, m in zip(douts, plus, minus, strict=True)
+        ) / (2.0 * h)
     where = ", ".join(
         str(tuple(int(j) for j in np.unravel_index(i, array.shape))) for i in chosen[:4]
     )

@@ -97,6 +97,90 @@ def gpt_configs(draw, max_layers: int = 2, min_width: int = 1, **fixed) -> dict:
     return config
 
 
+# -- attention problems and masks (chapters 03, 12, 15, 16) ---------------------------------
+#: The masks ``scaled_dot_product_attention`` and ``flash_attention`` accept: none, causal
+#: (top-left aligned), boolean (True = may attend) without and with fully masked query
+#: rows, additive float, and key padding ``(B, 1, 1, T_k)``.
+ATTENTION_MASKS = ("none", "causal", "bool", "bool_fully_masked_rows", "float", "key_padding")
+
+
+@st.composite
+def attention_problems(draw) -> dict:
+    """Shapes and a scale; T_q and T_k differ in general (cross-attention shapes)."""
+    return {
+        "B": draw(batch_sizes),
+        "H": draw(n_heads),
+        "Tq": draw(lengths),
+        "Tk": draw(lengths),
+        "d_k": draw(head_dims),
+        "d_v": draw(head_dims),
+        "scale": draw(st.one_of(st.none(), st.floats(0.1, 2.0))),
+        # the mask's shape: it broadcasts against (B, H, Tq, Tk)
+        "mask_shape": draw(
+            st.sampled_from(["(Tq,Tk)", "(B,1,Tq,Tk)", "(B,H,Tq,Tk)", "(1,H,1,Tk)"])
+        ),
+    }
+
+
+tiles = st.integers(1, 11)  # FlashAttention's tile lengths; T is 1..9: smaller, equal, larger
+
+
+def attention_inputs(p: dict, mask_kind: str, rng: SeededRng, dtype, d_v: int | None = None):
+    """q, k, v and the mask of ``mask_kind`` (one of ATTENTION_MASKS) for an
+    :func:`attention_problems` draw; ``d_v`` overrides the drawn value width."""
+    B, H, Tq, Tk = p["B"], p["H"], p["Tq"], p["Tk"]
+    q = rng.uniform((B, H, Tq, p["d_k"]), dtype, bound=2.0)
+    k = rng.uniform((B, H, Tk, p["d_k"]), dtype, bound=2.0)
+    v = rng.uniform((B, H, Tk, d_v or p["d_v"]), dtype, bound=2.0)
+    shape = {
+        "(Tq,Tk)": (Tq, Tk),
+        "(B,1,Tq,Tk)": (B, 1, Tq, Tk),
+        "(B,H,Tq,Tk)": (B, H, Tq, Tk),
+        "(1,H,1,Tk)": (1, H, 1, Tk),
+    }[p["mask_shape"]]
+    mask = None
+    if mask_kind in ("bool", "bool_fully_masked_rows"):
+        mask = rng.mask(shape, p_true=0.7)
+        mask[..., 0] = True  # every query sees at least one key ...
+        if mask_kind == "bool_fully_masked_rows":  # ... except these, which see none
+            rows = rng.choice(shape[-2], max(1, shape[-2] // 2))
+            mask[..., rows, :] = False
+    elif mask_kind == "float":
+        mask = rng.uniform(shape, dtype, bound=2.0)
+        mask[rng.mask(shape, p_true=0.2)] = -np.inf  # some forbidden pairs, never a whole row
+        mask[..., 0] = 0.0
+    elif mask_kind == "key_padding":  # (B, 1, 1, T_k): the last keys of some rows are padding
+        n_real = rng.gen.integers(1, Tk + 1, B)
+        mask = (np.arange(Tk)[None, :] < n_real[:, None])[:, None, None, :]
+    return q, k, v, mask
+
+
+def fully_masked_queries(mask: np.ndarray | None, out_shape) -> np.ndarray:
+    """Bool ``(B, H, Tq, 1)``: queries with no key to attend to."""
+    if mask is None or mask.dtype != np.bool_:
+        return np.zeros((*out_shape[:-1], 1), dtype=bool)
+    dead = ~mask.any(axis=-1, keepdims=True)
+    return np.broadcast_to(dead, (*out_shape[:-1], 1))
+
+
+def padding_mask(rng: SeededRng, B: int, T: int, kind: str = "random") -> np.ndarray:
+    """Bool ``(B, T)``, True = real token.
+
+    ``"suffix"``: each row a random length 0..T of real tokens, then padding (row 0
+    full, and with B > 1 the last row all padding). ``"random"``: anywhere, with
+    row 0 full and, with B > 1, the last row all padding.
+    """
+    if kind == "suffix":
+        n_real = rng.gen.integers(0, T + 1, B)
+        mask = np.arange(T)[None, :] < n_real[:, None]
+    else:
+        mask = rng.mask((B, T), p_true=0.6)
+    mask[0] = True
+    if B > 1:
+        mask[-1] = False
+    return mask
+
+
 # -- the Llama-style options (chapters 13 and 14) ------------------------------------------
 rope_layouts = st.sampled_from(["interleaved", "half"])
 
@@ -118,6 +202,31 @@ def block_options(draw) -> dict:
         "norm_position": draw(st.sampled_from(["pre", "post"])),
         "rope": draw(st.one_of(st.none(), rope_layouts)),
     }
+
+
+@st.composite
+def gpt_option_configs(draw, **fixed) -> dict:
+    """GPTConfig fields with the options of chapters 13 and 14 drawn too (even head dims,
+    for RoPE): RoPE or learned positions, LayerNorm or RMSNorm, GELU/ReLU/SwiGLU, pre- or
+    post-norm, with or without biases and tied head."""
+    h, c = draw(even_heads_and_width())
+    options = draw(block_options())
+    rope = options.pop("rope")
+    config = {
+        "vocab_size": draw(vocab_sizes),
+        "block_size": draw(st.integers(9, 12)),
+        "n_layers": draw(st.integers(1, 2)),
+        "n_heads": h,
+        "d_model": c,
+        "d_ff": draw(st.one_of(st.none(), st.integers(1, 12))),
+        "bias": draw(st.booleans()),
+        "tie_weights": draw(st.booleans()),
+        "pos_emb": "learned" if rope is None else "rope",
+        "rope_layout": rope or "interleaved",
+        **options,
+    }
+    config.update(fixed)
+    return config
 
 
 # -- text, for the tokenizers (chapter 11) ------------------------------------------------

@@ -57,7 +57,7 @@ def plain_twins() -> tuple[NT.BPETokenizer, TT.BPETokenizer]:
     return ours, TT.BPETokenizer(ours.vocab, ours.merges, ours.special_tokens, pattern=None)
 
 
-# -- fixed cases (from the issue) ---------------------------------------------------------
+# -- fixed cases: where GPT-2's pre-tokenization splits in surprising places ---------------
 @pytest.mark.parametrize(
     ("text", "pieces"),
     [

@@ -129,19 +129,25 @@ FENCES = {
 }
 
 #: chapter -> the test files its marker selects from: the files that test its functions.
+#: test_components.py runs the registry (registry.py), so it serves every chapter with a backward.
 TEST_FILES = {
     "01": {"test_labs.py", "test_tokenizer.py"},
     "02": {"test_bad_inputs.py", "test_components.py", "test_embedding.py"},
-    "03": {"test_attention.py", "test_bad_inputs.py", "test_gpu.py"},
+    "03": {"test_bad_inputs.py", "test_components.py", "test_gpu.py"},
     "04": {"test_bad_inputs.py", "test_components.py"},
     "05": {"test_bad_inputs.py", "test_components.py"},
     "06": {"test_bad_inputs.py", "test_components.py", "test_dropout.py"},
     "07": {"test_bad_inputs.py", "test_components.py"},
-    "08": {"test_bad_inputs.py", "test_gpt.py"},
-    "09": {"test_bad_inputs.py", "test_loss.py", "test_training.py"},
+    "08": {"test_bad_inputs.py", "test_components.py", "test_gpt.py"},
+    "09": {"test_bad_inputs.py", "test_components.py", "test_loss.py", "test_training.py"},
     "10": {"test_bad_inputs.py", "test_sampling.py"},
     "11": {"test_bad_inputs.py", "test_bpe.py"},
-    "12": {"test_bad_inputs.py", "test_flash_attention.py", "test_kv_cache.py"},
+    "12": {
+        "test_bad_inputs.py",
+        "test_components.py",
+        "test_flash_attention.py",
+        "test_kv_cache.py",
+    },
     "13": {
         "test_bad_inputs.py",
         "test_components.py",
@@ -150,8 +156,8 @@ TEST_FILES = {
         "test_rope.py",
     },
     "14": {"test_bad_inputs.py", "test_components.py", "test_llama.py", "test_norms_ffn.py"},
-    "15": {"test_bad_inputs.py", "test_encoder.py", "test_masks.py"},
-    "16": {"test_bad_inputs.py", "test_seq2seq.py"},
+    "15": {"test_bad_inputs.py", "test_components.py", "test_encoder.py", "test_masks.py"},
+    "16": {"test_bad_inputs.py", "test_components.py", "test_seq2seq.py"},
     "17": {"test_pretrained.py"},
 }
 WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09", "13", "14", "15", "16"]
@@ -567,13 +573,13 @@ def test_assert_close_recognises_the_usual_mistakes():
 
 @pytest.mark.usefixtures("private_reached")
 def test_softmax_over_the_wrong_axis_is_recognised():
-    from parity_tests.test_attention import attention_hints, attention_variant
+    from parity_tests.hints import sdpa_hints, sdpa_variant
 
     rng = np.random.default_rng(1)
     q, k, v = (rng.normal(size=(2, 1, 3, 4)) for _ in range(3))
-    right = attention_variant(q, k, v, None, True, None)
-    wrong = attention_variant(q, k, v, None, True, None, axis=-2)
-    hint = hint_of(wrong, right, hints=attention_hints(q, k, v, None, True, None))
+    right = sdpa_variant(q, k, v, None, True, None)
+    wrong = sdpa_variant(q, k, v, None, True, None, axis=-2)
+    hint = hint_of(wrong, right, hints=sdpa_hints(q, k, v, None, True, None))
     assert hint.startswith("wrong softmax axis")
 
 

@@ -1,5 +1,5 @@
-"""FlashAttention: the tiled NumPy version against explicit attention, torch's fused kernels,
-and central differences; and its memory growing with T, not T^2.
+"""FlashAttention: the tiled NumPy version against the explicit one; its memory growing with
+T, not T^2.
 
 ``numpy_impl.flash_attention`` computes softmax(q k^T * scale + mask) v one
 ``(tile_q, tile_k)`` block at a time with the online softmax (Dao et al. 2022,
@@ -7,11 +7,12 @@ Algorithm 1) and recomputes the blocks in its backward (Algorithm 4). It must be
 the same function as the explicit ``numpy_impl.scaled_dot_product_attention``
 for every mask the latter accepts (none, causal, boolean with fully masked
 rows, key padding, additive float), for tile lengths that do not divide T and
-for T_q != T_k: float64 within FLOAT64 (1e-10 relative; reached ~1e-15).
-Against torch it is compared with ``torch_impl.flash_attention``
-(``F.scaled_dot_product_attention``), with each CPU kernel forced in turn
-(``use_sdpa_backend``: PyTorch's choice, its C++ "math" reference, its CPU flash
-kernel), outputs and every gradient.
+for T_q != T_k: float64 within FLOAT64 (1e-10 relative; reached ~1e-15), and
+float32. Against torch, and against central differences, it is the registry's
+``flash_attention[...]`` entries (registry.py, run by test_components.py):
+``torch_impl.flash_attention`` (``F.scaled_dot_product_attention``) with each CPU
+kernel forced in turn (``use_sdpa_backend``: PyTorch's choice, its C++ "math"
+reference, its CPU flash kernel), outputs and every gradient.
 """
 
 from __future__ import annotations
@@ -20,71 +21,36 @@ import tracemalloc
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
 import numpy_impl as N
-import torch_impl as T
-from parity_tests.harness import assert_unchanged, finite_difference_check, tensor
-from parity_tests.strategies import DTYPES, SeededRng, rngs
-from parity_tests.test_attention import attention_problems, fully_masked_queries, make_problem
+from parity_tests.harness import assert_unchanged
+from parity_tests.hints import online_softmax_hints
+from parity_tests.strategies import (
+    ATTENTION_MASKS,
+    DTYPES,
+    SeededRng,
+    attention_inputs,
+    attention_problems,
+    fully_masked_queries,
+    rngs,
+    tiles,
+)
 from parity_tests.tolerances import assert_close
 
 pytestmark = pytest.mark.ch12
 
-MASK_KINDS = ["none", "causal", "bool", "bool_fully_masked_rows", "float", "key_padding"]
+MASK_KINDS = list(ATTENTION_MASKS)
 FLOAT_DTYPES = [pytest.param(dt, id=np.dtype(dt).name) for dt in DTYPES]
-#: torch kernels that run on CPU: "auto" is PyTorch's own choice.
-CPU_SDPA_BACKENDS = ["auto", "math", "flash"]
-tiles = st.integers(1, 11)  # lengths are 1..9: tiles smaller, equal and larger than T
 
 
 def flash_problem(data, mask_kind: str, rng: SeededRng, dtype):
     """q, k, v, mask, is_causal, scale and two tile lengths, drawn."""
-    kind = "bool" if mask_kind == "key_padding" else mask_kind
-    p = data.draw(attention_problems(kind), label="problem")
-    q, k, v, mask = make_problem(p, kind, rng, dtype)
-    if mask_kind == "key_padding":  # (B, 1, 1, T_k): the last keys of some rows are padding
-        B, Tk = q.shape[0], k.shape[-2]
-        lengths = rng.gen.integers(1, Tk + 1, B)
-        mask = (np.arange(Tk)[None, :] < lengths[:, None])[:, None, None, :]
+    p = data.draw(attention_problems(), label="problem")
+    q, k, v, mask = attention_inputs(p, mask_kind, rng, dtype)
     tile_q, tile_k = data.draw(tiles, label="tile_q"), data.draw(tiles, label="tile_k")
     return q, k, v, mask, mask_kind == "causal", p["scale"], tile_q, tile_k
-
-
-def online_softmax_variant(q, k, v, scale, tile_k: int, mistake: str) -> np.ndarray:
-    """Unmasked tiled attention with one classic online-softmax mistake, for hints."""
-    scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
-    m = np.full((*q.shape[:-1], 1), -np.inf)
-    l, acc = np.zeros_like(m), np.zeros((*q.shape[:-1], v.shape[-1]))
-    for c0 in range(0, k.shape[-2], tile_k):
-        s = (q * scale) @ np.swapaxes(k[..., c0 : c0 + tile_k, :], -1, -2)
-        m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
-        alpha = 1.0 if mistake == "no_rescale" else np.exp(m - m_new)
-        p = np.exp(s - m_new)
-        if mistake == "overwrite":
-            l, acc = p.sum(axis=-1, keepdims=True), p @ v[..., c0 : c0 + tile_k, :]
-        else:
-            l = alpha * l + p.sum(axis=-1, keepdims=True)
-            acc = alpha * acc + p @ v[..., c0 : c0 + tile_k, :]
-        m = m_new
-    return acc / l
-
-
-def online_softmax_hints(q, k, v, mask, is_causal, scale, tile_k) -> dict:
-    """What a flash output looks like after the usual online-softmax mistakes (no mask)."""
-    if mask is not None or is_causal or k.shape[-2] <= tile_k:
-        return {}
-    args = (q, k, v, scale, tile_k)
-    return {
-        "the old sums are not rescaled: multiply l and acc by alpha = exp(m - m_new) "
-        "before adding the new tile": lambda: online_softmax_variant(*args, "no_rescale"),
-        "only the last key tile counts: accumulate l and acc over the tiles "
-        "(l = alpha l + ..., acc = alpha acc + ...), do not overwrite them": lambda: (
-            online_softmax_variant(*args, "overwrite")
-        ),
-    }
 
 
 @pytest.mark.parametrize("mask_kind", MASK_KINDS)
@@ -115,54 +81,6 @@ def test_flash_matches_explicit_attention(mask_kind, dtype, data, rng: SeededRng
         assert np.all(np.where(dead, dq, 0.0) == 0.0), f"{what}: dq of a dead query is not 0"
     for name, b, a in zip("qkv", before, (q, k, v), strict=True):
         assert_unchanged(f"{name} given to flash_attention", b, a)
-
-
-@pytest.mark.parametrize("sdpa_backend", CPU_SDPA_BACKENDS)
-@pytest.mark.parametrize("mask_kind", MASK_KINDS)
-@given(data=st.data(), rng=rngs)
-def test_flash_parity_with_torch_fused_kernels(sdpa_backend, mask_kind, data, rng: SeededRng):
-    """NumPy flash vs torch's F.scaled_dot_product_attention with a forced CPU kernel (float64),
-    and torch's explicit formula vs the same kernel: fused = explicit = NumPy-flash."""
-    q, k, v, mask, is_causal, scale, tile_q, tile_k = flash_problem(
-        data, mask_kind, rng, np.float64
-    )
-    if sdpa_backend == "flash" and v.shape[-1] != q.shape[-1]:  # the CPU kernel needs d_v == d_k
-        v = rng.uniform((*v.shape[:-1], q.shape[-1]), bound=2.0)
-    what = f"flash_attention[mask={mask_kind}] vs torch sdpa_backend={sdpa_backend}"
-    out, cache = N.flash_attention(q, k, v, mask, is_causal, scale, tile_q, tile_k)
-    mask_t = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask))
-    qt, kt, vt = (tensor(a, requires_grad=True) for a in (q, k, v))
-    with T.use_sdpa_backend(sdpa_backend):
-        out_t = T.flash_attention(qt, kt, vt, mask_t, is_causal, scale, tile_q, tile_k)
-    assert_close(f"output of {what}", out, out_t, np.float64)
-    explicit = T.scaled_dot_product_attention(qt, kt, vt, mask_t, is_causal, scale, impl="explicit")
-    assert_close(f"torch explicit vs sdpa_backend={sdpa_backend}", explicit, out_t, np.float64)
-
-    dout = rng.normal(out.shape)
-    (out_t * tensor(dout)).sum().backward()
-    grads = N.flash_attention_backward(dout, cache)
-    for name, g, ref in zip(("dq", "dk", "dv"), grads, (qt, kt, vt), strict=True):
-        assert torch.all(torch.isfinite(ref.grad)), f"{name} of torch {what} has NaN/inf"
-        assert_close(f"{name} of {what}", g, ref.grad, np.float64)
-
-
-@pytest.mark.parametrize("mask_kind", MASK_KINDS)
-@given(data=st.data(), rng=rngs)
-def test_flash_backward_finite_differences(mask_kind, data, rng: SeededRng):
-    """The tiled backward alone vs central differences of the tiled forward (float64)."""
-    q, k, v, mask, is_causal, scale, tile_q, tile_k = flash_problem(
-        data, mask_kind, rng, np.float64
-    )
-
-    def forward():
-        return N.flash_attention(q, k, v, mask, is_causal, scale, tile_q, tile_k)[0]
-
-    out, cache = N.flash_attention(q, k, v, mask, is_causal, scale, tile_q, tile_k)
-    dout = rng.normal(out.shape)
-    dq, dk, dv = N.flash_attention_backward(dout, cache)
-    for name, x, g in (("dq", q, dq), ("dk", k, dk), ("dv", v, dv)):
-        what = f"{name} of flash_attention[mask={mask_kind}]"
-        finite_difference_check(what, forward, x, g, dout, rng)
 
 
 @pytest.mark.parametrize(

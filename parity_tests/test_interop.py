@@ -12,9 +12,9 @@ both RoPE layouts ("half", HF's, and "interleaved", through
 ``permute_qkv_for_rope``) and exported from both; plus greedy generations of
 20 tokens, HF's ``generate`` against both backends' ``generate``.
 
-Tolerances (issue 7): float64 within FLOAT64 (1e-10 relative), float32 within
-INTEROP_FLOAT32 (1e-5 of the logits' scale). Skipped without ``transformers``
-(``pip install -e ".[interop]"``; the dev extra has it, so CI runs this).
+Tolerances (the bar set for the Hugging Face comparison): float64 within FLOAT64 (1e-10
+relative), float32 within INTEROP_FLOAT32 (1e-5 of the logits' scale). Skipped without
+``transformers`` (``pip install -e ".[interop]"``; the dev extra has it, so CI runs this).
 
 A float64 ``LlamaForCausalLM`` is not float64 throughout: transformers computes
 the RoPE angles in float32 (``LlamaRotaryEmbedding.forward`` casts the positions
@@ -95,7 +95,7 @@ def backend_logits(name: str, model_config: dict, state: dict, dtype: str, idx) 
 
 
 def compare(what: str, ours: np.ndarray, theirs: np.ndarray, dtype: str) -> float:
-    """assert_close at the issue's tolerance; returns max |a - e| / max |e|."""
+    """assert_close at the Hugging Face comparison's tolerance; returns max |a - e| / max |e|."""
     if dtype == "float64":
         assert_close(what, ours, theirs, np.float64)
     else:

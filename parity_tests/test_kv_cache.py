@@ -75,7 +75,7 @@ def test_cached_decoding_equals_full_recomputation_at_every_step(
 
 @given(data=st.data(), rng=rngs, B=batch_sizes, T0=st.integers(1, 12), steps=st.integers(1, 6))
 def test_cached_decoding_of_llama_style_and_post_norm_models(data, rng: SeededRng, B, T0, steps):
-    """The same, for the catalogue's options: RoPE (q and k rotated at their absolute
+    """The same, for the options of chapters 13 and 14: RoPE (q and k rotated at their absolute
     positions before they enter the cache), RMSNorm, SwiGLU, post-norm."""
     h, c = data.draw(even_heads_and_width(), label="n_heads, d_model")
     options = {

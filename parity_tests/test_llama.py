@@ -1,8 +1,11 @@
 """The GPT configured as a Llama-style decoder (and every other mix of the new options).
 
-* logits, loss and every parameter gradient, NumPy vs torch, for GPTConfigs drawn with
+* (the registry's ``GPT[options]`` entry, registry.py, run by test_components.py:)
+  logits, loss and every parameter gradient, NumPy vs torch, for GPTConfigs drawn with
   RoPE or learned positions, LayerNorm or RMSNorm, GELU/ReLU/SwiGLU, pre- or post-norm,
-  with or without biases and tied head; the NumPy backward against central differences;
+  with or without biases and tied head; the NumPy backward of the Llama-style model
+  against central differences;
+* neither backend's model sees the future, whatever its options;
 * what the Llama configuration builds: no position table, no biases, RMSNorm gains at
   1, the residual projections' smaller init, the parameter count;
 * ``labs/plumbing/checkpoint_format.py`` knows every option's parameter names and shapes, a
@@ -33,48 +36,20 @@ from labs.plumbing.checkpoint import load_checkpoint, save_checkpoint
 from labs.plumbing.checkpoint_format import CONFIG_FILE, expected_shapes
 from numpy_impl.char_tokenizer import CharTokenizer
 from parity_tests.harness import (
-    assert_param_grads_close,
     copy_weights,
-    finite_difference_check,
     randomize_,
     tensor,
 )
 from parity_tests.strategies import (
     SeededRng,
     batch_sizes,
-    block_options,
-    even_heads_and_width,
-    lengths,
+    gpt_option_configs,
     rngs,
-    vocab_sizes,
 )
 from parity_tests.test_labs import SMALL, TEXT, run_cli
 from parity_tests.tolerances import FLOAT32, assert_close
 
 LLAMA = ARCHS["llama"]
-
-
-@st.composite
-def catalogue_configs(draw, **fixed) -> dict:
-    """GPTConfig fields with the new options drawn too (even head dims, for RoPE)."""
-    h, c = draw(even_heads_and_width())
-    options = draw(block_options())
-    rope = options.pop("rope")
-    config = {
-        "vocab_size": draw(vocab_sizes),
-        "block_size": draw(st.integers(9, 12)),
-        "n_layers": draw(st.integers(1, 2)),
-        "n_heads": h,
-        "d_model": c,
-        "d_ff": draw(st.one_of(st.none(), st.integers(1, 12))),
-        "bias": draw(st.booleans()),
-        "tie_weights": draw(st.booleans()),
-        "pos_emb": "learned" if rope is None else "rope",
-        "rope_layout": rope or "interleaved",
-        **options,
-    }
-    config.update(fixed)
-    return config
 
 
 def build_gpts(config: dict, rng: SeededRng, attn_impl: str = "sdpa"):
@@ -87,63 +62,11 @@ def build_gpts(config: dict, rng: SeededRng, attn_impl: str = "sdpa"):
 
 @pytest.mark.ch13
 @pytest.mark.ch14
-@pytest.mark.parametrize("attn_impl", ["explicit", "sdpa"])
-@given(data=st.data(), rng=rngs, B=batch_sizes, T_=lengths)
-def test_gpt_options_logits_loss_and_every_gradient(attn_impl, data, rng: SeededRng, B, T_):
-    config = data.draw(catalogue_configs(), label="config")
-    numpy_model, torch_model = build_gpts(config, rng, attn_impl)
-    what = ", ".join(f"{k}={config[k]}" for k in ("pos_emb", "rope_layout", "norm", "ffn"))
-    what += f", {config['norm_position']}-norm, attn_impl={attn_impl}"
-    idx = rng.ids(config["vocab_size"], (B, T_))
-    targets = rng.ids(config["vocab_size"], (B, T_))
-    logits = numpy_model(idx)
-    logits_t = torch_model(torch.from_numpy(idx))
-    assert_close(f"logits ({what})", logits, logits_t, np.float64)
-    loss_fn = N.CrossEntropyLoss()
-    loss = loss_fn(logits, targets)
-    loss_t = T.CrossEntropyLoss()(logits_t, torch.from_numpy(targets))
-    assert_close(f"loss ({what})", loss, loss_t, np.float64)
-    loss_t.backward()
-    numpy_model.zero_grad()
-    numpy_model.backward(loss_fn.backward())
-    assert_param_grads_close(numpy_model, torch_model, np.float64, what)
-
-
-@pytest.mark.ch13
-@pytest.mark.ch14
-@given(data=st.data(), rng=rngs, B=batch_sizes, T_=lengths)
-def test_llama_gpt_finite_differences(data, rng: SeededRng, B, T_):
-    """The NumPy backward of the whole Llama-style model alone, against central differences."""
-    # d_model >= 4, as in test_gpt.py: a norm over 2 features is so curved that the
-    # O(h^2) error of central differences alone exceeds the tolerance (found at d_model 2)
-    configs = catalogue_configs(**LLAMA, n_layers=2).filter(lambda c: c["d_model"] >= 4)
-    config = data.draw(configs, label="config")
-    model = randomize_(N.GPT(N.GPTConfig(**config), dtype=np.float64), rng)
-    idx = rng.ids(config["vocab_size"], (B, T_))
-    dlogits = rng.normal((B, T_, config["vocab_size"]))
-    model(idx)
-    model.zero_grad()
-    model.backward(dlogits)
-    for name, p in model.named_parameters():
-        grad = p.grad.copy()
-        finite_difference_check(
-            f"grad of {name} (Llama-style GPT)",
-            lambda: model(idx),
-            p.data,
-            grad,
-            dlogits,
-            rng,
-            n_coords=3,
-        )
-
-
-@pytest.mark.ch13
-@pytest.mark.ch14
 @given(data=st.data(), rng=rngs, B=batch_sizes, T_=st.integers(2, 9))
 def test_gpt_options_never_see_the_future(data, rng: SeededRng, B, T_):
     """Changing the tokens after position t leaves the logits at 0..t unchanged, in both
     backends (RoPE rotates q and k, it must not undo the causal mask)."""
-    config = data.draw(catalogue_configs(), label="config")
+    config = data.draw(gpt_option_configs(), label="config")
     numpy_model, torch_model = build_gpts(config, rng)
     t = int(rng.gen.integers(0, T_ - 1))
     idx = rng.ids(config["vocab_size"], (B, T_))
@@ -198,7 +121,7 @@ def test_llama_width_matched_to_the_gpt2_parameter_count():
 # -- checkpoints ---------------------------------------------------------------------------------
 @given(data=st.data())
 def test_checkpoint_shapes_know_every_option(data):
-    config = data.draw(catalogue_configs(), label="config")
+    config = data.draw(gpt_option_configs(), label="config")
     expected = expected_shapes(config)
     for model in (N.GPT(N.GPTConfig(**config)), T.GPT(T.GPTConfig(**config))):
         got = {k: tuple(v.shape) for k, v in model.state_dict().items()}

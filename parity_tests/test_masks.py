@@ -7,16 +7,18 @@ twinformer's convention is ``F.scaled_dot_product_attention``'s: a bool
 * ``attn_mask`` (bool or float) together with ``is_causal=True``: NumPy vs
   torch's written-out attention vs torch's fused kernel, outputs and every
   gradient, T_q != T_k included; and the combination is exactly the explicit
-  mask ``attn_mask & tril`` (top-left aligned);
+  mask ``attn_mask & tril`` (top-left aligned): the registry's
+  ``scaled_dot_product_attention[bool+causal]`` entries and their kin
+  (registry.py, run by test_components.py);
 * key-padding masks ``(B, T_k)`` -> ``(B, 1, 1, T_k)``: values at padded keys
   change nothing;
 * a query row whose keys are all masked (by padding, by the causal mask and
   padding together, or by -inf) returns zeros with zero, finite gradients, in
   all three implementations;
 * one test per convention: nn.MultiheadAttention (True = masked), the
-  F.scaled_dot_product_attention one (True = attend) and seed 004's 0/1
+  F.scaled_dot_product_attention one (True = attend) and the tutorial's 0/1
   keep-mask (``scores.masked_fill(mask == 0, -1e9)``), each converted with
-  ``to_attn_mask`` and compared with the library or seed code it comes from.
+  ``to_attn_mask`` and compared with the library or tutorial code it comes from.
 """
 
 from __future__ import annotations
@@ -34,58 +36,16 @@ import numpy_impl as N
 import numpy_impl.masks as NA
 import torch_impl as T
 import torch_impl.masks as TA
-from parity_tests.harness import finite_difference_check, tensor
+from parity_tests.harness import tensor
 from parity_tests.strategies import (
-    DTYPES,
     SeededRng,
     batch_sizes,
-    head_dims,
     lengths,
-    n_heads,
     rngs,
 )
 from parity_tests.tolerances import assert_close
 
 pytestmark = pytest.mark.ch15
-
-FLOAT_DTYPES = [pytest.param(dt, id=np.dtype(dt).name) for dt in DTYPES]
-IMPLS = ["explicit", "sdpa"]
-COMBINED = ["bool+causal", "float+causal", "padding+causal", "padding"]
-
-
-@st.composite
-def problems(draw) -> dict:
-    return {
-        "B": draw(batch_sizes),
-        "H": draw(n_heads),
-        "Tq": draw(lengths),
-        "Tk": draw(lengths),
-        "d_k": draw(head_dims),
-        "d_v": draw(head_dims),
-    }
-
-
-def make(p: dict, kind: str, rng: SeededRng, dtype):
-    """q, k, v and (attn_mask, is_causal) of the given kind; some queries fully masked."""
-    B, H, Tq, Tk = p["B"], p["H"], p["Tq"], p["Tk"]
-    q = rng.uniform((B, H, Tq, p["d_k"]), dtype, bound=2.0)
-    k = rng.uniform((B, H, Tk, p["d_k"]), dtype, bound=2.0)
-    v = rng.uniform((B, H, Tk, p["d_v"]), dtype, bound=2.0)
-    if kind.startswith("padding"):
-        keep = rng.mask((B, Tk), p_true=0.7)
-        keep[0] = True
-        if B > 1:
-            keep[-1] = False  # a sequence of nothing but padding: every query dead
-        mask = NA.key_padding_attn_mask(keep)
-    else:  # any shape that broadcasts, the small ones too: they must grow, not break
-        shapes = [(B, 1, Tq, Tk), (1, H, Tq, Tk), (1, 1, 1, Tk), (Tq, Tk)]
-        shape = shapes[int(rng.gen.integers(len(shapes)))]
-        if kind.startswith("bool"):
-            mask = rng.mask(shape, p_true=0.6)
-        else:
-            mask = rng.uniform(shape, dtype)
-            mask[rng.mask(mask.shape, p_true=0.3)] = -np.inf
-    return q, k, v, mask, kind.endswith("causal")
 
 
 def torch_attention(q, k, v, mask, is_causal, impl):
@@ -94,60 +54,6 @@ def torch_attention(q, k, v, mask, is_causal, impl):
         qt, kt, vt, attn_mask=torch.from_numpy(np.array(mask)), is_causal=is_causal, impl=impl
     )
     return out, (qt, kt, vt)
-
-
-@pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("kind", COMBINED)
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES)
-@given(data=st.data(), rng=rngs)
-def test_combined_mask_parity(impl, kind, dtype, data, rng: SeededRng):
-    """attn_mask with is_causal: NumPy vs torch (explicit and fused), outputs and gradients;
-    and the same as passing the one explicit mask ``attn_mask & tril`` yourself."""
-    p = data.draw(problems(), label="problem")
-    q, k, v, mask, is_causal = make(p, kind, rng, dtype)
-    what = f"SDPA[{impl}, {kind}]"
-    out, cache = N.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
-    out_t, leaves = torch_attention(q, k, v, mask, is_causal, impl)
-    assert_close(f"output of {what}", out, out_t, dtype)
-
-    explicit = NA.combine_attn_mask(mask, is_causal, p["Tq"], p["Tk"])
-    if is_causal:
-        tril = np.tri(p["Tq"], p["Tk"], dtype=bool)
-        by_hand = mask & tril if mask.dtype == np.bool_ else np.where(tril, mask, -np.inf)
-        np.testing.assert_array_equal(explicit, by_hand)
-    assert_close(
-        f"{what} vs attention with the explicit mask",
-        out,
-        N.scaled_dot_product_attention(q, k, v, attn_mask=explicit)[0],
-        dtype,
-    )
-
-    dout = rng.normal(out.shape, dtype)
-    (out_t * tensor(dout)).sum().backward()
-    for name, g, leaf in zip(
-        ("dq", "dk", "dv"),
-        N.scaled_dot_product_attention_backward(dout, cache),
-        leaves,
-        strict=True,
-    ):
-        assert np.all(np.isfinite(g)) and torch.all(torch.isfinite(leaf.grad)), f"{name}: NaN"
-        assert_close(f"{name} of {what}", g, leaf.grad, dtype)
-
-
-@pytest.mark.parametrize("kind", COMBINED)
-@given(data=st.data(), rng=rngs)
-def test_combined_mask_finite_differences(kind, data, rng: SeededRng):
-    p = data.draw(problems(), label="problem")
-    q, k, v, mask, is_causal = make(p, kind, rng, np.float64)
-
-    def forward():
-        return N.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)[0]
-
-    out, cache = N.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
-    dout = rng.normal(out.shape)
-    grads = N.scaled_dot_product_attention_backward(dout, cache)
-    for name, x, g in zip(("dq", "dk", "dv"), (q, k, v), grads, strict=True):
-        finite_difference_check(f"{name} of SDPA[{kind}]", forward, x, g, dout, rng)
 
 
 @pytest.mark.parametrize("backend", ["numpy", "explicit", "sdpa"])
@@ -223,7 +129,8 @@ def test_padded_keys_change_nothing(backend, rng: SeededRng, B, Tq, Tk):
 
 # -- the three conventions --------------------------------------------------------------------
 def test_convention_true_means_masked_nn_multihead_attention():
-    """nn.MultiheadAttention (seed 000's block): ``attn_mask`` and ``key_padding_mask`` are
+    """nn.MultiheadAttention (the source material's GPTStyleModel block): ``attn_mask`` and
+    ``key_padding_mask`` are
     True where attention is NOT allowed. ``to_attn_mask(mask, "masked")`` (= ~mask) and
     ``key_padding_attn_mask(~key_padding_mask)`` give twinformer's masks; with the module's
     own weights, NumPy attention then reproduces its output."""
@@ -231,11 +138,12 @@ def test_convention_true_means_masked_nn_multihead_attention():
     B, Tq, d_model, H = 2, 5, 8, 2
     mha = torch.nn.MultiheadAttention(d_model, H, batch_first=True, dtype=torch.float64)
     x = torch.randn(B, Tq, d_model, dtype=torch.float64)
-    seed_000_mask = torch.triu(torch.ones(Tq, Tq), diagonal=1).bool()  # seed 000: True = future
+    # the GPTStyleModel's mask: True = a future position, not allowed
+    gptstyle_mask = torch.triu(torch.ones(Tq, Tq), diagonal=1).bool()
     key_padding_mask = torch.tensor([[False] * 5, [False, False, False, True, True]])  # True = pad
-    expected, _ = mha(x, x, x, attn_mask=seed_000_mask, key_padding_mask=key_padding_mask)
+    expected, _ = mha(x, x, x, attn_mask=gptstyle_mask, key_padding_mask=key_padding_mask)
 
-    attn_mask = NA.to_attn_mask(seed_000_mask.numpy(), "masked")
+    attn_mask = NA.to_attn_mask(gptstyle_mask.numpy(), "masked")
     np.testing.assert_array_equal(attn_mask, NA.causal_attn_mask(Tq, Tq))
     allowed = attn_mask & NA.key_padding_attn_mask(~key_padding_mask.numpy())  # (B, 1, Tq, Tq)
     w_qkv = mha.in_proj_weight.detach().numpy()  # (3 d_model, d_model): the combined layout
@@ -251,7 +159,7 @@ def test_convention_true_means_masked_nn_multihead_attention():
         "nn.MultiheadAttention vs NumPy with the converted masks", out, expected, np.float64
     )
     # the same via the torch twin's helpers
-    t_mask = TA.to_attn_mask(seed_000_mask, "masked") & TA.key_padding_attn_mask(~key_padding_mask)
+    t_mask = TA.to_attn_mask(gptstyle_mask, "masked") & TA.key_padding_attn_mask(~key_padding_mask)
     np.testing.assert_array_equal(t_mask.numpy(), allowed)
 
 
@@ -276,8 +184,8 @@ def test_convention_true_means_attend_sdpa():
     assert_close("F.scaled_dot_product_attention vs torch twin", got_t, expected, np.float64)
 
 
-def test_convention_keep_mask_compared_with_zero_seed_004():
-    """Seed 004: ``scores.masked_fill(mask == 0, -1e9)`` with a 0/1 mask (1 = keep).
+def test_convention_keep_mask_compared_with_zero():
+    """The tutorial: ``scores.masked_fill(mask == 0, -1e9)`` with a 0/1 mask (1 = keep).
     ``to_attn_mask(mask, "keep")`` (= mask != 0) gives the same attention wherever a query
     keeps a key; a query that keeps none differs on purpose: -1e9 everywhere is a uniform
     average of all values there, twinformer returns zeros."""
@@ -304,7 +212,7 @@ def test_convention_keep_mask_compared_with_zero_seed_004():
     )
     np.testing.assert_array_equal(out[..., 2, :], 0.0)
     assert_close(
-        "seed 004's fully masked query: the mean of the values",
+        "the tutorial's fully masked query: the mean of the values",
         expected[..., 2, :],
         v.mean(axis=2),
         np.float64,

@@ -1,6 +1,6 @@
-"""Chapter 14's pieces beyond the registry's parity properties (test_components.py holds
-those: RMSNorm, SiLU, SwiGLUFeedForward and the Block options, NumPy vs torch, finite
-differences, accumulation).
+"""Chapter 14's pieces beyond the registry's parity properties (registry.py's entries, run by
+test_components.py: RMSNorm, SiLU, SwiGLUFeedForward and the Block options, NumPy vs
+torch, finite differences, accumulation).
 
 * RMSNorm against a third witness, ``torch.nn.RMSNorm`` (torch >= 2.4), and what it
   does: unit root mean square, no centring, invariance to the input's scale;

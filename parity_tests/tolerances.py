@@ -16,7 +16,7 @@ Every comparison, passed or failed, is also handed to :data:`ON_COMPARISON`
 when that is set: ``python -m labs check`` uses it (through conftest.py) to
 report each tensor's errors to a learner.
 
-Tolerances (see /work/shared/STYLE.md). Tighten them when the code allows;
+Tolerances (the project's table, below). Tighten them when the code allows;
 never loosen one to make a test pass without saying why, here. The last column
 is the worst the suite reached (HYPOTHESIS_PROFILE=thorough), as a fraction of
 the tolerance; conftest.py prints it after every run.
@@ -74,7 +74,8 @@ FLOAT32 = Tol(rtol=1e-4, atol=1e-5)
 #: cannot change the loss, by the same invariance.
 TRAINING = Tol(rtol=1e-9, atol=1e-12)
 #: float32 logits of a Hugging Face GPT-2 against either backend (labs/plumbing/interop_gpt2.py,
-#: parity_tests/test_interop.py): issue 7's bar of 1e-5, relative to the logits' scale.
+#: parity_tests/test_interop.py): the bar set for the Hugging Face comparison, 1e-5, relative
+#: to the logits' scale.
 #: Use with ``scale_atol=True`` (atol is multiplied by max |logits|), so that a logit near
 #: zero is not held to a relative error that float32 sums cannot give it. Tighter than
 #: FLOAT32 because logits are one forward pass, not a gradient. (float64 uses FLOAT64.)
