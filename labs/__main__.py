@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from . import UserError
 from .commands import (
@@ -38,7 +39,7 @@ from .commands import (
     seq2seq,
     train,
 )
-from .learner import diff, docs, exercises
+from .learner import diff, docs, exercises, notebook_export
 from .plumbing.runtime import tune_malloc
 
 
@@ -55,8 +56,9 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    invoked = Path(sys.argv[0]).name  # `twinformer ...` (the console script) or `python -m labs`
     parser = argparse.ArgumentParser(
-        prog="python -m labs",
+        prog="twinformer" if invoked.startswith("twinformer") else "python -m labs",
         description="twinformer labs: train, sample and benchmark the NumPy and PyTorch "
         "models, and work through the chapters' exercises.",
     )
@@ -84,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("reset", exercises.reset, "restore one chapter's exercise stubs in your workspace"),
         ("diff", diff, "show the NumPy and PyTorch version of a component side by side"),
         ("docs", docs, "build the HTML reference site under docs/site/"),
+        ("notebook", notebook_export, "write a chapter's lab as a Jupyter notebook (.ipynb)"),
     ):
         sub = commands.add_parser(
             name,

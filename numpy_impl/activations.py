@@ -19,6 +19,22 @@ def sigmoid(x: np.ndarray) -> np.ndarray:
     return np.exp(-np.logaddexp(0.0, -x))
 
 
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function, elementwise, in ``x``'s dtype (the exact GELU's Phi needs it).
+
+    ``scipy.special.erf`` when scipy is installed (the ``exact-gelu`` extra);
+    without it, the standard library's ``math.erf`` on each element: the same
+    values (both are correctly rounded to within an ulp), about 30x slower.
+    """
+    try:
+        from scipy.special import erf as scipy_erf
+    except ImportError:
+        x = np.asarray(x)
+        dtype = x.dtype if np.issubdtype(x.dtype, np.floating) else np.float64
+        return np.vectorize(math.erf, otypes=[dtype])(x)
+    return scipy_erf(x)
+
+
 class GELU(Module):
     """Gaussian Error Linear Unit, y = x Phi(x) (Hendrycks & Gimpel 2016, sec. 2).
 
@@ -35,8 +51,9 @@ class GELU(Module):
 
     Cache: x, and Phi(x) (exact) or tanh(u) (tanh form).
 
-    The exact form needs ``scipy.special.erf``; scipy is imported only when that
-    form runs, so the default (tanh) path needs NumPy alone.
+    The exact form's erf is this module's :func:`erf`: scipy's when scipy is
+    installed, else ``math.erf`` element by element; the default (tanh) form
+    needs NumPy alone.
 
     Shapes: any; elementwise.
 
@@ -56,7 +73,7 @@ class GELU(Module):
         ### TODO: y = x Phi(x), same shape as x. "tanh": u = sqrt(2/pi) (x + 0.044715 x^3),
         ###   y = 0.5 x (1 + tanh(u)); cache x, tanh(u) in self._x, self._tanh_u. "none":
         ###   Phi = 0.5 (1 + erf(x / sqrt 2)), y = x Phi; cache x, Phi in self._x, self._cdf.
-        ###   Hint: import erf from scipy.special inside the "none" branch
+        ###   Hint: erf(...) is this module's error function (scipy's when installed)
         self._x = x
         if self.approximate == "tanh":
             # x**3 written x * x * x, as PyTorch's kernel does: NumPy's x**3 calls pow(), ~200x
@@ -65,8 +82,6 @@ class GELU(Module):
                 u = math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x))
             self._tanh_u = np.tanh(u)
             return 0.5 * x * (1 + self._tanh_u)
-        from scipy.special import erf  # only the exact form needs scipy
-
         self._cdf = 0.5 * (1 + erf(x / math.sqrt(2)))  # Phi(x)
         return x * self._cdf
         ### END SOLUTION

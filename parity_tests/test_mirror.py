@@ -32,6 +32,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -173,17 +174,24 @@ def test_no_import_across_the_twins(package: Path, forbidden: str):
 
 
 def test_numpy_impl_runs_without_torch_or_scipy():
-    """Importing numpy_impl loads no torch; GELU (tanh form) and SiLU run with scipy absent."""
+    """Importing numpy_impl loads no torch; GELU (both forms) and SiLU run with scipy
+    absent, the exact GELU through math.erf (the values torch's erf gives, checked here
+    against the closed forms erf(0) = 0, erf(-x) = -erf(x), and one tabulated value)."""
     code = (
-        "import sys\n"
+        "import math, sys\n"
         "sys.modules['scipy'] = None  # any import of scipy now fails\n"
         "import numpy as np\n"
         "import numpy_impl as N\n"
+        "from numpy_impl.activations import erf\n"
         "x = np.linspace(-3.0, 3.0, 7)\n"
-        "for layer in (N.GELU(), N.SiLU()):\n"
+        "for layer in (N.GELU(), N.GELU('none'), N.SiLU()):\n"
         "    layer(x)\n"
         "    layer.backward(np.ones_like(x))\n"
+        "e = erf(np.array([0.0, 0.5, -0.5], dtype=np.float32))\n"
+        "assert e.dtype == np.float32 and e[0] == 0 and e[1] == -e[2], e\n"
+        "assert abs(erf(np.array([1.0]))[0] - 0.8427007929497149) < 1e-15\n"
         "assert 'torch' not in sys.modules, 'importing numpy_impl loaded torch'\n"
+        "assert 'scipy.special' not in sys.modules\n"
     )
     proc = subprocess.run(
         [sys.executable, "-c", code],
@@ -193,3 +201,17 @@ def test_numpy_impl_runs_without_torch_or_scipy():
         timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_erf_without_scipy_matches_scipy(monkeypatch):
+    """The exact GELU's erf: math.erf element by element (no scipy) gives scipy's values."""
+    special = pytest.importorskip("scipy.special")
+    from numpy_impl.activations import erf
+
+    x = np.concatenate([np.linspace(-6.0, 6.0, 1001), [0.0, -0.0, 1e-300, 30.0, -30.0]])
+    with_scipy = {dt: special.erf(x.astype(dt)) for dt in (np.float64, np.float32)}
+    monkeypatch.setitem(sys.modules, "scipy.special", None)  # `from scipy.special import` fails
+    for dt, expected in with_scipy.items():
+        got = erf(x.astype(dt))
+        assert got.dtype == dt
+        np.testing.assert_allclose(got, expected, rtol=4 * np.finfo(dt).eps, atol=0)

@@ -7,6 +7,8 @@
 * ``diff.py``: ``python -m labs diff``, the NumPy and PyTorch twins side by side in
   a terminal (``diff_pairs.py``: the pieces and their pairs, shared with ``docs``).
 * ``docs.py``: ``python -m labs docs``, the HTML site of the chapters and their code
-  (``docs_html.py``: its HTML pieces).
-* ``notebook.py``: the set-up every chapter's ``lab.py`` shares.
+  (``docs_html.py``: its HTML pieces; ``docs_math.py``: the LaTeX as MathML;
+  ``docs_figures.py``: the labs' figures).
+* ``notebook.py``: the set-up every chapter's ``lab.py`` shares;
+  ``notebook_export.py``: ``python -m labs notebook``, a lab as a Jupyter notebook.
 """

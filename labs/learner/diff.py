@@ -1,18 +1,25 @@
-"""``python -m labs diff COMPONENT``: the NumPy and PyTorch twins side by side.
+"""``python -m labs diff COMPONENT``: the NumPy and PyTorch twins, method by method.
 
     python -m labs diff attention
     python -m labs diff LayerNorm                       # a class name finds its file
     python -m labs diff attention --method forward      # one method only
-    python -m labs diff gpt --no-color | less
+    python -m labs diff gpt --no-pager | grep def
 
-Layout: the terminal's width (``shutil.get_terminal_size``, at least 2 x 60
-columns), one column per file, line numbers from the real files. A line too
-long for its column is wrapped, never cut: its continuation rows carry ``↪``
-in the line-number gutter. Colour (Pygments' ``TerminalFormatter``) is on when
-stdout is a terminal; Pygments is optional, and without it the output is plain.
+Layout: the width of the terminal it runs in (when stdout is piped, the
+terminal's width all the same, or 100 columns when there is none). From
+:data:`SIDE_BY_SIDE_MIN` columns up the two files stand side by side, one
+column each, ``forward`` facing ``forward``; narrower (down to 80 columns and
+below), they are stacked: each piece's NumPy lines, then its PyTorch lines.
+``--layout side|stacked`` chooses. Line numbers are the real files'. A line too
+long for its column is wrapped, never cut: its continuation rows carry ``↪`` in
+the line-number gutter.
 
-The pieces and their pairs come from ``diff_pairs.py``; this module lays them
-out in two columns.
+On a terminal the output goes through a pager (``$PAGER``, else ``less -R``;
+``--no-pager`` prints it all) and is coloured by Pygments' ``TerminalFormatter``
+(``--no-color``, or ``NO_COLOR`` set, turns that off; without Pygments the
+output is plain).
+
+The pieces and their pairs come from ``diff_pairs.py``; this module lays them out.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import unicodedata
 from dataclasses import dataclass
@@ -38,7 +46,10 @@ from .diff_pairs import (
     select_method,
 )
 
-MIN_COLUMN = 60  # narrowest column, in characters: the output is at least 2 x 60 wide
+MIN_COLUMN = 56  # narrowest column of the side-by-side layout, in characters
+SIDE_BY_SIDE_MIN = 2 * MIN_COLUMN + 3  # 115: narrower terminals get the stacked layout
+PIPED_WIDTH = 100  # the width when no terminal says otherwise
+NARROWEST = 40  # below this the text is laid out 40 wide all the same
 
 
 # -- terminal rendering -----------------------------------------------------------------------
@@ -161,11 +172,63 @@ def render_text(
     color: bool = False,
     background: str = "dark",
     glyphs: _Glyphs | None = None,
+    layout: str = "auto",
 ) -> list[str]:
-    """The two columns as lines of text, ``width`` columns wide (at least 2 x 60)."""
-    g = glyphs or _Glyphs()
-    paint = _Painter(color, background)
-    col = max(MIN_COLUMN, (width - len(g.sep)) // 2)
+    """The pairs as lines of text at most ``width`` columns wide (never under
+    :data:`NARROWEST`): side by side from :data:`SIDE_BY_SIDE_MIN` columns up (or with
+    ``layout="side"``), stacked below (or with ``layout="stacked"``)."""
+    width = max(NARROWEST, width)
+    if layout == "auto":
+        layout = "side" if width >= SIDE_BY_SIDE_MIN else "stacked"
+    render = _render_side if layout == "side" else _render_stacked
+    return render(pairs, left, right, width, _Painter(color, background), glyphs or _Glyphs())
+
+
+def _rows(seg: Segment, src: Source, code_w: int, numw: int, paint, g) -> list[tuple[str, int]]:
+    """The lines of ``seg`` as display rows ``(text, shown width)``: the line number,
+    then the code wrapped to ``code_w`` columns (continuations marked in the gutter)."""
+    toks = src.line_tokens() if paint.color else [[(None, ln)] for ln in src.lines]
+    rows = []
+    for n in range(seg.start, seg.end + 1):
+        for k, frag in enumerate(_wrap(toks[n - 1], code_w)):
+            gutter = f"{n:>{numw}} " if k == 0 else f"{g.wrap:>{numw}} "
+            shown = gutter + "".join(s for _, s in frag)
+            rows.append((paint.dim(gutter) + paint.code(frag), _width(shown)))
+    return rows
+
+
+def _render_stacked(pairs, left, right, width, paint, g) -> list[str]:
+    """One column: for each pair, its NumPy lines, then its PyTorch lines."""
+    numw = max([3] + [len(str(len(s.lines))) for s in (left, right) if s])
+    code_w = width - numw - 1
+    names = [s.label if s else "(no twin)" for s in (left, right)]
+    sides = ("NumPy", "PyTorch")
+    out = [
+        paint.bold(_fit(f"{sides[0]}: {names[0]}", width)),
+        paint.bold(_fit(f"{sides[1]}: {names[1]}", width)),
+        g.rule * width,
+    ]
+    for idx, pair in enumerate(pairs):
+        if idx:
+            out.append("")
+        text = f"{g.rule * 2} {_fit(pair.label, width - 6)} "
+        out.append(paint.bold(text + g.rule * (width - _width(text))))
+        for side, (seg, src) in enumerate(((pair.left, left), (pair.right, right))):
+            if side and pair.left:
+                out.append("")  # the PyTorch lines start apart from the NumPy ones
+            if seg is None:
+                twin = "no PyTorch twin" if side else "no NumPy twin"
+                out.append(paint.dim(_fit(f"{' ' * numw} {sides[side]}: ({twin})", width)))
+                continue
+            where = f"{src.label}:{seg.start}-{seg.end}"
+            out.append(paint.dim(_fit(f"{' ' * numw} {sides[side]}: {where}", width)))
+            out += [text.rstrip() for text, _ in _rows(seg, src, code_w, numw, paint, g)]
+    return out
+
+
+def _render_side(pairs, left, right, width, paint, g) -> list[str]:
+    """Two columns, NumPy on the left: a pair's ``def`` lines face each other."""
+    col = max(NARROWEST // 2, (width - len(g.sep)) // 2)
     numw = max([3] + [len(str(len(s.lines))) for s in (left, right) if s])
     code_w = col - numw - 1
     srcs = (left, right)
@@ -180,14 +243,8 @@ def render_text(
     def body(seg: Segment | None, src: Source | None) -> list[str]:
         if seg is None:
             return []
-        toks = src.line_tokens() if color else [[(None, ln)] for ln in src.lines]
-        rows = []
-        for n in range(seg.start, seg.end + 1):
-            for k, frag in enumerate(_wrap(toks[n - 1], code_w)):
-                gutter = f"{n:>{numw}} " if k == 0 else f"{g.wrap:>{numw}} "
-                shown = gutter + "".join(s for _, s in frag)
-                rows.append(_pad(paint.dim(gutter) + paint.code(frag), shown, col))
-        return rows
+        rows = _rows(seg, src, code_w, numw, paint, g)
+        return [text + " " * max(0, col - shown) for text, shown in rows]
 
     def above_def(seg: Segment | None, src: Source | None) -> int:
         """Display rows before the ``def`` line (decorators, comments, wrapped)."""
@@ -248,7 +305,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--width",
         type=int,
-        help="total width in columns (default: the terminal's; never under 2 x 60)",
+        help="total width in columns (default: the terminal's; 100 when there is none)",
+    )
+    p.add_argument(
+        "--layout",
+        choices=("auto", "side", "stacked"),
+        default="auto",
+        help=f"'side': NumPy and PyTorch in two columns; 'stacked': one above the other; "
+        f"'auto': side by side from {SIDE_BY_SIDE_MIN} columns up",
+    )
+    p.add_argument(
+        "--pager",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="page the output ($PAGER, else less -R) (default: on when stdout is a terminal "
+        "and the output is taller than it)",
     )
 
 
@@ -264,6 +335,49 @@ def _want_color(flag: bool | None) -> bool:
     return flag
 
 
+def terminal_size() -> tuple[int, int]:
+    """(columns, lines) of the terminal the command runs in: ``$COLUMNS``/``$LINES``,
+    else the terminal of stdout, stderr or stdin (stdout may be a pipe: ``| less``),
+    else (:data:`PIPED_WIDTH`, 40)."""
+    size = None
+    for stream in (sys.stdout, sys.stderr, sys.stdin):
+        try:
+            size = os.get_terminal_size(stream.fileno())
+            break
+        except (AttributeError, ValueError, OSError):
+            continue
+    cols, lines = (size.columns, size.lines) if size else (PIPED_WIDTH, 40)
+    for var in ("COLUMNS", "LINES"):
+        value = os.environ.get(var, "")
+        if value.isdigit() and int(value) > 0:
+            cols, lines = (int(value), lines) if var == "COLUMNS" else (cols, int(value))
+    return cols, lines
+
+
+def _page(text: str) -> bool:
+    """Show ``text`` through ``$PAGER`` (else ``less -R``); False when no pager ran."""
+    pager = os.environ.get("PAGER", "").strip()
+    env = {**os.environ}
+    env.setdefault("LESS", "FRX")  # quit at the end of one screen, keep colours, no clear
+    try:
+        if pager:  # the user's command line, run by the shell as git runs it
+            proc = subprocess.Popen(pager, shell=True, stdin=subprocess.PIPE, env=env)
+        elif shutil.which("less"):
+            proc = subprocess.Popen(["less", "-R"], stdin=subprocess.PIPE, env=env)
+        else:
+            return False
+    except OSError:
+        return False
+    try:
+        encoding = sys.stdout.encoding or "utf-8"
+        proc.stdin.write(text.encode(encoding, errors="replace"))
+        proc.stdin.close()
+    except BrokenPipeError:  # the reader quit early (q in less)
+        pass
+    proc.wait()
+    return True
+
+
 def main(args: argparse.Namespace) -> int:
     comp = resolve_component(args.component)
     left = load_source(NUMPY_DIR / f"{comp}.py")
@@ -277,18 +391,25 @@ def main(args: argparse.Namespace) -> int:
             if any(p.qualname == qualified for p in pairs):
                 method = qualified
         pairs = select_method(pairs, method)
-    width = args.width or shutil.get_terminal_size((2 * MIN_COLUMN + 3, 40)).columns
+    columns, rows = terminal_size()
     lines = render_text(
         pairs,
         left,
         right,
-        width=width,
+        width=args.width or columns,
         color=_want_color(args.color),
         background=args.background,
         glyphs=_Glyphs.for_stream(sys.stdout),
+        layout=args.layout,
     )
+    text = "\n".join(lines) + "\n"
+    pager = args.pager if args.pager is not None else sys.stdout.isatty() and len(lines) >= rows
+    if pager:
+        sys.stdout.flush()
+        if _page(text):
+            return 0
     try:
-        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:  # `| head`: stop quietly
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .. import UserError
@@ -179,6 +179,7 @@ class Pair:
     key: str  # qualified name, "#2" appended to a repeated one (a property's setter)
     left: Segment | None
     right: Segment | None
+    twin_name: str = ""  # the PyTorch name, when it differs (:data:`TWIN_NAMES`)
 
     @property
     def qualname(self) -> str:
@@ -200,7 +201,20 @@ class Pair:
         suffix = ""
         if "#" in self.key:  # a repeated name: say which, by its decorator if it has one
             suffix = f" ({seg.decorators[0] if seg.decorators else self.key.split('#')[1]})"
+        if self.twin_name and self.right is not None:
+            suffix += f" / {self.twin_name}"
         return prefix + self.qualname + suffix
+
+
+#: Twins whose names differ, paired by hand: file stem -> {NumPy name: PyTorch name}
+#: (top-level definitions). Every other piece pairs with the piece of the same name.
+TWIN_NAMES: dict[str, dict[str, str]] = {
+    # the pattern checked (and compiled), and the pre-tokenizer: the regex split on the
+    # NumPy side, Hugging Face's ByteLevel pre-tokenizer on the PyTorch side
+    "byte_level": {"_compile": "_check_pattern", "pre_tokenize": "_byte_level"},
+    # the helper apply_rope uses for the "half" layout: the two halves of the features
+    "rope": {"_pairs": "rotate_half"},
+}
 
 
 def _keys(names: list[str]) -> list[str]:
@@ -256,9 +270,17 @@ def pair_sources(left: Source | None, right: Source | None, only=None) -> list[P
     rpre = right.preamble if right else None
     if lpre or rpre:
         pairs.append(Pair(MODULE, lpre, rpre))
+    twins = TWIN_NAMES.get(left.path.stem, {}) if left and right else {}
+    renamed = {t: n for n, t in twins.items()}
     litems = _select(left.items, only) if left else []
-    ritems = _select(right.items, only) if right else []
-    pairs += _pair_items(litems, ritems, prefix="")
+    ritems = (
+        [replace(it, name=renamed.get(it.name, it.name)) for it in right.items] if right else []
+    )
+    ritems = _select(ritems, only)
+    for pair in _pair_items(litems, ritems, prefix=""):
+        if pair.key in twins and pair.right is not None:
+            pair = replace(pair, twin_name=twins[pair.key])
+        pairs.append(pair)
     return pairs
 
 
@@ -331,7 +353,7 @@ def resolve_component(name: str) -> str:
 def select_method(pairs: list[Pair], method: str) -> list[Pair]:
     """The pairs named ``method``: a qualified name (``SelfAttention.forward``)
     or its last part (``forward``) when that is unambiguous."""
-    exact = [p for p in pairs if p.key == method or p.qualname == method]
+    exact = [p for p in pairs if method in (p.key, p.qualname, p.twin_name)]
     if exact:
         return exact
     tail = [p for p in pairs if p.qualname.rsplit(".", 1)[-1] == method]

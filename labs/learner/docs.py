@@ -1,23 +1,28 @@
 """``python -m labs docs``: a static HTML site of the chapters and their code.
 
-    python -m labs docs                  # -> docs/site/index.html
+    python -m labs docs                    # -> docs/site/index.html
     python -m labs docs --out /tmp/site
+    python -m labs docs --figures run      # run every lab again for its figures
 
-One page per chapter: the chapter's ``labs/NN_topic/README.md`` rendered to
-HTML, then the NumPy and PyTorch implementations of the components that the
-chapter covers (:data:`CHAPTER_CODE`), side by side and syntax-highlighted,
-aligned method by method with the same pairing as ``python -m labs diff``. Each
-pair has an anchor, ``#attention-SelfAttention-forward``, and each page a
-small table of contents. A chapter whose README is not written yet still gets
-its page, with the code and a note. No JavaScript; the CSS is inline.
+One page per chapter, in the manner of d2l.ai: at the top the contents, then
+the chapter's ``labs/NN_topic/README.md`` rendered to HTML, its equations as
+MathML (``docs_math.py``: the browser draws them, no script and no network),
+the figures its ``lab.py`` draws at the end of the README's lab section
+(``docs_figures.py``: from the lab's last run, or drawn by running it), then
+the NumPy and PyTorch implementations of the components that the chapter covers
+(:data:`CHAPTER_CODE`), side by side and syntax-highlighted, aligned method by
+method with the same pairing as ``python -m labs diff``; long lines wrap. Each
+pair has an anchor, ``#attention-SelfAttention-forward``. A chapter whose README
+is not written yet still gets its page, with the code and a note. No
+JavaScript; the CSS is inline.
 
 Exercise fences (``### BEGIN SOLUTION chNN`` / ``### END SOLUTION``) stay in
 the code as the ordinary comments they are; on chapter NN's page the lines
 between them are tinted, since that is the code the chapter's exercise asks for.
 
-Needs the ``docs`` extra (``markdown``, ``Pygments``): ``pip install -e ".[docs]"``.
-This module lists the chapters and builds the pages; ``docs_html.py`` has the
-HTML pieces, ``diff_pairs.py`` the pairs.
+Needs the ``docs`` extra (markdown, Pygments, latex2mathml):
+``pip install -e ".[docs]"``. This module lists the chapters and builds the
+pages; ``docs_html.py`` has the HTML pieces, ``diff_pairs.py`` the pairs.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from .diff_pairs import (
     load_source,
     pair_sources,
 )
+from .docs_figures import FIGURE_MODES, ChapterFigures
+from .docs_figures import collect as collect_figures
 from .docs_html import _code_cell, _exercise_lines, _markdown, _page, _side_name, _toc_list
 
 LABS_DIR = ROOT / "labs"
@@ -248,9 +255,9 @@ def _component_html(part: Part, number: str) -> tuple[str, str, _Rendered]:
         hi = max(tops) if pair.left and pair.right else 0
         cells = []
         if left is not None:
-            cells.append(_code_cell(pair.left, left, hi - tops[0], tinted, "numpy"))
+            cells.append(_code_cell(pair.left, left, hi - tops[0], tinted, "numpy", anchor))
         if right is not None:
-            cells.append(_code_cell(pair.right, right, hi - tops[1], set(), "torch"))
+            cells.append(_code_cell(pair.right, right, hi - tops[1], set(), "torch", anchor))
         rows += cells
     names = [s.label for s in (left, right) if s is not None]
     files = "".join(f"<div><code>{html.escape(n)}</code></div>" for n in names)
@@ -274,18 +281,79 @@ def _only_slug(only) -> str:
 
 
 # -- pages ------------------------------------------------------------------------------------
-def chapter_page(ch: Chapter, out_dir: Path, all_chapters: list[Chapter]) -> str:
-    pages = {c.directory.resolve(): c.page for c in all_chapters}
-    if ch.readme is not None:
-        prose, toc_tokens = _markdown(
-            ch.readme.read_text(encoding="utf-8"), ch.readme.parent, out_dir, pages
+def _figures_html(ch: Chapter, figs: ChapterFigures | None, out_dir: Path) -> tuple[str, str]:
+    """The lab's figures as a section, and its entry in the contents ("" when the
+    lab draws none)."""
+    if figs is None or not figs.wanted:
+        return "", ""
+    lab = f"labs/{ch.slug}/lab.py"
+    items, links = [], []
+    for f in figs.wanted:
+        path = figs.found.get(f.name)
+        if path is None:
+            continue
+        src = path.relative_to(out_dir).as_posix()
+        section = f"<b>{html.escape(f.section)}</b>: " if f.section else ""
+        alt = f"{f.name}: {f.section}" if f.section else f.name
+        items.append(
+            f'<figure id="{f.anchor}"><img src="{html.escape(src)}" alt="{html.escape(alt)}">'
+            f"<figcaption>{section}<code>{html.escape(f.name)}</code>, from "
+            f"<code>{lab}</code></figcaption></figure>"
         )
+        links.append(f'<li><a href="#{f.anchor}"><code>{html.escape(f.name)}</code></a></li>')
+    note = f'<p class="note">{figs.note}</p>' if figs.note else ""
+    intro = (
+        f'<p class="legend">Drawn by <code>python {lab}</code> (or open it as a notebook: '
+        f"<code>python -m labs notebook {ch.number}</code>)"
+        + (f", here in {figs.seconds:.0f} s" if figs.seconds is not None else "")
+        + ".</p>"
+    )
+    body = (
+        '<section class="figures" id="figures">\n<h2>The lab\'s figures</h2>\n'
+        + intro
+        + note
+        + "\n".join(items)
+        + "\n</section>\n"
+    )
+    toc = f'<div><b><a href="#figures">Figures</a></b><ul>{"".join(links)}</ul></div>'
+    return body, toc
+
+
+def _insert_figures(prose: str, figures: str) -> str:
+    """The figures at the end of the README's lab section ("Run the lab", "The lab"),
+    else at the end of the text."""
+    m = re.search(r'<h2 id="(?:[a-z0-9-]*-)?lab(?:-[0-9]+)?">', prose)
+    if m:
+        nxt = prose.find("<h2", m.end())
+        if nxt != -1:
+            return prose[:nxt] + figures + prose[nxt:]
+    return prose + figures
+
+
+def chapter_page(
+    ch: Chapter,
+    out_dir: Path,
+    all_chapters: list[Chapter],
+    figures: ChapterFigures | None = None,
+) -> str:
+    pages = {c.directory.resolve(): c.page for c in all_chapters}
+    anchors = {f.name: f.anchor for f in figures.wanted} if figures else {}
+    if ch.readme is not None:
+        try:
+            prose, toc_tokens = _markdown(
+                ch.readme.read_text(encoding="utf-8"), ch.readme.parent, out_dir, pages, anchors
+            )
+        except ValueError as e:  # a formula latex2mathml cannot render (docs_math.py)
+            raise UserError(f"labs/{ch.slug}/README.md: {e}") from None
     else:
         prose = (
             f'<h1>{html.escape(ch.title)}</h1>\n<p class="note">This chapter\'s '
             f"<code>labs/{ch.slug}/README.md</code> is not written yet; its code follows.</p>"
         )
         toc_tokens = []
+    figures_section, figures_toc = _figures_html(ch, figures, out_dir)
+    if figures_section:
+        prose = _insert_figures(prose, figures_section)
 
     sections, code_toc, tinted = [], [], False
     for part in ch.parts:
@@ -308,6 +376,7 @@ def chapter_page(ch: Chapter, out_dir: Path, all_chapters: list[Chapter]) -> str
     toc = '<nav class="toc"><h2>On this page</h2><div>'
     if reading.strip("<ul>/"):
         toc += f"<div><b>Reading</b>{reading}</div>"
+    toc += figures_toc
     if code_toc:
         toc += '<div style="flex: 1"><b><a href="#code">Code</a></b>'
         toc += f"<ul>{''.join(code_toc)}</ul></div>"
@@ -344,7 +413,10 @@ def chapter_page(ch: Chapter, out_dir: Path, all_chapters: list[Chapter]) -> str
         nxt = all_chapters[idx + 1]
         links.append(f'<a href="{nxt.page}">{nxt.number} →</a>')
     nav = f'<span>{html.escape(ch.title)}</span><span class="pager">{"".join(links)}</span>'
-    body = f'<div class="prose">{prose}</div>\n{toc}\n{code}'
+    # the contents at the top, under the page's title
+    title, sep, rest = prose.partition("</h1>")
+    top = f"{title}{sep}\n{toc}\n{rest}" if sep else f"{toc}\n{prose}"
+    body = f'<div class="prose">{top}</div>\n{code}'
     return _page(ch.title, body, nav)
 
 
@@ -367,21 +439,35 @@ def index_page(all_chapters: list[Chapter]) -> str:
     return _page("Chapters", body)
 
 
-def build_site(out_dir: Path, labs_dir: Path = LABS_DIR) -> list[Path]:
-    """Write ``index.html`` and one page per chapter into ``out_dir``; return the paths."""
+def build_site(
+    out_dir: Path,
+    labs_dir: Path = LABS_DIR,
+    figures: str = "auto",
+    say=print,
+) -> list[Path]:
+    """Write ``index.html`` and one page per chapter into ``out_dir``; return the paths.
+
+    ``figures``: where the labs' figures come from (``docs_figures.py``): ``"auto"``,
+    ``"run"`` or ``"existing"``.
+    """
     try:
+        import latex2mathml  # noqa: F401
         import markdown  # noqa: F401
         import pygments  # noqa: F401
     except ImportError as e:
         raise UserError(f'the docs command needs {e.name}: pip install -e ".[docs]"') from None
+    if figures not in FIGURE_MODES:
+        raise UserError(f"--figures: expected one of {', '.join(FIGURE_MODES)}, got {figures!r}")
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir}: exists and is not a directory")
     out_dir.mkdir(parents=True, exist_ok=True)
     all_chapters = chapters(labs_dir)
+    drawn = collect_figures(all_chapters, out_dir, figures, say=say)
     written = []
     for ch in all_chapters:
         path = out_dir / ch.page
-        path.write_text(chapter_page(ch, out_dir, all_chapters), encoding="utf-8")
+        page = chapter_page(ch, out_dir, all_chapters, drawn.get(ch.slug))
+        path.write_text(page, encoding="utf-8")
         written.append(path)
     index = out_dir / "index.html"
     index.write_text(index_page(all_chapters), encoding="utf-8")
@@ -396,9 +482,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where to write the site (default: docs/site/ in the repository)",
     )
+    p.add_argument(
+        "--figures",
+        choices=FIGURE_MODES,
+        default="auto",
+        help="the labs' figures: 'auto' takes each lab's last run (labs/NN_*/figures/) and "
+        "runs the labs that have not drawn theirs; 'run' runs every lab again; 'existing' "
+        "never runs a lab (pages say how to draw what is missing)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    written = build_site(args.out)
+    written = build_site(args.out, figures=args.figures)
     print(f"wrote {len(written)} pages to {args.out}; open {written[0]}")
     return 0

@@ -9,6 +9,7 @@ import html
 import os
 import re
 import shutil
+import xml.etree.ElementTree as etree
 from pathlib import Path
 
 from .diff_pairs import Pair, Segment, Source
@@ -30,7 +31,8 @@ a:hover { text-decoration: underline; }
 code { font: .875em/1.4 ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, monospace;
   background: var(--bg2); padding: .1em .3em; border-radius: 4px; }
 .prose pre, .prose .highlight { overflow-x: auto; border-radius: 6px; }
-.prose .highlight pre, .prose pre { padding: .7rem 1rem; background: var(--bg2); }
+.prose .highlight pre, .prose pre { padding: .7rem 1rem; background: var(--bg2);
+  white-space: pre-wrap; overflow-wrap: anywhere; }
 .prose pre code { background: none; padding: 0; }
 .prose img { max-width: 100%; height: auto; }
 table { border-collapse: collapse; }
@@ -38,7 +40,7 @@ table { border-collapse: collapse; }
 .note { border-left: 4px solid #bf8700; background: #fff8c5; padding: .5rem .9rem;
   border-radius: 0 6px 6px 0; max-width: 52rem; }
 nav.toc { border: 1px solid var(--line); border-radius: 6px; padding: .5rem 1rem;
-  margin: 1.2rem 0; background: var(--bg2); font-size: .9rem; max-width: 80rem; }
+  margin: 1rem 0 1.5rem; background: var(--bg2); font-size: .9rem; max-width: 80rem; }
 nav.toc h2 { font-size: 1rem; margin: .2rem 0 .4rem; }
 nav.toc ul { margin: .2rem 0; padding-left: 1.2rem; }
 nav.toc > div { display: flex; flex-wrap: wrap; gap: .2rem 2.5rem; }
@@ -67,10 +69,23 @@ h2.code { margin-top: 2.5rem; border-top: 1px solid var(--line); padding-top: 1.
 .col .highlight { background: none; }
 .col pre { margin: 0; padding: 6px 10px; font: 13px/var(--lh) ui-monospace, "DejaVu Sans Mono",
   Menlo, Consolas, monospace; background: none; }
-.col .linenos { color: #8c959f; user-select: none; padding-right: 1ch; }
+/* one span per line: a long line wraps, its continuation indented past the line number */
+.col pre > span[id] { display: block; white-space: pre-wrap; overflow-wrap: anywhere;
+  padding-left: 7.5ch; text-indent: -7.5ch; }
+.col .linenos { display: inline-block; min-width: 4ch; margin-right: 1.5ch; text-align: right;
+  text-indent: 0; color: #8c959f; user-select: none; }
 .highlight .hll { background: #fff4c2; display: block; }
 .legend { font-size: .9rem; color: var(--muted); }
 .legend mark { background: #fff4c2; padding: 0 .3em; }
+math { font-family: "STIX Two Math", "Latin Modern Math", "Cambria Math", "DejaVu Math TeX Gyre",
+  "Noto Sans Math", math; font-size: 1.08em; }
+math[display="block"] { margin: .9em 0; overflow-x: auto; overflow-y: hidden; }
+section.figures { width: calc(100vw - 3rem); max-width: 72rem; }
+section.figures figure { margin: 1.4rem 0; }
+section.figures img { display: block; max-width: 100%; height: auto; border: 1px solid var(--line);
+  border-radius: 6px; background: #fff; }
+section.figures figcaption { font-size: .9rem; color: var(--muted); margin-top: .35rem; }
+section.figures figcaption code { color: var(--fg); }
 ul.chapters { list-style: none; padding: 0; }
 ul.chapters li { margin: .6rem 0; }
 ul.chapters .what { color: var(--muted); font-size: .9rem; }
@@ -110,7 +125,16 @@ def _exercise_lines(src: Source, number: str) -> set[int]:
     return out
 
 
-def _code_cell(seg: Segment | None, src: Source | None, pad: int, tinted: set[int], side: str):
+def _code_cell(
+    seg: Segment | None,
+    src: Source | None,
+    pad: int,
+    tinted: set[int],
+    side: str,
+    anchor: str = "",
+):
+    """One column of a pair: the lines of ``seg``, highlighted, one ``<span>`` per line
+    (id ``{side}-{anchor}-{line number}``), so that a long line wraps under itself."""
     if seg is None or src is None:
         return f'<div class="col col-{side} empty"></div>'
     from pygments.formatters import HtmlFormatter
@@ -123,6 +147,7 @@ def _code_cell(seg: Segment | None, src: Source | None, pad: int, tinted: set[in
     fmt = HtmlFormatter(
         linenos="inline",
         linenostart=seg.start,
+        linespans=f"{side}-{anchor}" if anchor else side,
         hl_lines=[n - seg.start + 1 for n in range(seg.start, seg.end + 1) if n in tinted],
         cssclass="highlight",
     )
@@ -143,12 +168,25 @@ def _side_name(pair: Pair) -> str:
 
 
 # -- markdown ---------------------------------------------------------------------------------
-def _markdown(text: str, chapter_dir: Path, out_dir: Path, pages: dict[Path, str]):
-    """README text -> (html, toc tokens). Relative links are rewritten: to another
-    chapter's page, or to the file in the repository (relative to ``out_dir``)."""
+def _markdown(
+    text: str,
+    chapter_dir: Path,
+    out_dir: Path,
+    pages: dict[Path, str],
+    figure_anchors: dict[str, str] | None = None,
+):
+    """README text -> (html, toc tokens). Maths becomes MathML (``docs_math.py``).
+    Relative links are rewritten: to another chapter's page, or to the file in the
+    repository (relative to ``out_dir``). A code span that names one of the lab's
+    figures (```figures/heads.png```, ```heads.png```) links to it on the page
+    (``figure_anchors``: file name -> anchor)."""
     import markdown
     from markdown.extensions import Extension
     from markdown.treeprocessors import Treeprocessor
+
+    from .docs_math import math_extension
+
+    figure_anchors = figure_anchors or {}
 
     def rewrite(url: str, image: bool) -> str:
         if not url or url.startswith("#") or re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*:", url):
@@ -172,17 +210,38 @@ def _markdown(text: str, chapter_dir: Path, out_dir: Path, pages: dict[Path, str
 
     class Links(Treeprocessor):
         def run(self, root):
-            for el in root.iter():
+            parents = {child: parent for parent in root.iter() for child in parent}
+            for el in list(root.iter()):
                 for attr in ("href", "src"):
                     if el.get(attr) is not None:
                         el.set(attr, rewrite(el.get(attr), image=el.tag == "img"))
+                name = (el.text or "").rsplit("/", 1)[-1]
+                parent = parents.get(el)
+                if (
+                    el.tag == "code"
+                    and name in figure_anchors
+                    and parent is not None
+                    and parent.tag not in ("a", "pre")
+                ):
+                    link = etree.Element("a", href="#" + figure_anchors[name])
+                    link.tail, el.tail = el.tail, None
+                    parent.insert(list(parent).index(el), link)
+                    parent.remove(el)
+                    link.append(el)
 
     class LinkExtension(Extension):
         def extendMarkdown(self, md):  # noqa: N802  (markdown's API)
             md.treeprocessors.register(Links(md), "twinformer_links", 5)
 
     md = markdown.Markdown(
-        extensions=["fenced_code", "tables", "toc", "codehilite", LinkExtension()],
+        extensions=[
+            "fenced_code",
+            "tables",
+            "toc",
+            "codehilite",
+            math_extension(),
+            LinkExtension(),
+        ],
         extension_configs={"codehilite": {"guess_lang": False, "css_class": "highlight"}},
     )
     return md.convert(text), md.toc_tokens

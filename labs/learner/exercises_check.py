@@ -43,7 +43,7 @@ def run_check(ws: Workspace, chapter: str, keyword: str | None = None, quiet: bo
         if importlib.util.find_spec(needed) is None:
             raise UserError(
                 f"check runs the parity tests, which need {needed}: install the test tools "
-                'with  .venv/bin/pip install -e ".[dev]"  (the README\'s second command does)'
+                'with  .venv/bin/pip install -e ".[learn]"  (the README\'s second command does too)'
             )
     cmd = [
         sys.executable, "-m", "pytest", "parity_tests", "-m", f"ch{chapter}",

@@ -141,17 +141,32 @@ def repository_path(*parts: str) -> Path:
     return ROOT.joinpath(*parts)
 
 
+#: Set, it sends every lab's figures to ``$TWINFORMER_FIGURES/<chapter>/`` instead of
+#: ``labs/<chapter>/figures/`` (``python -m labs docs`` draws them straight into the site).
+FIGURES_ENV_VAR = "TWINFORMER_FIGURES"
+
+
+def figures_folder(chapter: str, labs_dir: Path | None = None) -> Path:
+    """Where chapter ``chapter``'s figures go: ``labs/<chapter>/figures``, or
+    ``$TWINFORMER_FIGURES/<chapter>`` when that is set. ``labs_dir``: another labs folder."""
+    root = os.environ.get(FIGURES_ENV_VAR)
+    if root:
+        return Path(root) / chapter
+    return (labs_dir or LABS) / chapter / "figures"
+
+
 def figure_saver(chapter: str) -> Callable[[Any, str], None]:
     """A ``save(fig, name)`` that writes ``labs/<chapter>/figures/name`` and says where.
 
-    ``chapter`` is the chapter's folder name (``"03_attention"``). ``save``
-    creates the ``figures`` folder if needed, writes the figure at 120 dpi with a
-    tight bounding box, prints ``wrote <path from the repository root>``, and
-    closes the figure when there is no display (Agg backend), so that a script
-    drawing many figures does not keep them all in memory. In a notebook the
-    figure stays open and is shown below the cell.
+    ``chapter`` is the chapter's folder name (``"03_attention"``); with
+    ``$TWINFORMER_FIGURES`` set, the figures go to ``$TWINFORMER_FIGURES/<chapter>/``
+    (:func:`figures_folder`). ``save`` creates the folder if needed, writes the
+    figure at 120 dpi with a tight bounding box, prints ``wrote <path from the
+    repository root>``, and closes the figure when there is no display (Agg
+    backend), so that a script drawing many figures does not keep them all in
+    memory. In a notebook the figure stays open and is shown below the cell.
     """
-    folder = chapter_dir(chapter) / "figures"
+    folder = figures_folder(chapter)
 
     def save(fig, name: str) -> None:
         import matplotlib
@@ -160,7 +175,8 @@ def figure_saver(chapter: str) -> Callable[[Any, str], None]:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / name
         fig.savefig(path, dpi=120, bbox_inches="tight")
-        print(f"wrote {path.relative_to(ROOT)}")
+        shown = path.resolve()
+        print(f"wrote {shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown}")
         if matplotlib.get_backend().lower() == "agg":
             plt.close(fig)
 
