@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .module import Module
+from .module import Module, check_float
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
@@ -68,6 +68,7 @@ class GELU(Module):
         self._x = self._cdf = self._tanh_u = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        check_float(x)
         ### BEGIN SOLUTION ch06
         ### TODO: y = x Phi(x), same shape as x. "tanh": u = sqrt(2/pi) (x + 0.044715 x^3),
         ###   y = 0.5 x (1 + tanh(u)); cache x, tanh(u) in self._x, self._tanh_u. "none":
@@ -119,6 +120,7 @@ class ReLU(Module):
         self._positive = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        check_float(x)
         self._positive = x > 0
         return np.maximum(x, 0.0, dtype=x.dtype)
 
@@ -144,6 +146,7 @@ class SiLU(Module):
         self._x = self._s = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        check_float(x)
         ### BEGIN SOLUTION ch14
         ### TODO: s = sigmoid(x) (the stable one above), y = x * s; cache x and s in self._x,
         ###   self._s for backward

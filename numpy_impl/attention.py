@@ -23,7 +23,7 @@ import numpy as np
 from .dropout import Dropout
 from .linear import Linear, linear, linear_backward
 from .masks import cached_attn_mask, check_attn_mask, combine_attn_mask
-from .module import Module, check_last_dim
+from .module import Module, check_float, check_last_dim
 from .rope import RotaryEmbedding
 
 
@@ -100,6 +100,7 @@ def softmax(scores: np.ndarray) -> np.ndarray:
     from overflowing. A row that is all ``-inf`` (a query that may see no key)
     gives zeros instead of 0/0 = NaN, as PyTorch's fused kernels do.
     """
+    check_float(scores, "scores")
     ### BEGIN SOLUTION ch03
     ### TODO: subtract each row's max (0 for a row that is all -inf), exponentiate, divide by
     ###   the row sum (1 where that sum is 0, so a fully masked row stays 0)

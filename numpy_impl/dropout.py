@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .module import Module
+from .module import Module, check_float
 
 
 class Dropout(Module):
@@ -36,6 +36,7 @@ class Dropout(Module):
         self._keep = None
 
     def forward(self, x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+        check_float(x)
         if not self.training or self.p == 0.0:
             self._keep = None
             return x

@@ -31,7 +31,7 @@ from .dropout import Dropout
 from .embedding import Embedding
 from .linear import Linear
 from .masks import check_token_mask, key_padding_attn_mask
-from .module import Module, ModuleList, check_ids
+from .module import Module, ModuleList, check_float, check_ids
 from .norm import LayerNorm
 from .positional import SinusoidalPositionalEncoding
 
@@ -122,6 +122,7 @@ class MeanPool(Module):
         self._weights = None
 
     def forward(self, x: np.ndarray, token_mask=None) -> np.ndarray:
+        check_float(x)
         if x.ndim != 3:
             raise ValueError(f"x: expected shape (B, T, d_model), got {x.shape}")
         B, T, _ = x.shape

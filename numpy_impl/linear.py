@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .module import Module, Parameter, check_last_dim
+from .module import Module, Parameter, check_float, check_last_dim
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
@@ -115,6 +115,7 @@ class Linear(Module):
         self._x = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        check_float(x, "x", self.weight.dtype)
         self._x = x  # backward needs the input: dW = dout^T x
         return linear(x, self.weight.data, None if self.bias is None else self.bias.data)
 

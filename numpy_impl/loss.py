@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .module import Module
+from .module import Module, check_float
 
 
 class CrossEntropyLoss(Module):
@@ -40,6 +40,9 @@ class CrossEntropyLoss(Module):
         self._cache = None
 
     def forward(self, logits: np.ndarray, targets: np.ndarray) -> float:
+        if logits.ndim < 1:
+            raise ValueError(f"logits: expected shape (..., V), got {tuple(logits.shape)}")
+        check_float(logits, "logits")
         targets = np.asarray(targets)
         if targets.shape != logits.shape[:-1]:
             raise ValueError(
@@ -50,7 +53,7 @@ class CrossEntropyLoss(Module):
             raise TypeError(f"targets: class ids must be integers, got dtype {targets.dtype}")
         V = logits.shape[-1]
         z = logits.reshape(-1, V)  # (N, V)
-        t = targets.reshape(-1).astype(np.int64)  # (N,)
+        t = targets.reshape(-1)  # (N,), checked in its own dtype: a uint64 2**63 stays 2**63
         keep = t != self.ignore_index
         if np.any((t[keep] < 0) | (t[keep] >= V)):
             bad = t[keep & ((t < 0) | (t >= V))]
@@ -58,6 +61,7 @@ class CrossEntropyLoss(Module):
                 f"targets: class ids must lie in [0, V={V}) or equal ignore_index="
                 f"{self.ignore_index}, got {bad[:5].tolist()}"
             )
+        t = t.astype(np.int64)
         ### BEGIN SOLUTION ch09
         ### TODO: z (N, V), t (N,), keep (N,) from above; per row the negative log-softmax of its
         ###   target, nll = logsumexp(z_n) - z_n[t_n], (N,); loss = its mean over the kept rows

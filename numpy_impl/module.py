@@ -219,6 +219,19 @@ def check_ids(idx: np.ndarray, vocab_size: int, name: str = "idx") -> np.ndarray
     return idx.astype(np.int64, copy=False)
 
 
+def check_float(x: np.ndarray, name: str = "x", dtype=None) -> None:
+    """Raise ``TypeError`` unless ``x`` is a floating-point array, of ``dtype`` (a
+    layer's parameters') when given: as PyTorch, no silent cast (an int64 input
+    would otherwise be upcast here and refused by the torch twin)."""
+    if not np.issubdtype(x.dtype, np.floating):
+        raise TypeError(f"{name}: expected a floating-point array, got dtype {x.dtype}")
+    if dtype is not None and x.dtype != dtype:
+        raise TypeError(
+            f"{name}: dtype {x.dtype} differs from the layer's parameters ({np.dtype(dtype)}); "
+            "cast the input or the layer (astype)"
+        )
+
+
 def check_last_dim(x: np.ndarray, size: int, name: str, what: str) -> None:
     """Raise ``ValueError`` unless ``x.shape[-1] == size``."""
     if x.ndim < 1 or x.shape[-1] != size:

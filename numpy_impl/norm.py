@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .module import Module, Parameter, check_last_dim
+from .module import Module, Parameter, check_float, check_last_dim
 
 
 class LayerNorm(Module):
@@ -50,6 +50,7 @@ class LayerNorm(Module):
         self._xhat = self._rstd = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        check_float(x, "x", self.weight.dtype)
         check_last_dim(x, self.d_model, "x", "d_model")
         ### BEGIN SOLUTION ch07
         ### TODO: x (..., C) -> y (..., C): per row, xhat = (x - mean) * rstd with
@@ -121,6 +122,7 @@ class RMSNorm(Module):
         self._xhat = self._rrms = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
+        check_float(x, "x", self.weight.dtype)
         check_last_dim(x, self.d_model, "x", "d_model")
         ### BEGIN SOLUTION ch14
         ### TODO: x (..., C) -> y (..., C): rrms = 1 / sqrt(mean(x^2) + eps) per row (..., 1),

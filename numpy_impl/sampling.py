@@ -8,8 +8,10 @@ from .module import Module, check_ids
 
 
 def _check_sampling_args(temperature, top_k, top_p) -> None:
-    if not temperature >= 0:  # also catches NaN
-        raise ValueError(f"temperature: must be >= 0 (0 = greedy), got {temperature}")
+    if not 0 <= temperature < np.inf:  # also catches NaN
+        raise ValueError(
+            f"temperature: must be a finite number >= 0 (0 = greedy), got {temperature}"
+        )
     if top_k is not None and (
         isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k <= 0
     ):
@@ -86,6 +88,22 @@ class _UniformStream:
         return u
 
 
+def _shifted(logits: np.ndarray, step: int) -> np.ndarray:
+    """``logits`` minus each row's largest: the same softmax and order, and no logit above 0,
+    so dividing by a tiny temperature gives -inf or 0, never +inf (and never inf - inf = NaN).
+
+    Raises:
+        ValueError: a row holds NaN or +inf, or is all -inf (weights gone non-finite).
+    """
+    top = logits.max(axis=-1, keepdims=True)  # (B, 1); NaN if the row holds one
+    if not np.isfinite(top).all():
+        raise ValueError(
+            f"logits: the model's logits at generation step {step} hold NaN or infinity "
+            f"(row maxima {top.ravel().tolist()}): are its weights finite?"
+        )
+    return logits - top
+
+
 def _check_uniforms(uniforms, max_new_tokens: int, B: int) -> np.ndarray:
     u = np.asarray(uniforms, dtype=np.float64)
     if u.shape != (max_new_tokens, B):
@@ -139,9 +157,14 @@ def generate(
     """Extend ``idx`` by ``max_new_tokens`` tokens, one forward pass per token.
 
     The context is cropped to the last ``block_size`` tokens. Temperature 0
-    is greedy (argmax). Otherwise a token is drawn by inverse-CDF sampling
-    with one uniform number per row, ``u = rng.random()``: the first token
-    whose cumulative probability exceeds u.
+    is greedy (argmax; among tied logits the lowest id, in both backends).
+    Otherwise a token is drawn by inverse-CDF sampling with one uniform number
+    per row, ``u = rng.random()``: the first token whose cumulative probability
+    exceeds u. The logits are shifted so that each row's largest is 0 before
+    they are divided by the temperature, so any positive temperature gives
+    finite probabilities; one below the smallest normal number of the logits'
+    dtype (1.2e-38 in float32) is taken as that number: all the probability
+    then goes to the largest logits (shared equally when they tie).
 
     Args:
         model: a GPT (anything with ``config.block_size`` and ``forward``).
@@ -160,8 +183,8 @@ def generate(
     Raises:
         TypeError: the prompt is not integer.
         ValueError: empty prompt, an id outside ``[0, vocab_size)``, max_new_tokens < 0,
-            temperature < 0, top_k <= 0, top_p outside (0, 1], ``uniforms`` of the
-            wrong shape or outside ``[0, 1)``.
+            temperature < 0 or not finite, top_k <= 0, top_p outside (0, 1], ``uniforms``
+            of the wrong shape or outside ``[0, 1)``, logits holding NaN or +inf.
     """
     _check_sampling_args(temperature, top_k, top_p)
     if (
@@ -184,14 +207,18 @@ def generate(
     model.eval()
     block_size = model.config.block_size
     try:
-        for _ in range(max_new_tokens):
+        for step in range(max_new_tokens):
             if cache is not None:
                 logits = _cached_next_logits(model, idx, cache)  # (B, V)
             else:
                 logits = model.forward(idx[:, -block_size:])[:, -1, :]  # (B, V), last position
+            logits = _shifted(logits, step)  # (B, V), the largest 0: any temperature is safe
             if temperature == 0:
-                nxt = logits.argmax(axis=-1)
+                nxt = logits.argmax(axis=-1)  # ties: the lowest id (the first maximum)
             else:
+                # a temperature that would round to 0 in the logits' dtype: the smallest that
+                # does not (the distribution is all on the largest logits either way)
+                temperature = max(temperature, float(np.finfo(logits.dtype).tiny))
                 ### BEGIN SOLUTION ch10
                 ### TODO: draw nxt (B,), one token per row, from
                 ###   softmax(filter_logits(logits, ...)): inverse-CDF sampling with one

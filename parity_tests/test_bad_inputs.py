@@ -130,6 +130,18 @@ ROWS: dict[str, Row] = {
     "Linear: out_features = -1": Row(
         "ch02", lambda b: b.Linear(3, -1), ValueError, r"out_features"
     ),
+    "Linear: int64 input (would be cast)": Row(
+        "ch02",
+        lambda b: b.Linear(3, 2, dtype=b.float64)(b.ones(2, 3, dtype=np.int64)),
+        TypeError,
+        r"^x: expected a floating-point",
+    ),
+    "Linear: float32 input into a float64 layer": Row(
+        "ch02",
+        lambda b: b.Linear(3, 2, dtype=b.float64)(b.ones(2, 3, dtype=np.float32)),
+        TypeError,
+        r"^x: dtype .* differs",
+    ),
     "Embedding: id == num_embeddings": Row(
         "ch02", lambda b: b.Embedding(V, C)(b.ids([0, V])), ValueError, r"^idx\b"
     ),
@@ -153,6 +165,14 @@ ROWS: dict[str, Row] = {
         ),
         TypeError,
         r"^attn_mask\b.*bool",
+    ),
+    "SDPA: float attn_mask of another dtype than q": Row(
+        "ch03",
+        lambda b: b.scaled_dot_product_attention(
+            b.array(Q), b.array(Q), b.array(Q), b.zeros(3, 3, dtype=np.float32)
+        ),
+        TypeError,
+        r"^attn_mask\b",
     ),
     "SDPA: attn_mask of the wrong shape": Row(
         "ch03",
@@ -318,6 +338,12 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^x\b.*d_model",
     ),
+    "LayerNorm: int64 input (would be cast)": Row(
+        "ch07",
+        lambda b: b.LayerNorm(C, dtype=b.float64)(b.ones(2, C, dtype=np.int64)),
+        TypeError,
+        r"^x: expected a floating-point",
+    ),
     "LayerNorm: d_model = 0": Row("ch07", lambda b: b.LayerNorm(0), ValueError, r"d_model"),
     "LayerNorm: eps = 0": Row("ch07", lambda b: b.LayerNorm(C, eps=0.0), ValueError, r"^eps\b"),
     "LayerNorm: eps = NaN": Row(
@@ -410,6 +436,30 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^targets\b",
     ),
+    "CrossEntropyLoss: 0-d logits": Row(
+        "ch09",
+        lambda b: b.CrossEntropyLoss()(b.array(1.0), b.array(0)),
+        ValueError,
+        r"^logits\b",
+    ),
+    "CrossEntropyLoss: integer logits": Row(
+        "ch09",
+        lambda b: b.CrossEntropyLoss()(b.zeros(2, V, dtype=np.int64), b.array([0, 1])),
+        TypeError,
+        r"^logits\b",
+    ),
+    "CrossEntropyLoss: a uint64 target of 2**63 (reported as itself, not wrapped)": Row(
+        "ch09",
+        lambda b: b.CrossEntropyLoss()(b.zeros(2, V), b.array([1, 2**63], dtype=np.uint64)),
+        ValueError,
+        r"^targets\b.*9223372036854775808",
+    ),
+    "configure_param_groups: weight_decay = NaN": Row(
+        "ch09",
+        lambda b: b.configure_param_groups(b.gpt(), float("nan")),
+        ValueError,
+        r"^weight_decay\b",
+    ),
     # -- ch10: sampling ------------------------------------------------------------------------
     "filter_logits: temperature = 0": Row(
         "ch10",
@@ -455,6 +505,18 @@ ROWS: dict[str, Row] = {
         lambda b: b.generate(b.gpt(), b.ids([1]), 3, temperature=-1.0),
         ValueError,
         r"^temperature\b",
+    ),
+    "generate: temperature = NaN": Row(
+        "ch10",
+        lambda b: b.generate(b.gpt(), b.ids([1]), 3, temperature=float("nan")),
+        ValueError,
+        r"^temperature: must be a finite number",
+    ),
+    "generate: temperature = inf": Row(
+        "ch10",
+        lambda b: b.generate(b.gpt(), b.ids([1]), 3, temperature=float("inf")),
+        ValueError,
+        r"^temperature: must be a finite number",
     ),
     "generate: prompt id out of range": Row(
         "ch10",

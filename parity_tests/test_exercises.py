@@ -360,7 +360,10 @@ def test_start_a_second_chapter_keeps_the_learners_code(reference, tmp_path):
     assert "NotImplementedError" in region_body(ws, "attention.py", ("04", 0))
 
 
-def test_missing_or_damaged_files_are_regenerated_around_the_learners_code(reference, tmp_path):
+def test_a_missing_file_is_regenerated_a_damaged_fence_is_reported(reference, tmp_path):
+    """A workspace file that is gone is generated again; one with a damaged fence is
+    never rebuilt around the learner's code, ``force`` or not: the fence is named,
+    and nothing in the workspace changes (no other chapter's code is lost)."""
     ws = Workspace(tmp_path / "ws")
     for chapter in ("03", "04"):
         add_stubs(reference, ws, chapter)
@@ -369,23 +372,54 @@ def test_missing_or_damaged_files_are_regenerated_around_the_learners_code(refer
     assert (ws.package / "attention.py").read_text() == reference.render(
         "attention.py", {"03", "04"}
     )
-    # the fences of a ch03 region deleted by hand: refused; with --force the file is
-    # rebuilt from the reference, ch04's code (the learner's) kept
-    write_region(ws, "attention.py", ("04", 1), ["return 'mine'"])
+    write_region(ws, "attention.py", ("04", 1), ["return 'mine'"])  # the learner's ch04 code
     text = (ws.package / "attention.py").read_text()
     begin = text.index("    ### BEGIN SOLUTION ch03\n")  # the first ch03 region
     end = text.index("    ### END SOLUTION\n", begin)
+    line = text[:begin].count("\n") + 1  # of the BEGIN whose END is lost
     no_end = text[:end] + text[end:].replace("    ### END SOLUTION\n", "", 1)
-    (ws.package / "attention.py").write_text(no_end)
-    with pytest.raises(UserError, match="fences are missing or damaged"):
-        add_stubs(reference, ws, "03")
     no_fences = no_end[:begin] + no_end[begin:].replace("    ### BEGIN SOLUTION ch03\n", "", 1)
-    (ws.package / "attention.py").write_text(no_fences)
-    with pytest.raises(UserError, match="fences are missing or damaged"):
-        add_stubs(reference, ws, "03")
-    assert [w.action for w in add_stubs(reference, ws, "03", force=True)] == ["rewritten"]
-    assert "NotImplementedError" in region_body(ws, "attention.py", ("03", 0))
+    state = ws.state_file.read_text()
+    for damaged, chapters, says in (
+        (no_end, ("03", "04"), "BEGIN SOLUTION inside the region of line"),  # now nested
+        (no_fences, ("03",), "the fences of chapter 03's softmax are missing"),
+    ):
+        (ws.package / "attention.py").write_text(damaged)
+        for force in (False, True):
+            for chapter in chapters:  # start/reset of a chapter whose fences are damaged
+                with pytest.raises(UserError, match="damaged fences, nothing changed") as info:
+                    add_stubs(reference, ws, chapter, force=force)
+                assert says in str(info.value) and "attention.py" in str(info.value)
+                assert (ws.package / "attention.py").read_text() == damaged  # untouched
+                assert ws.state_file.read_text() == state
+    # ch04's fences are whole: resetting ch04 touches its regions only, and the
+    # unfenced ch03 code around them stays as the learner left it
+    add_stubs(reference, ws, "04", force=True)
+    after = (ws.package / "attention.py").read_text()
+    assert "return 'mine'" not in after
+    assert (
+        after[: after.index("### BEGIN SOLUTION ch04")]
+        == no_fences[: no_fences.index("### BEGIN SOLUTION ch04")]
+    )
+    (ws.package / "attention.py").write_text(no_end)
+    with pytest.raises(
+        UserError, match=f"attention.py:[0-9]+: BEGIN SOLUTION inside the region of line {line}\\."
+    ):
+        add_stubs(reference, ws, "03", force=True)
+    # the learner repairs the fence: reset works again, ch04's code kept
+    (ws.package / "attention.py").write_text(text)
+    assert [w.action for w in add_stubs(reference, ws, "03", force=True)] == ["unchanged"]
     assert "return 'mine'" in region_body(ws, "attention.py", ("04", 1))
+
+
+def test_a_damaged_progress_file_is_reported_not_replaced(reference, tmp_path):
+    ws = Workspace(tmp_path / "ws")
+    add_stubs(reference, ws, "03")
+    for damaged in ('{"chapters": {"03": ', "[1, 2]"):
+        ws.state_file.write_text(damaged)
+        with pytest.raises(UserError, match="progress.json"):
+            add_stubs(reference, ws, "04")
+        assert ws.state_file.read_text() == damaged
 
 
 def cli(*argv: str) -> argparse.Namespace:

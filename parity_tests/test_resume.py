@@ -184,6 +184,8 @@ def kill_writer_at(stage: str, directory: Path) -> None:
 STAGES = [  # (where the writer dies, the step of the checkpoint that loads afterwards)
     ("writing", 1),
     ("staged", 1),
+    ("keeping-previous", 1),  # .previous.tmp/ left behind: the next save must not trip on it
+    ("previous-removed", 1),  # no .previous/ at all for a moment: DIR's set is whole
     ("kept-previous", 1),
     ("moved-model.safetensors", 1),  # DIR mixes new weights and the old config.json
     ("moved-optimizer.safetensors", 1),
@@ -210,6 +212,7 @@ def test_sigkill_while_writing_leaves_a_loadable_checkpoint(stage, loads_step, t
     assert bool(fell_back) == mixed, [str(w.message) for w in caught]
     if mixed:
         assert "interrupted" in str(fell_back[0].message)
+        assert "nothing is lost" in str(fell_back[0].message)
         assert config["loaded_from"] == str(directory / ck.PREVIOUS_DIR)
 
     # the next save cleans up and commits normally

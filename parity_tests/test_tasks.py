@@ -177,4 +177,4 @@ def test_seq2seq_cli_smoke(tmp_path, backend):
 
 def test_task_cli_errors_are_one_line():
     r = run_cli("seq2seq", "--backend", "numpy", "--min-len", "5", "--max-len", "3")
-    assert r.returncode == 2 and r.stderr.startswith("error: min_len, max_len")
+    assert r.returncode == 2 and r.stderr.startswith("error: --min-len (5) must not exceed")

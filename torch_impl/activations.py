@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear import check_float
+
 GELU_APPROXIMATIONS = ("tanh", "none")
 
 
@@ -45,6 +47,7 @@ class GELU(nn.Module):
         self.approximate = approximate
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_float(x)
         return F.gelu(x, approximate=self.approximate)
 
     def extra_repr(self) -> str:
@@ -56,6 +59,7 @@ class ReLU(nn.Module):
     (Vaswani et al. 2017, eq. 2). Elementwise, any shape."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_float(x)
         return F.relu(x)
 
 
@@ -64,4 +68,5 @@ class SiLU(nn.Module):
     (Shazeer 2020). Elementwise, any shape."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_float(x)
         return F.silu(x)

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .dropout import Dropout, check_probability
-from .linear import Linear, linear
+from .linear import Linear, check_float, linear
 from .masks import cached_attn_mask, check_attn_mask, combine_attn_mask
 from .rope import RotaryEmbedding
 
@@ -120,6 +120,7 @@ def softmax(scores: torch.Tensor) -> torch.Tensor:
     ``F.softmax`` of such a row is NaN, and NaN poisons the backward pass even
     if zeroed afterwards: give the row finite scores first, then zero it.
     """
+    check_float(scores, "scores")
     dead = torch.isneginf(scores).all(dim=-1, keepdim=True)  # (..., 1): no key to see
     return F.softmax(scores.masked_fill(dead, 0.0), dim=-1).masked_fill(dead, 0.0)
 

@@ -6,6 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear import check_float
+
 
 def check_probability(p: float, name: str = "p") -> float:
     """Return ``float(p)`` if ``0 <= p < 1``; raise ``ValueError`` naming ``name`` otherwise."""
@@ -43,6 +45,7 @@ class Dropout(nn.Module):
         self.p = check_probability(p)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        check_float(x)
         if not self.training or self.p == 0.0:
             return x
         if mask is None:

@@ -24,7 +24,7 @@ from .activations import ReLU
 from .block import Block
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
-from .linear import Linear
+from .linear import Linear, check_float
 from .masks import check_token_mask, key_padding_attn_mask
 from .norm import LayerNorm
 from .positional import SinusoidalPositionalEncoding
@@ -102,6 +102,7 @@ class MeanPool(nn.Module):
     """
 
     def forward(self, x: torch.Tensor, token_mask: torch.Tensor | None = None) -> torch.Tensor:
+        check_float(x)
         if x.dim() != 3:
             raise ValueError(f"x: expected shape (B, T, d_model), got {tuple(x.shape)}")
         if token_mask is None:

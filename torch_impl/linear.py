@@ -36,6 +36,21 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     return F.linear(x, weight, bias)
 
 
+def check_float(x: torch.Tensor, name: str = "x", dtype=None) -> None:
+    """As the NumPy twin's (``numpy_impl/module.py``): ``TypeError`` unless ``x`` is a
+    floating-point tensor, of ``dtype`` (a layer's parameters') when given. Under
+    ``torch.autocast`` (mixed precision) a float of another width is autocast's to
+    choose, so only the floating-point check applies there."""
+    if not x.is_floating_point():
+        raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
+    autocast = torch.is_autocast_enabled(x.device.type)
+    if dtype is not None and x.dtype != dtype and not autocast:
+        raise TypeError(
+            f"{name}: dtype {x.dtype} differs from the layer's parameters ({dtype}); "
+            "cast the input or the layer (.to)"
+        )
+
+
 class Linear(nn.Linear):
     """Fully connected layer, ``y = x W^T + b``.
 
@@ -79,4 +94,5 @@ class Linear(nn.Linear):
         super().__init__(in_features, out_features, bias=bias, dtype=dtype)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_float(x, "x", self.weight.dtype)
         return linear(x, self.weight, self.bias)

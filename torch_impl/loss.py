@@ -6,6 +6,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear import check_float
+
+#: Unsigned dtypes whose values may not fit in int64, and on which torch has few operations.
+_WIDE_UNSIGNED = tuple(
+    getattr(torch, n) for n in ("uint16", "uint32", "uint64") if hasattr(torch, n)
+)
+
 
 class CrossEntropyLoss(nn.Module):
     """``loss = mean_n [ -log softmax(logits_n)[targets_n] ]`` over the non-ignored targets.
@@ -39,6 +46,7 @@ class CrossEntropyLoss(nn.Module):
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if logits.dim() < 1:
             raise ValueError(f"logits: expected shape (..., V), got {tuple(logits.shape)}")
+        check_float(logits, "logits")
         V = logits.shape[-1]
         if not isinstance(targets, torch.Tensor):
             raise TypeError(
@@ -51,6 +59,14 @@ class CrossEntropyLoss(nn.Module):
                 f"targets: expected shape logits.shape[:-1]={tuple(logits.shape[:-1])}, "
                 f"got {tuple(targets.shape)}"
             )
+        if targets.dtype in _WIDE_UNSIGNED:  # torch compares these poorly: check as ints
+            values = targets.flatten().tolist()  # exact, even 2**63 and above
+            bad = [v for v in values if v != self.ignore_index and not 0 <= v < V]
+            if bad:
+                raise ValueError(
+                    f"targets: class indices must lie in [0, V={V}) or equal "
+                    f"ignore_index={self.ignore_index}, got min={min(bad)}, max={max(bad)}"
+                )
         targets = targets.long()
         kept = targets != self.ignore_index
         if kept.any():

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .linear import check_float
+
 
 class LayerNorm(nn.Module):
     """``y = (x - mean) / sqrt(var + eps) * weight + bias`` over the last axis.
@@ -60,6 +62,7 @@ class LayerNorm(nn.Module):
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_float(x, "x", self.weight.dtype)
         if x.dim() < 1 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x: expected shape (..., d_model={self.d_model}), got {tuple(x.shape)}"
@@ -105,6 +108,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model, dtype=dtype))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_float(x, "x", self.weight.dtype)
         if x.dim() < 1 or x.shape[-1] != self.d_model:
             raise ValueError(
                 f"x: expected shape (..., d_model={self.d_model}), got {tuple(x.shape)}"

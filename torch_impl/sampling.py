@@ -5,6 +5,7 @@ Twin of ``numpy_impl/sampling.py``.
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
@@ -15,8 +16,10 @@ from .embedding import check_token_ids
 
 
 def _check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if not temperature >= 0:  # also catches NaN
-        raise ValueError(f"temperature: must be >= 0, got {temperature}")
+    if not 0 <= temperature < math.inf:  # also catches NaN
+        raise ValueError(
+            f"temperature: must be a finite number >= 0 (0 = greedy), got {temperature}"
+        )
     if top_k is not None and (
         isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k <= 0
     ):
@@ -77,7 +80,9 @@ def filter_logits(
         logits = logits.masked_fill(logits < kth, float("-inf"))
 
     if top_p is not None and top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (B, V) each
+        # stable: tied tokens in id order, as NumPy's stable argsort (the nucleus boundary
+        # falls between tied tokens the same way in both backends: the lower id is kept)
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
         cum = F.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
         mass_before = F.pad(cum[:, :-1], (1, 0))  # exclusive prefix sum; 0 for the top token
         remove_sorted = mass_before >= top_p
@@ -96,6 +101,21 @@ def _check_uniforms(uniforms, max_new_tokens: int, B: int) -> torch.Tensor:
     if u.numel() and not bool(((u >= 0.0) & (u < 1.0)).all()):
         raise ValueError("uniforms: every number must lie in [0, 1)")
     return u
+
+
+def _shifted(logits: torch.Tensor, step: int) -> torch.Tensor:
+    """As the NumPy twin's: ``logits`` minus each row's largest (no logit above 0).
+
+    Raises:
+        ValueError: a row holds NaN or +inf, or is all -inf.
+    """
+    top = logits.max(dim=-1, keepdim=True).values  # (B, 1); NaN if the row holds one
+    if not bool(torch.isfinite(top).all()):
+        raise ValueError(
+            f"logits: the model's logits at generation step {step} hold NaN or infinity "
+            f"(row maxima {top.flatten().tolist()}): are its weights finite?"
+        )
+    return logits - top
 
 
 def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -150,9 +170,13 @@ def generate(
 
     Each step feeds the last ``block_size`` tokens to the model, takes the
     logits at the final position and picks the next token: the argmax when
-    ``temperature == 0`` (greedy; ``top_k`` and ``top_p`` cannot change it),
-    otherwise a draw from ``softmax(filter_logits(...))`` with
-    ``torch.multinomial``. The model runs in eval mode (no dropout) and is put
+    ``temperature == 0`` (greedy; ``top_k`` and ``top_p`` cannot change it; among
+    tied logits the lowest id, as in NumPy), otherwise a draw from
+    ``softmax(filter_logits(...))`` with ``torch.multinomial``. The logits are
+    shifted so that each row's largest is 0 before the temperature divides them:
+    any positive temperature gives finite probabilities, and one below the
+    smallest normal number of the dtype is taken as that number (all the
+    probability on the largest logits). The model runs in eval mode (no dropout) and is put
     back in its previous mode afterwards, even on error.
 
     Args:
@@ -180,9 +204,9 @@ def generate(
     Raises:
         TypeError: ``idx`` that is not an integer tensor.
         ValueError: ``idx`` not 2-D or with ``T0 == 0``, ``max_new_tokens < 0``,
-            ``temperature < 0``, ``top_k <= 0``, ``top_p`` outside ``(0, 1]``,
-            ``uniforms`` of the wrong shape or outside ``[0, 1)``, or ids the
-            model rejects.
+            ``temperature < 0`` or not finite, ``top_k <= 0``, ``top_p`` outside
+            ``(0, 1]``, ``uniforms`` of the wrong shape or outside ``[0, 1)``, ids
+            the model rejects, or logits holding NaN or +inf.
     """
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"idx: expected an integer torch.Tensor, got {type(idx).__name__}")
@@ -192,7 +216,7 @@ def generate(
         raise ValueError(f"idx: the prompt must hold at least one token, got T0={idx.shape[1]}")
     if (
         isinstance(max_new_tokens, bool)
-        or not isinstance(max_new_tokens, int)
+        or not isinstance(max_new_tokens, numbers.Integral)  # np.int64 too, as in NumPy's twin
         or max_new_tokens < 0
     ):
         raise ValueError(f"max_new_tokens: must be an int >= 0, got {max_new_tokens!r}")
@@ -211,9 +235,13 @@ def generate(
                 logits = _cached_next_logits(model, idx, cache)  # (B, V)
             else:
                 logits = model(idx[:, -block_size:])[:, -1, :]  # (B, T, V) -> (B, V): last one
+            logits = _shifted(logits, step)  # (B, V), the largest 0: any temperature is safe
             if temperature == 0:
-                next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+                next_id = logits.argmax(dim=-1, keepdim=True)  # (B, 1); ties: the lowest id
             else:
+                # a temperature that would round to 0 in the logits' dtype: the smallest that
+                # does not (the distribution is all on the largest logits either way)
+                temperature = max(temperature, torch.finfo(logits.dtype).tiny)
                 logits = filter_logits(logits, temperature, top_k, top_p)
                 probs = F.softmax(logits, dim=-1)
                 if uniforms is not None:

@@ -21,22 +21,33 @@ JSON object per evaluation (``step``, ``train_loss``, ``val_loss``,
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from .. import UserError
-from ..plumbing.backends import BACKENDS
+from ..plumbing.backends import BACKENDS, NonFiniteError
 from ..plumbing.data import DATA_ENV_VAR, CorpusUnavailableError, load_corpus, resolve_corpus
 from ..plumbing.tasks import TaskModel
 from ..plumbing.tasks_speakers import WordTokenizer, encode_padded, random_crops, speaker_dataset
-from .shared import add_model_and_optimizer_arguments, batches, check_positive, training_options
+from .shared import (
+    TaskOutput,
+    add_model_and_optimizer_arguments,
+    batches,
+    check_optimizer_options,
+    check_out,
+    check_positive,
+    check_seed,
+    check_task_size,
+    check_weights_finite,
+    refuse_to_replace,
+    stopped_training,
+    training_options,
+)
 
-LOG_FILE = "log.jsonl"
-METRICS_FILE = "metrics.json"
+LOG_FILE = TaskOutput.LOG_FILE
+METRICS_FILE = TaskOutput.METRICS_FILE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -47,6 +58,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help=f"Tiny Shakespeare text file (default: ${DATA_ENV_VAR}, the cache, or a download)",
     )
     p.add_argument("--out", metavar="DIR", help="default: runs/classify-<backend>")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an --out that already holds a run's log.jsonl and metrics.json, "
+        "replacing them (refused without it)",
+    )
     p.add_argument("--seed", type=int, default=1337, help="weights, split and batches")
     p.add_argument("--speakers", type=int, default=4, help="classes: the N most frequent speakers")
     p.add_argument("--val-fraction", type=float, default=0.2, help="held-out share of speeches")
@@ -102,6 +119,18 @@ def run(args: argparse.Namespace) -> dict:
         args.block_size = 64 if args.tokenizer == "word" else 128
     check_positive(args, ("speakers", "max_iters", "block_size", "n_layers", "n_heads"))
     check_positive(args, ("d_model", "d_ff", "batch_size", "eval_interval", "max_vocab"))
+    check_seed(args)
+    check_optimizer_options(args)
+    check_out(args.out)
+    if args.speakers < 2:
+        raise UserError(f"--speakers must be >= 2 (a class per speaker), got {args.speakers}")
+    if not 0 < args.val_fraction < 1:  # NaN fails this too
+        raise UserError(f"--val-fraction must lie in (0, 1), got {args.val_fraction}")
+    if args.data is not None and not str(args.data).strip():
+        raise UserError("--data is empty: give the corpus file's path")
+    check_task_size(args, args.max_vocab if args.tokenizer == "word" else 256, args.speakers)
+    out_dir = Path(args.out or f"runs/classify-{args.backend}")
+    refuse_to_replace(out_dir, (LOG_FILE, METRICS_FILE), args.overwrite)  # before the work
     try:
         corpus_path = resolve_corpus(args.data)
         text = load_corpus(corpus_path)
@@ -132,70 +161,70 @@ def run(args: argparse.Namespace) -> dict:
     except ValueError as e:
         raise UserError(str(e)) from e
     majority, baseline = data.majority_baseline()
-    out = Path(args.out or f"runs/classify-{args.backend}")
-    out.mkdir(parents=True, exist_ok=True)
-    log_path = out / LOG_FILE
-    log_path.unlink(missing_ok=True)
-    print(
-        f"{args.backend} backend, {model.num_parameters():,} parameters; "
-        f"{len(data.train_labels)} training / {len(data.val_labels)} held-out speeches of "
-        f"{args.speakers} speakers: "
-        + ", ".join(data.speakers)
-        + f"; {args.tokenizer} tokens, vocabulary {tokenizer.vocab_size}"
-    )
-    print(
-        f"majority-class baseline (always {data.speakers[majority]}): "
-        f"{baseline:.1%} held-out accuracy"
-    )
-
-    rng = np.random.default_rng(args.seed + 1)  # batches and crops, the same for both backends
-    order, pos = rng.permutation(len(data.train_labels)), 0
-    t0, recent = time.perf_counter(), []
-    metrics: dict = {}
-    while model.step < args.max_iters:
-        if pos + args.batch_size > len(order):  # a new epoch: a new order
-            order, pos = rng.permutation(len(data.train_labels)), 0
-        pick = order[pos : pos + args.batch_size]
-        pos += args.batch_size
-        idx, mask = random_crops(
-            tokenizer, [data.train_texts[i] for i in pick], args.block_size, rng
+    with TaskOutput(out_dir, args.overwrite) as output:
+        out = output.out
+        print(
+            f"{args.backend} backend, {model.num_parameters():,} parameters; "
+            f"{len(data.train_labels)} training / {len(data.val_labels)} held-out speeches of "
+            f"{args.speakers} speakers: "
+            + ", ".join(data.speakers)
+            + f"; {args.tokenizer} tokens, vocabulary {tokenizer.vocab_size}"
         )
-        recent.append(model.train_step({"idx": idx, "token_mask": mask}, data.train_labels[pick]))
-        if model.step % args.eval_interval == 0 or model.step == args.max_iters:
-            val_loss, acc = evaluate(model, val_idx, val_mask, data.val_labels)
-            row = {
-                "step": model.step,
-                "train_loss": float(np.mean(recent)),
-                "val_loss": val_loss,
-                "val_accuracy": acc,
-                "elapsed_s": round(time.perf_counter() - t0, 3),
-            }
-            recent = []
-            with open(log_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            metrics = row
-            print(
-                f"step {row['step']:5d}: train loss {row['train_loss']:.3f}, held-out loss "
-                f"{val_loss:.3f}, accuracy {acc:.1%} (baseline {baseline:.1%}), "
-                f"{row['elapsed_s']:.0f} s",
-                flush=True,
+        print(
+            f"majority-class baseline (always {data.speakers[majority]}): "
+            f"{baseline:.1%} held-out accuracy"
+        )
+
+        rng = np.random.default_rng(args.seed + 1)  # batches and crops, the same for both backends
+        order, pos = rng.permutation(len(data.train_labels)), 0
+        t0, recent = time.perf_counter(), []
+        metrics: dict = {}
+        while model.step < args.max_iters:
+            if pos + args.batch_size > len(order):  # a new epoch: a new order
+                order, pos = rng.permutation(len(data.train_labels)), 0
+            pick = order[pos : pos + args.batch_size]
+            pos += args.batch_size
+            idx, mask = random_crops(
+                tokenizer, [data.train_texts[i] for i in pick], args.block_size, rng
             )
-    metrics = {
-        **metrics,
-        "majority_baseline": baseline,
-        "speakers": data.speakers,
-        "n_train": len(data.train_labels),
-        "n_val": len(data.val_labels),
-        "backend": args.backend,
-    }
-    tmp = out / (METRICS_FILE + ".tmp")
-    tmp.write_text(json.dumps(metrics, indent=1) + "\n")
-    os.replace(tmp, out / METRICS_FILE)
-    print(
-        f"held-out accuracy {metrics['val_accuracy']:.1%} vs majority baseline {baseline:.1%} "
-        f"({len(data.val_labels)} speeches); wrote {out / METRICS_FILE}"
-    )
-    return metrics
+            try:
+                loss = model.train_step({"idx": idx, "token_mask": mask}, data.train_labels[pick])
+            except NonFiniteError as e:
+                raise stopped_training(e, output.log_path) from e
+            recent.append(loss)
+            if model.step % args.eval_interval == 0 or model.step == args.max_iters:
+                check_weights_finite(model, output.log_path)
+                val_loss, acc = evaluate(model, val_idx, val_mask, data.val_labels)
+                row = {
+                    "step": model.step,
+                    "train_loss": float(np.mean(recent)),
+                    "val_loss": val_loss,
+                    "val_accuracy": acc,
+                    "elapsed_s": round(time.perf_counter() - t0, 3),
+                }
+                recent = []
+                output.row(row)
+                metrics = row
+                print(
+                    f"step {row['step']:5d}: train loss {row['train_loss']:.3f}, held-out loss "
+                    f"{val_loss:.3f}, accuracy {acc:.1%} (baseline {baseline:.1%}), "
+                    f"{row['elapsed_s']:.0f} s",
+                    flush=True,
+                )
+        metrics = {
+            **metrics,
+            "majority_baseline": baseline,
+            "speakers": data.speakers,
+            "n_train": len(data.train_labels),
+            "n_val": len(data.val_labels),
+            "backend": args.backend,
+        }
+        output.finish(metrics)
+        print(
+            f"held-out accuracy {metrics['val_accuracy']:.1%} vs majority baseline {baseline:.1%} "
+            f"({len(data.val_labels)} speeches); wrote {out / METRICS_FILE}"
+        )
+        return metrics
 
 
 def main(args: argparse.Namespace) -> int:

@@ -14,11 +14,14 @@ several times faster (``python -m labs bench-gpt2``).
 from __future__ import annotations
 
 import argparse
+import math
+import sys
 
 from .. import UserError
 from ..plumbing.backends import BACKENDS, make_backend
-from ..plumbing.checkpoint import load_checkpoint
 from ..plumbing.tokenization import load_tokenizer
+from .shared import check_seed
+from .train_resume import load_for_command
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,12 +44,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=500,
         help="tokens to generate (characters for a char model)",
     )
-    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy")
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.8,
+        help="0 = greedy (the lowest id among tied logits); a tiny one is greedy too",
+    )
     p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold")
     p.add_argument("--seed", type=int, default=1337, help="sampling seed")
     p.add_argument(
         "--attn-impl", choices=("sdpa", "explicit"), default="sdpa", help="torch attention"
+    )
+    p.add_argument(
+        "--from-previous",
+        action="store_true",
+        help="if the checkpoint is damaged, sample from the older one in DIR/.previous",
     )
     p.add_argument(
         "--kv-cache",
@@ -66,16 +79,27 @@ def main(args: argparse.Namespace) -> int:
     """
     if args.max_new_tokens < 0:
         raise UserError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
-    if args.temperature < 0:
-        raise UserError(f"--temperature must be >= 0 (0 = greedy), got {args.temperature}")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        raise UserError(
+            f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}"
+        )
     if args.top_k is not None and args.top_k < 1:
         raise UserError(f"--top-k must be >= 1, got {args.top_k}")
-    if args.top_p is not None and not 0 < args.top_p <= 1:
+    if args.top_p is not None and not 0 < args.top_p <= 1:  # NaN fails this too
         raise UserError(f"--top-p must lie in (0, 1], got {args.top_p}")
+    check_seed(args)
+    if not str(args.checkpoint).strip():
+        raise UserError("--checkpoint is empty: give a training run's --out directory")
+    model_state, config, _ = load_for_command(
+        args.checkpoint, args.from_previous, "--from-previous", say=_to_stderr
+    )
+    if config.get("loaded_from"):  # read the tokenizer of the set that was loaded
+        args.checkpoint = config["loaded_from"]
     try:
-        model_state, config, _ = load_checkpoint(args.checkpoint)
         # char: shared; BPE: the backend's own implementation reads tokenizer.json
         backend_name = args.backend or config.get("backend", "numpy")
+        if backend_name not in BACKENDS:
+            raise ValueError(f"{args.checkpoint}: unknown backend {backend_name!r} in config.json")
         tokenizer = load_tokenizer(config, args.checkpoint, backend_name)
     except (OSError, ValueError) as e:
         raise UserError(str(e)) from e
@@ -103,3 +127,7 @@ def main(args: argparse.Namespace) -> int:
     )
     print(prompt + tokenizer.decode(ids))
     return 0
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr)  # stdout holds the sample alone

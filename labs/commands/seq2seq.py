@@ -13,21 +13,33 @@ Outputs, in ``--out`` (default ``runs/seq2seq-<backend>``): ``log.jsonl`` (``ste
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
 
 from .. import UserError
-from ..plumbing.backends import BACKENDS
+from ..plumbing.backends import BACKENDS, NonFiniteError
 from ..plumbing.tasks import TaskModel
 from ..plumbing.tasks_sequence import BOS, EOS, SequenceTask
-from .shared import add_model_and_optimizer_arguments, batches, check_positive, training_options
+from .shared import (
+    TaskOutput,
+    add_model_and_optimizer_arguments,
+    batches,
+    check_optimizer_options,
+    check_out,
+    check_positive,
+    check_seed,
+    check_task_size,
+    check_weights_finite,
+    refuse_to_replace,
+    stopped_training,
+    training_options,
+)
 
-LOG_FILE = "log.jsonl"
-METRICS_FILE = "metrics.json"
+MAX_N_VAL = 100_000
+LOG_FILE = TaskOutput.LOG_FILE
+METRICS_FILE = TaskOutput.METRICS_FILE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,6 +48,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--task", choices=SequenceTask.TASKS, default="reverse", help="what to map each sequence to"
     )
     p.add_argument("--out", metavar="DIR", help="default: runs/seq2seq-<backend>")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an --out that already holds a run's log.jsonl and metrics.json, "
+        "replacing them (refused without it)",
+    )
     p.add_argument("--seed", type=int, default=1337, help="weights, held-out set and batches")
     p.add_argument("--min-len", type=int, default=3, help="shortest sequence")
     p.add_argument("--max-len", type=int, default=12, help="longest sequence")
@@ -79,6 +97,19 @@ def run(args: argparse.Namespace) -> dict:
     """
     check_positive(args, ("min_len", "max_len", "n_val", "max_iters", "n_layers", "n_heads"))
     check_positive(args, ("d_model", "d_ff", "batch_size", "eval_interval"))
+    check_seed(args)
+    check_optimizer_options(args)
+    check_out(args.out)
+    if args.n_val > MAX_N_VAL:
+        raise UserError(
+            f"--n-val must be at most {MAX_N_VAL:,} (the held-out set is drawn one sequence at "
+            f"a time and decoded at every evaluation), got {args.n_val:,}"
+        )
+    if args.min_len > args.max_len:
+        raise UserError(f"--min-len ({args.min_len}) must not exceed --max-len ({args.max_len})")
+    check_task_size(args, 13, 13, decoder=True, block_size=args.max_len + 1)
+    out_dir = Path(args.out or f"runs/seq2seq-{args.backend}")
+    refuse_to_replace(out_dir, (LOG_FILE, METRICS_FILE), args.overwrite)  # before the work
     try:
         task = SequenceTask(args.task, args.min_len, args.max_len, args.n_val, args.seed)
         model = TaskModel(
@@ -99,46 +130,44 @@ def run(args: argparse.Namespace) -> dict:
         )
     except ValueError as e:
         raise UserError(str(e)) from e
-    out = Path(args.out or f"runs/seq2seq-{args.backend}")
-    out.mkdir(parents=True, exist_ok=True)
-    log_path = out / LOG_FILE
-    log_path.unlink(missing_ok=True)
-    print(
-        f"{args.backend} backend, {model.num_parameters():,} parameters; task {args.task}: "
-        f"{args.min_len} to {args.max_len} digits, {len(task.val)} held-out sequences"
-    )
-    t0, recent, metrics = time.perf_counter(), [], {}
-    while model.step < args.max_iters:
-        b = task.batch(task.train_sequences(args.batch_size))
-        inputs = {k: b[k] for k in ("src", "src_mask", "tgt_mask")} | {"tgt": b["tgt_in"]}
-        recent.append(model.train_step(inputs, b["tgt_out"]))
-        if model.step % args.eval_interval == 0 or model.step == args.max_iters:
-            row = {"step": model.step, "train_loss": float(np.mean(recent))}
-            row |= evaluate(model, task)
-            row["elapsed_s"] = round(time.perf_counter() - t0, 3)
-            recent = []
-            with open(log_path, "a") as f:
-                f.write(json.dumps(row) + "\n")
-            metrics = row
-            print(
-                f"step {row['step']:5d}: train loss {row['train_loss']:.4f}, held-out exact "
-                f"match {row['exact_match']:.1%}, tokens {row['token_accuracy']:.2%}, "
-                f"{row['elapsed_s']:.0f} s",
-                flush=True,
-            )
-    b = task.batch(task.val[:3])
-    examples = model.generate(b["src"], b["src_mask"], task.max_len + 1, BOS, EOS)
-    for s, g in zip(task.val[:3], examples, strict=True):
-        print(f"  {''.join(map(str, s))} -> {task.decode(g)}")
-    metrics = {**metrics, "task": args.task, "backend": args.backend, "n_val": len(task.val)}
-    tmp = out / (METRICS_FILE + ".tmp")
-    tmp.write_text(json.dumps(metrics, indent=1) + "\n")
-    os.replace(tmp, out / METRICS_FILE)
-    print(
-        f"held-out exact match {metrics['exact_match']:.1%} over {len(task.val)} sequences; "
-        f"wrote {out / METRICS_FILE}"
-    )
-    return metrics
+    with TaskOutput(out_dir, args.overwrite) as output:
+        print(
+            f"{args.backend} backend, {model.num_parameters():,} parameters; task {args.task}: "
+            f"{args.min_len} to {args.max_len} digits, {len(task.val)} held-out sequences"
+        )
+        t0, recent, metrics = time.perf_counter(), [], {}
+        while model.step < args.max_iters:
+            b = task.batch(task.train_sequences(args.batch_size))
+            inputs = {k: b[k] for k in ("src", "src_mask", "tgt_mask")} | {"tgt": b["tgt_in"]}
+            try:
+                recent.append(model.train_step(inputs, b["tgt_out"]))
+            except NonFiniteError as e:
+                raise stopped_training(e, output.log_path) from e
+            if model.step % args.eval_interval == 0 or model.step == args.max_iters:
+                check_weights_finite(model, output.log_path)
+                row = {"step": model.step, "train_loss": float(np.mean(recent))}
+                row |= evaluate(model, task)
+                row["elapsed_s"] = round(time.perf_counter() - t0, 3)
+                recent = []
+                output.row(row)
+                metrics = row
+                print(
+                    f"step {row['step']:5d}: train loss {row['train_loss']:.4f}, held-out exact "
+                    f"match {row['exact_match']:.1%}, tokens {row['token_accuracy']:.2%}, "
+                    f"{row['elapsed_s']:.0f} s",
+                    flush=True,
+                )
+        b = task.batch(task.val[:3])
+        examples = model.generate(b["src"], b["src_mask"], task.max_len + 1, BOS, EOS)
+        for s, g in zip(task.val[:3], examples, strict=True):
+            print(f"  {''.join(map(str, s))} -> {task.decode(g)}")
+        metrics = {**metrics, "task": args.task, "backend": args.backend, "n_val": len(task.val)}
+        output.finish(metrics)
+        print(
+            f"held-out exact match {metrics['exact_match']:.1%} over {len(task.val)} sequences; "
+            f"wrote {output.metrics_path}"
+        )
+        return metrics
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,11 +1,13 @@
-"""What ``labs classify`` and ``labs seq2seq`` share: the model and optimization
-options (each command with its own defaults), their checks, and the loops' helpers."""
+"""What the commands share: the checks of their options (every number in range,
+finite, before anything is written; the same for both backends), the refusal
+to replace a run, and, for ``labs classify`` and ``labs seq2seq``, the model and
+optimization options (each command with its own defaults) and the loops' helpers."""
 
 from __future__ import annotations
 
 import math
-
-import numpy as np
+import os
+from pathlib import Path
 
 
 def add_model_and_optimizer_arguments(
@@ -72,6 +74,10 @@ def fmt_seconds(s: float) -> str:
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
 
 
+def _option(name: str) -> str:
+    return f"--{name.replace('_', '-')}"
+
+
 def check_positive(args, names: tuple[str, ...]) -> None:
     """Raise ``UserError`` naming the first option in ``names`` that is < 1."""
     from .. import UserError
@@ -79,9 +85,264 @@ def check_positive(args, names: tuple[str, ...]) -> None:
     for name in names:
         value = getattr(args, name)
         if value is not None and value < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+            raise UserError(f"{_option(name)} must be >= 1, got {value}")
 
 
-def mean_or_nan(values) -> float:
-    values = list(values)
-    return float(np.mean(values)) if values else math.nan
+#: Seeds every command takes: NumPy's generators take any int >= 0, torch's
+#: manual_seed one below 2**64; [0, 2**63) fits both, and seed + small offsets too.
+SEED_LIMIT = 2**63
+
+
+def check_seed(args, name: str = "seed") -> None:
+    """``--seed`` in ``[0, 2**63)``, the same rule for every command and both backends."""
+    from .. import UserError
+
+    value = getattr(args, name)
+    if not 0 <= value < SEED_LIMIT:
+        raise UserError(f"{_option(name)} must lie in [0, 2**63), got {value}")
+
+
+def check_number(
+    args,
+    name: str,
+    low: float,
+    high: float = math.inf,
+    *,
+    low_open: bool = False,
+    high_open: bool = True,
+    what: str = "",
+) -> None:
+    """Raise ``UserError`` unless option ``name`` is a finite number in the interval
+    (NaN and infinities are refused whatever the interval)."""
+    from .. import UserError
+
+    value = getattr(args, name)
+    if value is None:
+        return
+    above = value > low if low_open else value >= low
+    below = value < high if high_open else value <= high
+    if not (math.isfinite(value) and above and below):
+        if math.isinf(high):
+            where = f"{'>' if low_open else '>='} {low:g}"
+        else:
+            where = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+        raise UserError(f"{_option(name)} must be a finite number {where}{what}, got {value}")
+
+
+def check_optimizer_options(args) -> None:
+    """The options of AdamW and its schedule (``--beta1``/``--beta2`` where the
+    command has them), checked the same way for every command."""
+    check_number(args, "lr", 0, low_open=True)
+    check_number(args, "min_lr", 0)
+    if args.min_lr > args.lr:
+        from .. import UserError
+
+        raise UserError(
+            f"--min-lr ({args.min_lr}) must not exceed --lr ({args.lr}): the schedule decays "
+            "from --lr down to --min-lr"
+        )
+    check_number(args, "weight_decay", 0)
+    check_number(args, "dropout", 0, 1)
+    for name in ("beta1", "beta2"):
+        if hasattr(args, name):
+            check_number(args, name, 0, 1)
+    if hasattr(args, "grad_clip"):
+        check_number(args, "grad_clip", 0, what=" (0: no clipping)")
+    if args.warmup_iters < 0:
+        from .. import UserError
+
+        raise UserError(f"--warmup-iters must be >= 0, got {args.warmup_iters}")
+
+
+def check_out(out) -> None:
+    """``--out`` that names a directory (or nothing yet), not an empty string or a file."""
+    from pathlib import Path
+
+    from .. import UserError
+
+    if out is not None and not str(out).strip():
+        raise UserError("--out is empty: give a directory")
+    if out is not None and Path(out).exists() and not Path(out).is_dir():
+        raise UserError(f"--out {out}: is a file, not a directory")
+
+
+def refuse_to_replace(out, names: tuple[str, ...], overwrite: bool, resume: str = "") -> list[str]:
+    """Raise ``UserError`` if ``out`` already holds any of ``names`` (a run's files)
+    and ``overwrite`` is false; return what it holds. ``resume``: how to continue it."""
+    from .. import UserError
+    from ..plumbing.run_dir import existing_outputs
+
+    held = existing_outputs(out, names)
+    if held and not overwrite:
+        from ..plumbing.checkpoint_format import CONFIG_FILE, _loads_strict
+
+        what = ", ".join(held)
+        try:
+            step = _loads_strict((Path(out) / CONFIG_FILE).read_text(encoding="utf-8"))["step"]
+            what = f"its checkpoint is at step {int(step)}"
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        raise UserError(
+            f"--out {out} already holds a run ({what}): "
+            + (f"continue it with {resume}, or " if resume else "")
+            + "choose another --out, or give --overwrite to replace it"
+        )
+    return held
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM on this machine (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_size(n_params: int, activations: int, dtype: str, device: str = "cpu") -> None:
+    """Refuse a model whose training cannot fit in this machine's memory, before
+    anything is allocated (a huge ``--d-model`` or ``--n-layers`` would otherwise end
+    in each framework's own out-of-memory traceback).
+
+    Args:
+        n_params: the parameter count.
+        activations: a lower bound on the floats one training step keeps.
+        dtype: ``"float32"`` or ``"float64"``.
+        device: only ``"cpu"`` is checked (a GPU has its own memory).
+    """
+    from .. import UserError
+
+    available = physical_memory()
+    if available is None or not str(device).startswith("cpu"):
+        return
+    size = 8 if dtype == "float64" else 4
+    need = (4 * n_params + activations) * size  # weights, gradients, AdamW's two moments
+    if need > available:
+        raise UserError(
+            f"the model has {n_params:,} parameters: its weights, gradients, AdamW moments "
+            f"and a step's activations need at least {need / 2**30:,.1f} GiB, more than this "
+            f"machine's {available / 2**30:,.1f} GiB; choose a smaller model (--d-model, "
+            "--n-layers), context, batch or vocabulary"
+        )
+
+
+class TaskOutput:
+    """The output directory of ``labs classify`` and ``labs seq2seq``: ``log.jsonl``
+    (a row per evaluation) and ``metrics.json`` (at the end), strict JSON, written
+    so that a kill leaves whole files. A directory that already holds them is
+    refused unless ``overwrite`` (then the first row replaces the old log, and
+    metrics.json is replaced at the end); one process at a time.
+
+    Raises:
+        UserError: the directory holds a run (without ``overwrite``), is in use,
+            or cannot be written.
+    """
+
+    LOG_FILE = "log.jsonl"
+    METRICS_FILE = "metrics.json"
+
+    def __init__(self, out, overwrite: bool):
+        from pathlib import Path
+
+        from .. import UserError
+        from ..plumbing.checkpoint import remove_leftovers
+        from ..plumbing.run_dir import RunDirectoryBusy, RunLock
+
+        check_out(out)
+        self.out = Path(out)
+        refuse_to_replace(self.out, (self.LOG_FILE, self.METRICS_FILE), overwrite)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            self.lock = RunLock(self.out)
+        except RunDirectoryBusy as e:
+            raise UserError(str(e)) from e
+        except OSError as e:
+            raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from e
+        refuse_to_replace(self.out, (self.LOG_FILE, self.METRICS_FILE), overwrite)  # locked
+        remove_leftovers(self.out)
+        self.log_path = self.out / self.LOG_FILE
+        self.metrics_path = self.out / self.METRICS_FILE
+        self.rows = 0
+
+    def __enter__(self) -> TaskOutput:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()
+
+    def _write(self, what, do) -> None:
+        from .. import UserError
+
+        try:
+            do()
+        except OSError as e:
+            raise UserError(f"cannot write {what}: {e.strerror or e}") from e
+
+    def row(self, row: dict) -> None:
+        """Log an evaluation (its numbers checked finite first: a ``UserError`` otherwise)."""
+        from .. import UserError
+        from ..plumbing.run_dir import append_row, write_log
+
+        bad = {k: v for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)}
+        if bad:
+            raise UserError(
+                f"training stopped at step {row.get('step')}: its evaluation is not finite "
+                f"({bad}), and was not written. Try a lower --lr"
+            )
+        if self.rows == 0:  # a new log (it replaces an overwritten run's)
+            self._write(self.log_path, lambda: write_log(self.log_path, [row]))
+        else:
+            self._write(self.log_path, lambda: append_row(self.log_path, row))
+        self.rows += 1
+
+    def finish(self, metrics: dict) -> None:
+        """Write metrics.json atomically (strict JSON)."""
+        from ..plumbing.checkpoint_files import _atomic_write
+        from ..plumbing.run_dir import dumps_strict
+
+        data = (dumps_strict(metrics, indent=1) + "\n").encode("utf-8")
+        self._write(self.metrics_path, lambda: _atomic_write(self.metrics_path, data))
+
+
+def check_weights_finite(model, log_path) -> None:
+    """Before an evaluation: weights that an update made infinite would give NaN logits,
+    and an argmax of NaN is class 0, a wrong answer that looks like one."""
+    from .. import UserError
+
+    name = model.first_nonfinite_parameter()
+    if name is not None:
+        raise UserError(
+            f"training stopped at step {model.step}: the update made the weights non-finite "
+            f"(the first is {name}); nothing was evaluated ({log_path} holds the evaluations "
+            "before; no metrics.json). Try a lower --lr"
+        )
+
+
+def stopped_training(e, log_path) -> Exception:
+    """The ``UserError`` of a non-finite training step (a ``NonFiniteError``)."""
+    from .. import UserError
+
+    where = (
+        f"the first parameter whose gradient is non-finite is {e.parameter}"
+        if e.parameter is not None
+        else "every gradient is finite"
+    )
+    return UserError(
+        f"training stopped at step {e.step}: the loss is {e.loss} and the gradient norm "
+        f"{e.grad_norm}; {where}. Nothing was written after it ({log_path} holds the "
+        "evaluations before; no metrics.json). Try a lower --lr"
+    )
+
+
+def check_task_size(
+    args, vocab_size: int, n_out: int, decoder: bool = False, block_size: int | None = None
+) -> None:
+    """:func:`check_size` for ``labs classify`` (an encoder) and ``labs seq2seq`` (an
+    encoder and a decoder), from their options alone (a close lower bound)."""
+    C, L, T = args.d_model, args.n_layers, block_size or args.block_size
+    F = args.d_ff or 4 * C
+    block = 4 * C * C + 2 * C * F
+    n_params = (vocab_size + T) * C + L * block + C * n_out
+    if decoder:  # a second embedding, and self- plus cross-attention in each decoder block
+        n_params += (vocab_size + T) * C + L * (block + 4 * C * C)
+    activations = args.batch_size * L * (8 * T * C + args.n_heads * T * T)
+    check_size(n_params, activations, args.dtype)

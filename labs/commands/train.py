@@ -56,11 +56,21 @@ from ..plumbing.backends import BACKENDS
 from ..plumbing.checkpoint_format import expected_shapes
 from ..plumbing.data import DATA_ENV_VAR
 from ..plumbing.tokenization import KINDS
+from .shared import (
+    check_optimizer_options,
+    check_out,
+    check_positive,
+    check_seed,
+    check_size,
+    refuse_to_replace,
+)
 from .train_distributed import _init_distributed, _shutdown_distributed
 from .train_init import _prepare_init, load_init_weights
 from .train_resume import _prepare_resume
 from .train_steps import (
+    RUN_OUTPUTS,
     Run,
+    _resume_hint,
     build_backend,
     load_data,
     prepare_output,
@@ -104,6 +114,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="continue the run whose checkpoint is in DIR (alone: the one in --out), exactly "
         "where it stopped; its recorded settings apply unless given again, and it writes to "
         "--out (default: DIR)",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="train into an --out that already holds a run, replacing it (its checkpoint "
+        "stays in place until the new run's first one is written); without it, such an "
+        "--out is refused",
+    )
+    p.add_argument(
+        "--from-previous",
+        action="store_true",
+        help="with --resume: if the run's checkpoint is damaged, continue from the older "
+        "one in DIR/.previous (the steps after it are lost)",
     )
     p.add_argument(
         "--init-from",
@@ -213,27 +236,26 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
+    """Every option, before anything is read or written: the same checks whichever
+    the backend (a NaN or an infinity is refused everywhere)."""
     if args.backend is None:
         raise UserError("--backend is required (numpy or torch), except with --resume DIR")
-    if not 0 <= args.seed < 2**63:
-        raise UserError(f"--seed must lie in [0, 2**63), got {args.seed}")
-    if args.d_ff is not None and args.d_ff < 1:
-        raise UserError(f"--d-ff must be >= 1, got {args.d_ff}")
-    positive = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size",
-                "grad_accum")  # fmt: skip
-    for name in (*positive, "eval_interval", "eval_batches", "eval_batch_size"):
-        if getattr(args, name) < 1:
-            raise UserError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
-    if args.warmup_iters < 0 or args.sample_tokens < 0:
-        raise UserError("--warmup-iters and --sample-tokens must be >= 0")
+    check_seed(args)
+    check_out(args.out)
+    if args.data is not None and not str(args.data).strip():
+        raise UserError("--data is empty: give the corpus file's path")
+    if args.from_previous and args.resume is None:
+        raise UserError("--from-previous goes with --resume DIR")
+    _check_device(args)
+    sizes = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size", "d_ff")
+    check_positive(args, (*sizes, "grad_accum", "vocab_size"))
+    check_positive(args, ("eval_interval", "eval_batches", "eval_batch_size"))
+    if args.sample_tokens < 0:
+        raise UserError(f"--sample-tokens must be >= 0, got {args.sample_tokens}")
     # checked here, not by each backend: cosine_lr would take a negative --min-lr as the
-    # floor, and a negative or NaN --grad-clip silently meant "no clipping"
-    if not (math.isfinite(args.min_lr) and args.min_lr >= 0):
-        raise UserError(f"--min-lr must be a finite number >= 0, got {args.min_lr}")
-    if not (math.isfinite(args.grad_clip) and args.grad_clip >= 0):
-        raise UserError(
-            f"--grad-clip must be a finite number >= 0 (0: no clipping), got {args.grad_clip}"
-        )
+    # floor, a negative or NaN --grad-clip silently meant "no clipping", and torch's
+    # AdamW takes an infinite --lr
+    check_optimizer_options(args)
     if args.amp is not None and args.backend != "torch":
         raise UserError(
             f"--amp {args.amp}: the {args.backend} backend computes in --dtype only; mixed "
@@ -246,6 +268,31 @@ def _check_args(args: argparse.Namespace) -> None:
             f"--lr-decay-iters ({args.lr_decay_iters}) must exceed --warmup-iters "
             f"({args.warmup_iters})"
         )
+
+
+def _check_device(args: argparse.Namespace) -> None:
+    """``--device``: cpu for the NumPy backend; for torch, a device torch can name and
+    this machine has."""
+    if args.backend == "numpy":
+        if args.device != "cpu":
+            raise UserError(f"--device {args.device}: the numpy backend runs on the CPU only")
+        return
+    import torch
+
+    try:
+        device = torch.device(args.device)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise UserError(
+            f"--device {args.device}: not a device torch knows (cpu, cuda, cuda:1, ...)"
+        ) from e
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"--device {args.device}: this machine has no CUDA device for torch")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise UserError(
+            f"--device {args.device}: this machine has {torch.cuda.device_count()} CUDA devices"
+        )
+    if device.type not in ("cpu", "cuda"):
+        raise UserError(f"--device {args.device}: the torch backend runs on cpu or cuda")
 
 
 def _decay_iters(args: argparse.Namespace) -> int:
@@ -280,6 +327,29 @@ def matched_d_ff(model_config: dict, multiple_of: int = 8) -> tuple[int, int, in
     per_unit = (at[2 * multiple_of] - at[multiple_of]) / multiple_of  # parameters per hidden unit
     best = max(1, round((target - at[multiple_of]) / per_unit / multiple_of) + 1) * multiple_of
     return best, count({**model_config, "d_ff": best}), target
+
+
+def parameter_count(model_config: dict) -> int:
+    """The parameters of a GPT with this config (a tied head counted once), from the
+    shapes alone: one layer's count times ``n_layers``, so a huge value costs nothing."""
+
+    def count(n_layers: int) -> int:
+        shapes = expected_shapes({**model_config, "n_layers": n_layers})
+        if model_config.get("tie_weights", True):
+            del shapes["head.weight"]
+        return sum(math.prod(s) for s in shapes.values())
+
+    base = count(0)
+    return base + int(model_config["n_layers"]) * (count(1) - base)
+
+
+def _check_size(args: argparse.Namespace, model_config: dict) -> None:
+    """Refuse a model that cannot train in this machine's memory (before allocating it)."""
+    B, T, C = args.batch_size, args.block_size, args.d_model
+    V, L = model_config["vocab_size"], args.n_layers
+    logits = 2 * B * T * V  # the logits and their gradient
+    per_layer = B * T * C * 8 + B * args.n_heads * T * T  # a few (B, T, C) and the scores
+    check_size(parameter_count(model_config), logits + L * per_layer, args.dtype, args.device)
 
 
 def _model_config(args: argparse.Namespace, vocab_size: int) -> dict:
@@ -334,12 +404,14 @@ def run(args: argparse.Namespace) -> dict:
     init = _prepare_init(args, resumed)
     _check_args(args)
     out = Path(args.out or (resumed.directory if resumed else f"runs/{args.backend}"))
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out}: is a file, not a directory")
+    check_out(out)
     if init is not None and resumed is None and out.resolve() == init.directory.resolve():
         raise UserError(
             f"--out {out} is the --init-from checkpoint: a fine-tuned run writes a new directory"
         )
+    continuing = resumed is not None and out.resolve() == resumed.directory.resolve()
+    if not continuing:  # said now, before the corpus is read; checked again under the lock
+        refuse_to_replace(out, RUN_OUTPUTS, args.overwrite, _resume_hint(out))
     rank, world = _init_distributed(args)
     if args.batch_size % world:
         raise UserError(
@@ -350,10 +422,21 @@ def run(args: argparse.Namespace) -> dict:
 
     data = load_data(args, init.tokenizer if init else None)
     model_config = init.model_config if init else _model_config(args, data.tokenizer.vocab_size)
+    _check_size(args, model_config)
     train_config = _optimizer_config(args)
     backend = build_backend(args, model_config, train_config, world)
     config, tokenizer_files = run_config(args, backend, data, train_config)
     this = Run(args, backend, data, config, tokenizer_files, out, rank, world)
+    try:
+        return _train(this, resumed, init, say)
+    finally:
+        if this.lock is not None:
+            this.lock.release()  # (a process that ends releases it anyway)
+
+
+def _train(this: Run, resumed, init, say) -> dict:
+    """Take the output directory, train, summarize; return the final metrics."""
+    args, backend, data, out, world = this.args, this.backend, this.data, this.out, this.world
     prepare_output(this, resumed, say)
     if init is not None and resumed is None:
         load_init_weights(this, init, say)
@@ -373,7 +456,7 @@ def run(args: argparse.Namespace) -> dict:
         )
     )
     wall = train_loop(this, resumed)
-    if rank == 0:
+    if this.rank == 0:
         summarize(this, wall)
     return {**this.metrics, "wall_s": round(wall, 3)}
 

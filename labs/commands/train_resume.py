@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
+import warnings
 from pathlib import Path
 
 from .. import UserError
-from ..plumbing.checkpoint import load_checkpoint
+from ..plumbing.checkpoint import CorruptCheckpointError, load_checkpoint
 from ..plumbing.checkpoint_format import CONFIG_FILE, CheckpointError
 from ..plumbing.data import BatchSampler
+from ..plumbing.run_dir import checkpoint_row
 
 
 @dataclasses.dataclass
@@ -28,9 +29,38 @@ class _Resumed:
     config: dict
     optimizer_state: dict | None
 
+    @property
+    def log_row(self) -> dict | None:
+        """The log row of the evaluation the checkpoint was saved with."""
+        return checkpoint_row(self.config)
+
 
 #: Recorded settings that a resumed run never takes over.
-_NOT_RESTORED = ("resume", "out", "command", "func", "argv", "device")  # device: the machine's
+_NOT_RESTORED = (
+    *("resume", "out", "command", "func", "argv", "device"),  # device: the machine's
+    *("overwrite", "from_previous"),  # what to do this time, not a setting of the run
+)
+
+
+def load_for_command(directory, from_previous: bool, flag: str, say=print):
+    """``load_checkpoint(directory)`` for a command: a damaged checkpoint is a
+    ``UserError`` that says how to take the older one (``flag``), and what loading
+    ``.previous`` means (a warning) is said on its own line.
+
+    Raises:
+        UserError: no checkpoint, or an unusable one (the reason named).
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            loaded = load_checkpoint(directory, previous=from_previous)
+        except CorruptCheckpointError as e:
+            raise UserError(f"{e}: add {flag} to continue from it") from e
+        except (OSError, CheckpointError) as e:
+            raise UserError(str(e)) from e
+    for w in caught:
+        say(f"warning: {w.message}")
+    return loaded
 
 
 def _given_options(args: argparse.Namespace) -> set[str]:
@@ -65,9 +95,12 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
         directory = Path(args.out or f"runs/{args.backend}")
     else:
         raise UserError("--resume: give the run's directory, --resume DIR")
+    say = print if os.environ.get("RANK", "0") == "0" else (lambda *a, **k: None)
     try:
-        model_state, saved, optimizer_state = load_checkpoint(directory)
-    except (OSError, CheckpointError) as e:
+        model_state, saved, optimizer_state = load_for_command(
+            directory, args.from_previous, "--from-previous", say
+        )
+    except UserError as e:
         raise UserError(f"cannot resume: {e}") from e
     if not saved.get("train"):
         raise UserError(
@@ -122,8 +155,21 @@ def _resume(resumed: _Resumed, backend, sampler: BatchSampler, config: dict, say
         backend.load_state_dict(resumed.model_state)
     except CheckpointError as e:
         raise UserError(f"cannot resume from {directory}: {e}") from e
+    step = int(saved.get("step", 0))
     if resumed.optimizer_state is not None:
         backend.load_optimizer_state(resumed.optimizer_state)
+        if backend.step != step:
+            raise UserError(
+                f"cannot resume: {directory}: config.json says step {step}, the optimizer "
+                f"state step {backend.step}"
+            )
+    else:  # a weights-only checkpoint: the schedule goes on at its step, AdamW starts over
+        backend.step = step
+        say(
+            f"note: {directory} holds weights only (no optimizer.safetensors): training "
+            f"goes on from step {step} with AdamW's moments starting from zero, so it will "
+            "not follow the run that wrote the checkpoint exactly"
+        )
     if "sampler_state" in saved:
         sampler.set_state(saved["sampler_state"])
     if saved.get("grad_scaler") and hasattr(backend, "set_scaler_state"):
@@ -138,16 +184,3 @@ def _resume(resumed: _Resumed, backend, sampler: BatchSampler, config: dict, say
         )
     say(f"resuming from {directory} at step {backend.step}")
     return float(saved.get("metrics", {}).get("elapsed_s", 0.0))
-
-
-def _copy_log(src: Path, dst: Path, step: int) -> None:
-    """Keep the rows of ``src`` up to ``step`` in ``dst`` (later rows belong to a
-    stretch of the run that the checkpoint does not hold)."""
-    rows = []
-    if src.is_file():
-        for line in src.read_text().splitlines():
-            if line.strip() and json.loads(line)["step"] <= step:
-                rows.append(line + "\n")
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    tmp.write_text("".join(rows))
-    os.replace(tmp, dst)

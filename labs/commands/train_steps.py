@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import UserError
 from ..plumbing.backends import NonFiniteError, make_backend
-from ..plumbing.checkpoint import save_checkpoint
+from ..plumbing.checkpoint import PREVIOUS_DIR, remove_leftovers, save_checkpoint
 from ..plumbing.checkpoint_format import CONFIG_FILE, MODEL_FILE, OPTIMIZER_FILE
 from ..plumbing.data import (
     BatchSampler,
@@ -29,19 +29,36 @@ from ..plumbing.data import (
     fixed_eval_batches,
     load_corpus,
     resolve_corpus,
-    train_val_split,
+)
+from ..plumbing.run_dir import (
+    LOG_FILE,
+    RunDirectoryBusy,
+    RunLock,
+    append_row,
+    read_log,
+    reconcile_log,
+    write_log,
 )
 from ..plumbing.tokenization import (
+    TOKENIZER_FILE,
     bits_per_byte,
     build_tokenizer,
     bytes_per_token,
     tokenizer_config,
 )
+from .shared import refuse_to_replace
 from .train_distributed import _device
-from .train_resume import _copy_log, _resume, _Resumed
+from .train_resume import _resume, _Resumed
 
-LOG_FILE = "log.jsonl"
 PLOT_FILE = "loss.png"
+TRAIN_FRACTION = 0.9  # the first 90% of the corpus trains, the rest validates (nanoGPT's)
+#: What a run writes into --out: a directory holding any of them holds a run.
+RUN_OUTPUTS = (CONFIG_FILE, MODEL_FILE, OPTIMIZER_FILE, LOG_FILE, PREVIOUS_DIR, TOKENIZER_FILE)
+
+
+def _resume_hint(out: Path) -> str:
+    return f"`python -m labs train --resume {out} --max-iters N`"
+
 
 #: Sampling settings of the sample printed after training. nanoGPT uses
 #: temperature 0.8 and top_k 200; with 65 characters top_k 200 keeps them
@@ -56,7 +73,7 @@ def plot_losses(log_path: Path, png_path: Path, title: str = "", unit: str = "ch
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    rows, _ = read_log(log_path)
     steps = [r["step"] for r in rows]
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     ax.plot(steps, [r["train_loss"] for r in rows], marker="o", ms=3, label="train")
@@ -67,8 +84,13 @@ def plot_losses(log_path: Path, png_path: Path, title: str = "", unit: str = "ch
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(png_path)
-    plt.close(fig)
+    tmp = png_path.with_name(f".{png_path.name}.tmp")  # a kill never leaves half a PNG
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, png_path)
+    finally:
+        plt.close(fig)
+        tmp.unlink(missing_ok=True)
 
 
 # -- data: the same arrays, the same batches, whatever the backend -----------------
@@ -98,16 +120,22 @@ def load_data(args: argparse.Namespace, tokenizer=None) -> Data:
         text = load_corpus(corpus_path)
     except (OSError, ValueError, CorpusUnavailableError) as e:
         raise UserError(str(e)) from e
+    # The split is made on the text: BPE learns its merges from the training text
+    # alone (merges learned from the validation text would flatter its loss). The
+    # characters of a char run are those of the whole corpus (a validation character
+    # must be encodable), so its split is the one of the ids.
+    cut = int(TRAIN_FRACTION * len(text))
+    train_text, val_text = text[:cut], text[cut:]
     if tokenizer is None:
         try:
-            tokenizer = build_tokenizer(args.tokenizer, args.backend, text, args.vocab_size)
+            source = text if args.tokenizer == "char" else train_text
+            tokenizer = build_tokenizer(args.tokenizer, args.backend, source, args.vocab_size)
         except (TypeError, ValueError) as e:
             raise UserError(f"--vocab-size: {e}") from e
     try:
-        ids = tokenizer.encode_array(text)
+        train_ids, val_ids = tokenizer.encode_array(train_text), tokenizer.encode_array(val_text)
     except ValueError as e:  # a char vocabulary from --init-from that lacks some characters
         raise UserError(f"--data {corpus_path}: {e}") from e
-    train_ids, val_ids = train_val_split(ids, 0.9)
     B, T = args.batch_size * args.grad_accum, args.block_size
     for split, ids in (("training", train_ids), ("validation", val_ids)):
         if len(ids) <= T:
@@ -187,6 +215,8 @@ class Run:
     train_tokens: int = 0
     metrics: dict = dataclasses.field(default_factory=dict)
     last_saved: int = 0  # step of the last checkpoint written (or resumed from)
+    log_started: bool = False  # False until the first row: a fresh run replaces the file
+    lock: RunLock | None = None  # held by rank 0 while it writes into out
 
     @property
     def log_path(self) -> Path:
@@ -194,25 +224,52 @@ class Run:
 
 
 def prepare_output(run: Run, resumed: _Resumed | None, say=print) -> None:
-    """Create the output directory. A resumed run loads its checkpoint into the
-    backend and the sampler, keeps its log up to the checkpoint's step and counts
-    its wall time on (``run.elapsed_before``); a fresh run starts a fresh log.
+    """Take the output directory (rank 0): create it, lock it against a second
+    process, refuse to replace a run in it (unless ``--overwrite``), and remove what a
+    killed writer left. A resumed run loads its checkpoint into the backend and the
+    sampler, gets a log of exactly one row per evaluation up to the checkpoint's step
+    (a line a crash cut short dropped, a row lost between the checkpoint and the log
+    restored) and counts its wall time on (``run.elapsed_before``). A fresh run writes
+    nothing yet: its first checkpoint replaces the files of a run it overwrites.
 
     Raises:
-        UserError: the directory cannot be created, or the checkpoint does not fit.
+        UserError: the directory cannot be created or is in use, holds a run that
+            ``--overwrite`` does not allow to replace, or the checkpoint does not fit.
     """
     out, rank, log_path = run.out, run.rank, run.log_path
-    if rank == 0:
-        try:
-            out.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise UserError(f"--out {out}: cannot create the directory ({e.strerror})") from e
-    if resumed is not None:
+    continuing = resumed is not None and out.resolve() == resumed.directory.resolve()
+    if resumed is not None:  # in memory only: a checkpoint that does not fit writes nothing
         run.elapsed_before = _resume(resumed, run.backend, run.data.sampler, run.config, say)
-        if rank == 0:
-            _copy_log(resumed.directory / LOG_FILE, log_path, run.backend.step)
-    elif rank == 0:
-        log_path.unlink(missing_ok=True)  # a fresh run gets a fresh log
+        run.last_saved = run.backend.step
+    if rank != 0:
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        run.lock = RunLock(out)
+    except RunDirectoryBusy as e:
+        raise UserError(str(e)) from e
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from e
+    if not continuing:
+        if refuse_to_replace(out, RUN_OUTPUTS, run.args.overwrite, _resume_hint(out)):
+            say(
+                f"--overwrite: replacing the run in {out}; its files stay until this "
+                f"run's first checkpoint, then its checkpoint is kept in {out / PREVIOUS_DIR} "
+                "until the second"
+            )
+    removed = remove_leftovers(out)
+    if removed:
+        say(f"removed what an interrupted run left in {out}: {', '.join(removed)}")
+    if resumed is not None:
+        try:
+            notes = reconcile_log(
+                resumed.directory / LOG_FILE, log_path, run.backend.step, resumed.log_row
+            )
+        except OSError as e:
+            raise UserError(f"cannot write {log_path}: {e.strerror or e}") from e
+        for note in notes:
+            say(f"note: {note}")
+        run.log_started = True
 
 
 def evaluate_and_save(run: Run) -> None:
@@ -246,29 +303,51 @@ def evaluate_and_save(run: Run) -> None:
     rng_state = backend.rng_state()  # under DDP: gathered from every rank
     if rank != 0:
         return  # every rank evaluates (same weights, same batches); rank 0 writes
-    with open(run.log_path, "a") as f:
-        f.write(json.dumps(row) + "\n")
     tqdm.write(
         f"step {backend.step:5d}: train loss {losses['train']:.4f}, "
         f"val loss {losses['val']:.4f} ({row['val_bpb']:.4f} bits/byte), "
         f"lr {row['lr']:.2e}, {elapsed:.1f} s" + (f", {tok_s:,.0f} tok/s" if tok_s else "")
     )
-    save_checkpoint(
-        out,
-        backend.state_dict(),
-        run.config,
-        backend.optimizer_state(),
-        meta={
-            "step": backend.step,
-            "backend": backend.name,
-            "metrics": dict(metrics),
-            "sampler_state": run.data.sampler.get_state(),
-            "rng_state": rng_state,  # the dropout masks to come
-            **({"grad_scaler": scaler} if (scaler := _scaler_state(backend)) else {}),
-        },
-        extra_files=run.tokenizer_files,
+    kept = (
+        f"the last good checkpoint (step {run.last_saved}) is intact"
+        if run.log_started
+        else "nothing of this run was written"
     )
+    try:
+        save_checkpoint(
+            out,
+            backend.state_dict(),
+            run.config,
+            backend.optimizer_state(),
+            meta={
+                "step": backend.step,
+                "backend": backend.name,
+                "metrics": dict(metrics),
+                "log_row": row,  # the log's line of this evaluation, restored if lost
+                "sampler_state": run.data.sampler.get_state(),
+                "rng_state": rng_state,  # the dropout masks to come
+                **({"grad_scaler": scaler} if (scaler := _scaler_state(backend)) else {}),
+            },
+            extra_files=run.tokenizer_files,
+        )
+    except OSError as e:
+        raise UserError(
+            f"cannot write the checkpoint of step {backend.step} in {out}: {e.strerror or e}; "
+            f"{kept}" + (f"; {_resume_hint(out)} continues from it" if run.log_started else "")
+        ) from e
     run.last_saved = backend.step
+    # the log's row only once its checkpoint is committed: a row is never without one
+    try:
+        if run.log_started:
+            append_row(run.log_path, row)
+        else:  # the first row of a fresh run: a new file (it replaces an overwritten run's)
+            write_log(run.log_path, [row])
+            run.log_started = True
+    except OSError as e:
+        raise UserError(
+            f"cannot write {run.log_path}: {e.strerror or e}; the checkpoint of step "
+            f"{backend.step} is saved, and {_resume_hint(out)} restores its log row"
+        ) from e
 
 
 def _scaler_state(backend) -> dict | None:
@@ -305,43 +384,44 @@ def train_loop(run: Run, resumed: _Resumed | None) -> float:
     window_time, window_tokens = 0.0, 0  # for the bar's recent tokens/s
     B, N = args.batch_size, args.grad_accum
     b = B // world
-    while backend.step < args.max_iters:
-        x, y = run.data.sampler.next()  # every rank draws the same (N B, T) batch...
-        if world > 1:  # ...and keeps its b rows of each of the N micro-batches
-            x = x.reshape(N, B, -1)[:, rank * b : (rank + 1) * b].reshape(N * b, -1)
-            y = y.reshape(N, B, -1)[:, rank * b : (rank + 1) * b].reshape(N * b, -1)
-        t0 = time.perf_counter()
-        try:
-            stats = backend.train_step(x, y, grad_accum=N)
-        except NonFiniteError as e:
-            bar.close()
-            raise UserError(
-                f"training stopped at step {e.step}: the loss is {e.loss} and the gradient "
-                f"norm {e.grad_norm}; "
-                + (
-                    f"the first parameter whose gradient is non-finite is {e.parameter}"
-                    if e.parameter is not None
-                    else "every gradient is finite"
+    try:
+        while backend.step < args.max_iters:
+            x, y = run.data.sampler.next()  # every rank draws the same (N B, T) batch...
+            if world > 1:  # ...and keeps its b rows of each of the N micro-batches
+                x = x.reshape(N, B, -1)[:, rank * b : (rank + 1) * b].reshape(N * b, -1)
+                y = y.reshape(N, B, -1)[:, rank * b : (rank + 1) * b].reshape(N * b, -1)
+            t0 = time.perf_counter()
+            try:
+                stats = backend.train_step(x, y, grad_accum=N)
+            except NonFiniteError as e:
+                raise UserError(
+                    f"training stopped at step {e.step}: the loss is {e.loss} and the gradient "
+                    f"norm {e.grad_norm}; "
+                    + (
+                        f"the first parameter whose gradient is non-finite is {e.parameter}"
+                        if e.parameter is not None
+                        else "every gradient is finite"
+                    )
+                    + f". The last good checkpoint (step {run.last_saved}) is kept in {run.out}, "
+                    "not overwritten. Try a lower --lr or keep --grad-clip on"
+                ) from e
+            dt = time.perf_counter() - t0
+            run.train_time += dt
+            run.train_tokens += x.size * world
+            window_time += dt
+            window_tokens += x.size * world
+            bar.update(1)
+            if backend.step % 10 == 0 or backend.step == args.max_iters:
+                bar.set_postfix_str(
+                    f"loss {stats['loss']:.4f}, lr {stats['lr']:.2e}, "
+                    f"{window_tokens / window_time:,.0f} tok/s",
+                    refresh=False,  # drawn at the bar's own pace (mininterval)
                 )
-                + f". The last good checkpoint (step {run.last_saved}) is kept in {run.out}, "
-                "not overwritten. Try a lower --lr or keep --grad-clip on"
-            ) from e
-        dt = time.perf_counter() - t0
-        run.train_time += dt
-        run.train_tokens += x.size * world
-        window_time += dt
-        window_tokens += x.size * world
-        bar.update(1)
-        if backend.step % 10 == 0 or backend.step == args.max_iters:
-            bar.set_postfix_str(
-                f"loss {stats['loss']:.4f}, lr {stats['lr']:.2e}, "
-                f"{window_tokens / window_time:,.0f} tok/s",
-                refresh=False,  # drawn at the bar's own pace (mininterval)
-            )
-            window_time, window_tokens = 0.0, 0
-        if backend.step % args.eval_interval == 0 or backend.step == args.max_iters:
-            evaluate_and_save(run)
-    bar.close()
+                window_time, window_tokens = 0.0, 0
+            if backend.step % args.eval_interval == 0 or backend.step == args.max_iters:
+                evaluate_and_save(run)
+    finally:
+        bar.close()  # also when a step or a save stops the run: its error line comes clean
     return run.elapsed_before + time.perf_counter() - run.t_start
 
 
@@ -351,7 +431,10 @@ def summarize(run: Run, wall: float) -> None:
     args, backend, out, metrics = run.args, run.backend, run.out, run.metrics
     tokenizer, log_path = run.data.tokenizer, run.log_path
     unit = "character" if args.tokenizer == "char" else "token"
-    plot_losses(log_path, out / PLOT_FILE, title=f"{backend.name} backend, {out}", unit=unit)
+    try:  # the plot is a convenience: a full disk here costs nothing of the run
+        plot_losses(log_path, out / PLOT_FILE, title=f"{backend.name} backend, {out}", unit=unit)
+    except OSError as e:
+        print(f"warning: could not write {out / PLOT_FILE}: {e.strerror or e}", file=sys.stderr)
     print(f"final val loss {metrics['val_loss']:.4f} (train {metrics['train_loss']:.4f})")
     print(
         f"final val bits per byte {metrics['val_bpb']:.4f} (nats per {unit} "

@@ -36,6 +36,8 @@ STATE_FILE = "progress.json"  # in the workspace: started chapters and their las
 # -- the workspace -----------------------------------------------------------------------
 def workspace_dir(option: str | None) -> Path:
     """``--workspace``, else ``$TWINFORMER_WORKSPACE``, else ``workspace/`` in the repository."""
+    if option is not None and not option.strip():
+        raise UserError("--workspace is empty: give a directory")
     chosen = option or os.environ.get(WORKSPACE_ENV) or str(REPO / "workspace")
     return Path(chosen).expanduser().resolve()
 
@@ -69,19 +71,39 @@ class Workspace:
     def load_state(self) -> dict:
         try:
             state = json.loads(self.state_file.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
+        except FileNotFoundError:
             state = {}
+        except (ValueError, UnicodeDecodeError) as e:  # never silently replaced by an empty one
+            raise UserError(
+                f"{_show(self.state_file)} is damaged ({e}): repair it, or delete it to start "
+                "the record of your chapters afresh (your code is not in it)"
+            ) from e
+        if not isinstance(state, dict) or not isinstance(state.get("chapters", {}), dict):
+            raise UserError(
+                f"{_show(self.state_file)} is not a record of chapters: repair it, or delete "
+                "it to start the record afresh (your code is not in it)"
+            )
         state.setdefault("version", 1)
         state.setdefault("chapters", {})
         return state
 
     def save_state(self, state: dict) -> None:
-        tmp = self.state_file.with_name(self.state_file.name + ".tmp")
-        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, self.state_file)
+        text = json.dumps(state, indent=2, sort_keys=True, allow_nan=False) + "\n"
+        _write_atomic(self.state_file, text)
 
     def started(self) -> set[str]:
         return set(self.load_state()["chapters"])
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` by ``text`` whole: a temporary file renamed onto it (a kill
+    leaves the old file or the new one, never half of the learner's code)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _now() -> str:
@@ -103,14 +125,16 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
     A region already holding its stub is left alone; one holding the reference
     solution (a chapter not started) is replaced; one holding anything else is
     the learner's code: replaced only with ``force``. Every other line of the
-    workspace stays as it is. A workspace file that is missing is generated
-    again (stubs for every started chapter); one whose fences are damaged is,
-    with ``force``, rebuilt from the reference around the learner's regions.
-    The state file then lists the chapter as started (again, with no last check,
-    if any stub was put in).
+    workspace stays as it is: no other chapter's region is ever touched. A
+    workspace file that is missing is generated again (stubs for every started
+    chapter). One whose fences are damaged (a fence lost, unpaired or
+    mis-indented, or this chapter's regions without theirs) is reported and left
+    alone, ``force`` or not: nothing is written then. The state file then lists
+    the chapter as started (again, with no last check, if any stub was put in).
 
     Raises:
-        UserError: code of the learner's would be replaced (without ``force``).
+        UserError: a damaged fence (where it is), or code of the learner's would
+            be replaced (without ``force``).
     """
     regions = ref.chapter_regions(chapter)
     if not regions:
@@ -121,21 +145,20 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
     functions = {f: _function_list(rs) for f, rs in by_file.items()}
 
     if not ws.exists():
-        ws.package.mkdir(parents=True, exist_ok=True)
-        for f in ref.files:
-            target = ws.package / f
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if f in by_file:
-                target.write_text(ref.render(f, {chapter}), encoding="utf-8")
-            else:
-                shutil.copyfile(ref.root / f, target)
-        ws.save_state({"version": 1, "chapters": {chapter: {"started": _now()}}})
+        try:
+            _create(ref, ws, chapter, by_file)
+        except OSError as e:
+            raise UserError(
+                f"cannot make the workspace in {_show(ws.root)}: {e.strerror or e} "
+                f"({e.filename}); give --workspace a directory you can write"
+            ) from e
         return [Written(f, "created", functions[f]) for f in by_file]
 
     started = ws.started() | {chapter}
     plan: dict[str, str] = {}
     written: list[Written] = []
     conflicts: list[str] = []
+    damaged: list[str] = []
     for f, refs in by_file.items():
         path = ws.package / f
         if not path.is_file():
@@ -145,19 +168,14 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
         text = path.read_text(encoding="utf-8")
         try:
             mine = {r.key: r for r in parse_regions(text, f, names=False)}
-        except FenceError:
-            mine = None
-        if mine is None or any(r.key not in mine for r in refs):
-            if not force:
-                conflicts.append(f"{f} (its ch{chapter} fences are missing or damaged)")
-                continue
-            keep = {
-                r.key: mine[r.key].body
-                for r in ref.regions[f]
-                if mine and r.chapter != chapter and r.key in mine
-            }
-            plan[f] = ref.render(f, started, keep)
-            written.append(Written(f, "rewritten", functions[f]))
+        except FenceError as e:  # never rebuilt around it: the learner's code is in there
+            damaged.append(f"{_show(path)}{str(e).removeprefix(f)}")  # path:line: what
+            continue
+        if missing := _missing_regions(text, f, chapter, refs, mine):
+            damaged.append(
+                f"{_show(path)}: the fences of chapter {chapter}'s "
+                f"{', '.join(dict.fromkeys(missing))} are missing"
+            )
             continue
         bodies = {}
         for r in refs:
@@ -172,19 +190,57 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
         if bodies:
             plan[f] = replace_bodies(text, mine.values(), bodies)
         written.append(Written(f, "stubbed" if bodies else "unchanged", functions[f]))
+    if damaged:  # with or without force: nothing is rewritten around a damaged fence
+        raise UserError(
+            f"chapter {chapter}: damaged fences, nothing changed: {'; '.join(damaged)}. "
+            "Each region is a '### BEGIN SOLUTION chNN' line, the code, and a "
+            "'### END SOLUTION' line at the same indentation: repair them by hand, or rename "
+            "the file to have it generated again (every started chapter's stubs in it; "
+            "copy your code back from the renamed file)"
+        )
     if conflicts:
         raise UserError(
             f"chapter {chapter}: your code is in {'; '.join(conflicts)}; "
             f"`{labs_command('start', chapter, '--force')}` (or `reset {chapter}`) replaces it "
             "with the stubs"
         )
-    for f, text in plan.items():
-        (ws.package / f).write_text(text, encoding="utf-8")
+    try:
+        for f, text in plan.items():
+            _write_atomic(ws.package / f, text)
+    except OSError as e:
+        raise UserError(f"cannot write {_show(ws.package / f)}: {e.strerror or e}") from e
     state = ws.load_state()
     if chapter not in state["chapters"] or any(w.action != "unchanged" for w in written):
         state["chapters"][chapter] = {"started": _now()}
     ws.save_state(state)
     return written
+
+
+def _create(ref: Reference, ws: Workspace, chapter: str, by_file: dict) -> None:
+    """A new workspace: the reference, with chapter ``chapter``'s regions stubbed."""
+    ws.package.mkdir(parents=True, exist_ok=True)
+    for f in ref.files:
+        target = ws.package / f
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if f in by_file:
+            _write_atomic(target, ref.render(f, {chapter}))
+        else:
+            shutil.copyfile(ref.root / f, target)
+    ws.save_state({"version": 1, "chapters": {chapter: {"started": _now()}}})
+
+
+def _missing_regions(text: str, file: str, chapter: str, refs: list[Region], mine: dict):
+    """The functions of ``refs`` (the chapter's regions in the reference) whose fences
+    the workspace's ``text`` lacks: counted by function, so a lost first region is
+    named, not the last (the regions' indices shift)."""
+    if all(r.key in mine for r in refs):
+        return []
+    try:
+        found = Counter(r.function for r in parse_regions(text, file) if r.chapter == chapter)
+    except (FenceError, SyntaxError):
+        found = Counter()
+    missing = Counter(r.function for r in refs) - found
+    return list(missing.elements()) or [r.function for r in refs if r.key not in mine]
 
 
 def _function_list(regions: list[Region]) -> list[str]:

@@ -16,8 +16,15 @@ process dies (SIGKILL, power cut): the new set is written in full to
 ``DIR/.staging/`` and fsynced, the current set is kept as ``DIR/.previous/``,
 and only then are the new files moved into place with ``os.replace`` (atomic
 on POSIX), ``config.json`` last. config.json records the SHA-256 of the files
-it belongs with, so a set mixed by a kill between two renames is recognised,
-and :func:`load_checkpoint` falls back to ``.previous``.
+it belongs with, so a set mixed by a kill between two renames is recognised:
+its config.json is still the one ``.previous`` holds, and :func:`load_checkpoint`
+loads that same checkpoint from ``.previous`` (nothing committed is lost). A set
+damaged otherwise (a truncated file, an edit) is reported as such
+(:class:`CorruptCheckpointError`); loading the older checkpoint in ``.previous``
+instead is the caller's choice (``previous=True``; ``--from-previous`` on the
+command line). A save that fails (a full disk) leaves the last checkpoint as it
+was and removes what it had written; the next save removes what a killed writer
+left behind (:func:`remove_leftovers`).
 
 Because both backends use the same names and shapes (PyTorch's layout), a
 checkpoint written by either loads into either.
@@ -30,6 +37,7 @@ hook that pauses the writer).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -53,6 +61,7 @@ from .checkpoint_format import (
     _check_belongs,
     _is_tied,
     _load_safetensors,
+    _loads_strict,
     _mismatches,
     _optimizer_shapes,
     _read_config,
@@ -62,6 +71,28 @@ from .checkpoint_format import (
 # -- writing: stage a full set, keep the previous one, then commit -------------------
 STAGING_DIR = ".staging"  # the new set, complete before anything in DIR is touched
 PREVIOUS_DIR = ".previous"  # a full copy (hard links) of the set being replaced
+
+
+def remove_leftovers(directory: str | os.PathLike) -> list[str]:
+    """Remove what a writer killed mid-save leaves in ``directory``: ``.staging/``,
+    ``.previous.tmp/`` and any other hidden ``.*.tmp`` file or directory (a
+    half-written log, say). None of them is part of a checkpoint: the set in
+    ``directory`` and the one in ``.previous`` are whole whenever these exist.
+
+    Returns:
+        the names removed.
+    """
+    directory = Path(directory)
+    removed = []
+    for path in sorted(directory.glob(".*")):
+        if path.name != STAGING_DIR and not path.name.endswith(".tmp"):
+            continue
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path.name)
+    return removed
 
 
 def _keep_previous(directory: Path) -> None:
@@ -81,8 +112,10 @@ def _keep_previous(directory: Path) -> None:
     for name in (*files, CONFIG_FILE):
         _link_or_copy(directory / name, tmp / name)
     _fsync_dir(tmp)
+    _pause_point("keeping-previous")
     # Until the rename below DIR's own set is untouched: a kill here loses nothing.
     shutil.rmtree(directory / PREVIOUS_DIR, ignore_errors=True)
+    _pause_point("previous-removed")
     os.replace(tmp, directory / PREVIOUS_DIR)
     _fsync_dir(directory)
 
@@ -107,7 +140,9 @@ def save_checkpoint(
     mixed by a kill during (3) is recognised and :func:`load_checkpoint`
     falls back to ``.previous``. The stages a test can stop the writer at
     (:data:`PAUSE_ENV_VAR`): ``writing`` (half of the first file written),
-    ``staged``, ``kept-previous``, ``moved-model.safetensors``,
+    ``staged``, ``keeping-previous`` (``.previous.tmp`` complete),
+    ``previous-removed`` (the old ``.previous`` gone, ``.previous.tmp`` not yet
+    renamed), ``kept-previous``, ``moved-model.safetensors``,
     ``moved-optimizer.safetensors``, ``committed``.
 
     Args:
@@ -129,8 +164,9 @@ def save_checkpoint(
     Raises:
         ValueError: ``config`` lacks ``"model"`` or ``"tokenizer"``, or
             ``model_state`` does not match the config (keys or shapes listed).
-        OSError: ``directory`` cannot be created or written (nothing in it
-            has been changed then, except perhaps ``.staging``).
+        OSError: ``directory`` cannot be created or written, or the disk is
+            full (``errno.ENOSPC``); nothing in it has been changed then, and
+            the partial files are removed.
     """
     directory = Path(directory)
     meta = dict(meta or {})
@@ -163,22 +199,34 @@ def save_checkpoint(
     # config.json names the exact bytes it belongs with: a set mixed by a crash
     # between two renames is refused instead of loaded
     document["files"] = {name: hashlib.sha256(b).hexdigest() for name, b in blobs.items()}
-    text = json.dumps(document, indent=2) + "\n"  # fails here, before any write, if not JSON
+    try:  # fails here, before any write, if not strict JSON (NaN and infinities are not)
+        text = json.dumps(document, indent=2, allow_nan=False) + "\n"
+    except ValueError as e:
+        raise ValueError(f"config and meta must be JSON without NaN or infinities: {e}") from e
     blobs[CONFIG_FILE] = text.encode("utf-8")
 
     # (1) the whole new set, on disk, beside the current one
     directory.mkdir(parents=True, exist_ok=True)
-    for stale in directory.glob(".*.tmp"):  # left behind by a writer that was killed
-        stale.unlink(missing_ok=True)
+    remove_leftovers(directory)  # of a writer that was killed
     staging = directory / STAGING_DIR
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir()
-    for name, blob in blobs.items():
-        _write_file(staging / name, blob)
-    _fsync_dir(staging)
-    _pause_point("staged")
-    # (2) the current set, kept whole
-    _keep_previous(directory)
+    try:
+        staging.mkdir()
+        for name, blob in blobs.items():
+            _write_file(staging / name, blob)
+        _fsync_dir(staging)
+        _pause_point("staged")
+        # (2) the current set, kept whole
+        _keep_previous(directory)
+    except OSError as e:  # a full disk, say: the current set is untouched; leave no partial files
+        remove_leftovers(directory)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise OSError(
+                e.errno,
+                f"no space left to write the checkpoint in {directory} (it needs "
+                f"{sum(len(b) for b in blobs.values()):,} bytes); the checkpoint there is "
+                "unchanged",
+            ) from e
+        raise
     _pause_point("kept-previous")
     # (3) commit: data files first, config.json (the set's index) last
     for name in blobs:
@@ -197,7 +245,23 @@ def save_checkpoint(
 
 # -- load ------------------------------------------------------------------------
 class CheckpointWarning(UserWarning):
-    """The checkpoint in DIR was unusable and ``DIR/.previous`` was loaded instead."""
+    """The checkpoint in DIR was loaded from ``DIR/.previous``: said with the reason,
+    and with the steps lost when there are any."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """The checkpoint in DIR is damaged (not an interrupted save) while
+    ``DIR/.previous`` holds an intact, older one; loading that one loses steps,
+    so it is the caller's choice (``load_checkpoint(DIR, previous=True)``).
+
+    Attributes:
+        step: the damaged checkpoint's step (None when its config.json is unreadable).
+        previous_step: the step of the checkpoint in ``.previous``.
+    """
+
+    def __init__(self, message: str, step: int | None, previous_step: int):
+        super().__init__(message)
+        self.step, self.previous_step = step, previous_step
 
 
 def _load_set(directory: Path):
@@ -230,7 +294,7 @@ def _load_set(directory: Path):
     return model_state, config, optimizer_state
 
 
-def load_config(directory: str | os.PathLike) -> dict:
+def load_config(directory: str | os.PathLike, previous: bool = False) -> dict:
     """Read and check a checkpoint's config.json (that of the set
     :func:`load_checkpoint` would load).
 
@@ -240,18 +304,43 @@ def load_config(directory: str | os.PathLike) -> dict:
             checkpoint, an unsupported version, sections missing, or a
             tokenizer whose vocabulary size differs from ``model.vocab_size``.
     """
-    return load_checkpoint(directory)[1]
+    return load_checkpoint(directory, previous=previous)[1]
+
+
+def _same_bytes(a: Path, b: Path) -> bool:
+    try:
+        return a.read_bytes() == b.read_bytes()
+    except OSError:
+        return False
+
+
+def _step_of(directory: Path) -> int | None:
+    try:
+        return int(_loads_strict((directory / CONFIG_FILE).read_text(encoding="utf-8"))["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def load_checkpoint(
-    directory: str | os.PathLike,
+    directory: str | os.PathLike, previous: bool = False
 ) -> tuple[dict[str, np.ndarray], dict, dict[str, np.ndarray] | None]:
     """Read a checkpoint directory written by :func:`save_checkpoint`.
 
-    If the set in ``directory`` is unusable (a write was killed half-way:
-    files missing, or not the ones config.json lists) and ``directory/.previous``
-    holds an intact set, that one is loaded, with a :class:`CheckpointWarning`;
-    ``config["loaded_from"]`` then names it.
+    When the set in ``directory`` is unusable, ``directory/.previous`` may help:
+
+    * a save killed while it moved the new files in (files that are not the ones
+      config.json lists, next to a config.json identical to ``.previous``'s): the
+      checkpoint config.json describes is the one in ``.previous``; it is loaded,
+      with a :class:`CheckpointWarning` (nothing committed is lost);
+    * otherwise (a truncated or edited file): :class:`CorruptCheckpointError`,
+      unless ``previous`` is true: then ``.previous`` (an older checkpoint) is
+      loaded, with a :class:`CheckpointWarning` that counts the steps lost.
+
+    ``config["loaded_from"]`` then names ``.previous``.
+
+    Args:
+        directory: the checkpoint directory.
+        previous: load ``.previous`` if the set in ``directory`` is damaged.
 
     Returns:
         ``(model_state, config, optimizer_state)``: ``model_state`` maps every
@@ -262,28 +351,52 @@ def load_checkpoint(
     Raises:
         FileNotFoundError: the directory, config.json or model.safetensors is
             missing (the message names it).
+        CorruptCheckpointError: the set is damaged, ``.previous`` is intact and
+            ``previous`` is false (the message gives both steps).
         CheckpointError: (a ``ValueError``) a file is truncated or corrupt
-            (named), the set was interrupted while being written, or
-            config.json does not match the stored arrays or the tokenizer
-            (each offending key and shape listed).
+            (named), or config.json does not match the stored arrays or the
+            tokenizer (each offending key and shape listed).
     """
     directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(
+            f"{directory} is a file, not a checkpoint directory (give the directory that "
+            f"holds {CONFIG_FILE} and {MODEL_FILE}: a training run's --out)"
+        )
     try:
         return _load_set(directory)
     except (OSError, CheckpointError) as error:
-        previous = directory / PREVIOUS_DIR
-        if not directory.is_dir() or not previous.is_dir():
+        older = directory / PREVIOUS_DIR
+        if not directory.is_dir() or not older.is_dir():
             raise
         try:
-            model_state, config, optimizer_state = _load_set(previous)
+            model_state, config, optimizer_state = _load_set(older)
         except (OSError, CheckpointError):
             raise error from None
-        reason = str(error)
-    warnings.warn(
-        f"{directory}: {reason}; loaded the previous checkpoint (step {config.get('step')}) "
-        f"from {previous}",
-        CheckpointWarning,
-        stacklevel=2,
-    )
-    config["loaded_from"] = str(previous)
+        interrupted = _same_bytes(directory / CONFIG_FILE, older / CONFIG_FILE)
+        step, previous_step = _step_of(directory), int(config.get("step", 0))
+        if interrupted:
+            message = (
+                f"{directory}: {error}; a save that was interrupted while moving its files "
+                f"in left them next to the checkpoint's config.json; loaded that checkpoint "
+                f"(step {previous_step}) from {older}, which holds it whole: nothing is lost"
+            )
+        else:
+            at = f"step {step}" if step is not None else "an unknown step"
+            lost = f"{step - previous_step} steps" if step is not None else "steps"
+            if not previous:
+                raise CorruptCheckpointError(
+                    f"{directory}'s checkpoint ({at}) is damaged: {error}. {older} holds an "
+                    f"intact older checkpoint (step {previous_step}); loading it instead "
+                    f"loses the {lost} after it",
+                    step,
+                    previous_step,
+                ) from error
+            message = (
+                f"{directory}'s checkpoint ({at}) is damaged: {error}; loaded the older "
+                f"checkpoint in {older} (step {previous_step}) as asked: the {lost} after "
+                "it are lost"
+            )
+    warnings.warn(message, CheckpointWarning, stacklevel=2)
+    config["loaded_from"] = str(older)
     return model_state, config, optimizer_state

@@ -156,15 +156,12 @@ def _check_belongs(directory: Path, config: dict, name: str) -> None:
         return  # written before config.json recorded hashes
     path = directory / name
     if not path.is_file():
-        raise CheckpointError(
-            f"{path} is missing, though {directory / CONFIG_FILE} lists it: the checkpoint "
-            "was interrupted while being written"
-        )
+        raise CheckpointError(f"{path} is missing, though {directory / CONFIG_FILE} lists it")
     if _sha256(path) != want:
         raise CheckpointError(
-            f"{path} does not belong to {directory / CONFIG_FILE} (its SHA-256 "
-            "differs from the one recorded there): the checkpoint was interrupted while "
-            "being written"
+            f"{path} ({path.stat().st_size:,} bytes) is not the file {directory / CONFIG_FILE} "
+            "was saved with (its SHA-256 differs from the one recorded there): it is "
+            "truncated or damaged, or a save was interrupted"
         )
 
 
@@ -188,16 +185,28 @@ def _vocabulary_size(tokenizer: dict) -> int | None:
     return None
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON (a number must be finite)")
+
+
+def _loads_strict(text: str):
+    """``json.loads`` that refuses NaN and infinities (Python's json writes and reads
+    them, but they are not JSON: other parsers reject the file)."""
+    return json.loads(text, parse_constant=_reject_constant)
+
+
 def _read_config(directory: Path) -> dict:
     """``directory/config.json``, checked on its own (not against the other files)."""
+    if directory.exists() and not directory.is_dir():
+        raise NotADirectoryError(f"{directory} is a file, not a checkpoint directory")
     if not directory.is_dir():
         raise FileNotFoundError(f"checkpoint directory not found: {directory}")
     path = directory / CONFIG_FILE
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint file not found: {path}")
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        document = _loads_strict(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
         raise CheckpointError(f"{path}: not valid JSON: {e}") from e
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         raise CheckpointError(f'{path}: not a twinformer checkpoint (no "format": "{FORMAT}")')
@@ -208,6 +217,9 @@ def _read_config(directory: Path) -> dict:
     for key in ("model", "tokenizer"):
         if not isinstance(document.get(key), dict):
             raise CheckpointError(f"{path}: the {key!r} section is missing")
+    step = document.get("step", 0)
+    if type(step) is not int or step < 0:
+        raise CheckpointError(f'{path}: "step" must be an integer >= 0, got {step!r}')
     n_symbols = _vocabulary_size(document["tokenizer"])
     vocab_size = document["model"].get("vocab_size")
     if n_symbols is not None and n_symbols != vocab_size:

@@ -118,15 +118,9 @@ def resolve_corpus(path: str | os.PathLike | None = None, url: str = CORPUS_URL)
             message says how to pass a path.
     """
     if path is not None:
-        p = Path(path).expanduser()
-        if not p.is_file():
-            raise FileNotFoundError(f"corpus file not found: {p}")
-        return p
+        return _existing_file(Path(path).expanduser(), "")
     if env := os.environ.get(DATA_ENV_VAR):
-        p = Path(env).expanduser()
-        if not p.is_file():
-            raise FileNotFoundError(f"corpus file not found: {p} (from ${DATA_ENV_VAR})")
-        return p
+        return _existing_file(Path(env).expanduser(), f" (from ${DATA_ENV_VAR})")
     cached = cache_path()
     if cached.is_file():
         return cached
@@ -137,6 +131,16 @@ def resolve_corpus(path: str | os.PathLike | None = None, url: str = CORPUS_URL)
             f"{e}. Point twinformer at a copy of Tiny Shakespeare with --data PATH or "
             f"{DATA_ENV_VAR}=PATH (any UTF-8 text file works), or put one at {cached}"
         ) from e
+
+
+def _existing_file(p: Path, source: str) -> Path:
+    if p.is_dir():
+        raise IsADirectoryError(f"corpus {p}{source} is a directory: give the text file's path")
+    if p.exists() and not p.is_file():
+        raise FileNotFoundError(f"corpus {p}{source} is not a regular file: give a text file")
+    if not p.is_file():
+        raise FileNotFoundError(f"corpus file not found: {p}{source}")
+    return p
 
 
 def load_corpus(path: str | os.PathLike) -> str:

@@ -18,7 +18,11 @@ Everything here is NumPy; a given seed yields the same data for both backends.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
+
+from .backends import NonFiniteError, _first_nonfinite, _global_norm
 
 IGNORE_INDEX = -100  # targets that count for nothing (padding), as in CrossEntropyLoss
 
@@ -104,7 +108,12 @@ class TaskModel:
         return sum(p.numel() for p in self.model.parameters())
 
     def train_step(self, inputs: dict[str, np.ndarray], targets: np.ndarray) -> float:
-        """One AdamW step on ``loss(model(**inputs), targets)``; returns the loss before it."""
+        """One AdamW step on ``loss(model(**inputs), targets)``; returns the loss before it.
+
+        Raises:
+            NonFiniteError: the loss or the gradient norm is NaN or infinite; the
+                weights and the optimizer are left as they were (as in ``labs train``).
+        """
         if self.backend == "numpy":
             from numpy_impl.optim import clip_grad_norm_, cosine_lr
         else:
@@ -117,7 +126,12 @@ class TaskModel:
             loss = self.loss_fn(self.model(**inputs), targets)
             self.model.backward(self.loss_fn.backward())
             if self.grad_clip > 0:
-                clip_grad_norm_(self._params, self.grad_clip)
+                with np.errstate(invalid="ignore"):  # inf * 0 when the norm is inf: checked
+                    grad_norm = clip_grad_norm_(self._params, self.grad_clip)
+            else:
+                grad_norm = _global_norm(p.grad for p in self._params)
+            named = ((n, p.grad) for n, p in self.model.named_parameters())
+            self._check_finite(float(loss), float(grad_norm), named)
             self.optimizer.step()
         else:
             torch = self.torch
@@ -126,12 +140,32 @@ class TaskModel:
             t_inputs = {k: torch.from_numpy(v) for k, v in inputs.items()}
             loss_t = self.loss_fn(self.model(**t_inputs), torch.from_numpy(targets))
             loss_t.backward()
-            if self.grad_clip > 0:
-                clip_grad_norm_(self.model.parameters(), self.grad_clip)
-            self.optimizer.step()
+            params = [p for p in self.model.parameters() if p.grad is not None]
+            grads = [p.grad.detach().double().numpy() for p in params]
+            grad_norm = _global_norm(grads)  # before clipping, which a NaN would spread
             loss = loss_t.item()
+            named = (
+                (n, None if p.grad is None else p.grad.detach().numpy())
+                for n, p in self.model.named_parameters()
+            )
+            self._check_finite(loss, grad_norm, named)
+            if self.grad_clip > 0:
+                clip_grad_norm_(params, self.grad_clip)
+            self.optimizer.step()
         self.step += 1
         return float(loss)
+
+    def first_nonfinite_parameter(self) -> str | None:
+        """The name of the first parameter holding a NaN or an infinity (None if none)."""
+        if self.backend == "numpy":
+            named = ((n, p.data) for n, p in self.model.named_parameters())
+        else:
+            named = ((n, p.detach().numpy()) for n, p in self.model.named_parameters())
+        return _first_nonfinite(named)
+
+    def _check_finite(self, loss: float, grad_norm: float, named_grads) -> None:
+        if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+            raise NonFiniteError(self.step, loss, grad_norm, _first_nonfinite(named_grads))
 
     def predict(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
         """Logits in eval mode (no dropout), as a NumPy array."""

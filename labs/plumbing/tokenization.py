@@ -74,11 +74,15 @@ def build_tokenizer(kind: str, backend: str, text: str, vocab_size: int, log=pri
             log(f"ignoring the cached tokenizer {path}: {e}")
     t0 = time.perf_counter()
     tokenizer = cls.train(text, vocab_size)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(path)
+    try:  # the cache saves time, nothing more: a full disk or a read-only home costs nothing
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tokenizer.save(path)
+        cached = f"cached at {path}"
+    except OSError as e:
+        cached = f"not cached ({path}: {e.strerror or e})"
     log(
         f"trained a BPE tokenizer ({_impl(backend)}, vocab {vocab_size}) in "
-        f"{time.perf_counter() - t0:.1f} s; cached at {path}"
+        f"{time.perf_counter() - t0:.1f} s; {cached}"
     )
     return tokenizer
 
