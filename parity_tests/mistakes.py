@@ -46,6 +46,118 @@ class Mistake:
 
 
 MISTAKES: list[Mistake] = [
+    # -- chapter 02: embeddings and linear maps ------------------------------------------------
+    Mistake(
+        "02",
+        "embedding-repeated-ids",
+        "grad[idx] += dout: a repeated id keeps one gradient",
+        "embedding.py",
+        "Embedding.backward",
+        (
+            (
+                "np.add.at(self.weight.grad, self._idx.reshape(-1), flat)",
+                "self.weight.grad[self._idx.reshape(-1)] += flat",
+            ),
+        ),
+        H.REPEATED_IDS[:50],
+        "Embedding or repeated",
+    ),
+    Mistake(
+        "02",
+        "embedding-assigns-grad",
+        "the gradient zeroed, then written: assigned instead of accumulated",
+        "embedding.py",
+        "Embedding.backward",
+        (("np.add.at(", "self.weight.grad[...] = 0.0\nnp.add.at("),),
+        "gradients assigned instead of accumulated",
+        "Embedding",
+    ),
+    Mistake(
+        "02",
+        "linear-bias-grad-first-axis",
+        "the bias gradient summed over the first axis only, from (..., out) unflattened",
+        "linear.py",
+        "linear_backward",
+        (("d2.sum(axis=0)", "dout.sum(axis=0)"),),
+        "shape mismatch",
+        "Linear",
+    ),
+    # -- chapter 03: scaled dot-product attention ---------------------------------------------
+    Mistake(
+        "03",
+        "softmax-over-queries",
+        "the softmax over the queries (axis -2) instead of the keys",
+        "attention.py",
+        "scaled_dot_product_attention",
+        (("probs = softmax(scores)", "probs = softmax(scores.swapaxes(-1, -2)).swapaxes(-1, -2)"),),
+        "wrong softmax axis",
+        "parity and scaled_dot_product_attention",
+    ),
+    Mistake(
+        "03",
+        "scores-not-scaled",
+        "q k^T not multiplied by scale",
+        "attention.py",
+        "scaled_dot_product_attention",
+        (("q @ k.swapaxes(-1, -2) * scale", "q @ k.swapaxes(-1, -2)"),),
+        "scores not scaled",
+        "parity and scaled_dot_product_attention",
+    ),
+    Mistake(
+        "03",
+        "mask-not-applied",
+        "the mask left out",
+        "attention.py",
+        "scaled_dot_product_attention",
+        (
+            ("np.where(mask, scores, -np.inf)", "scores"),
+            ("scores = scores + mask", "scores = scores"),
+        ),
+        "the mask is not applied",
+        "parity and scaled_dot_product_attention",
+    ),
+    # -- chapter 04: multi-head attention -----------------------------------------------------
+    Mistake(
+        "04",
+        "merge-heads-bare-reshape",
+        "heads merged by a bare reshape, without moving the head axis back",
+        "attention.py",
+        "merge_heads",
+        (("x.transpose(0, 2, 1, 3).reshape(B, T, H * d_k)", "x.reshape(B, T, H * d_k)"),),
+        "heads merged with a bare reshape",
+        "parity and SelfAttention",
+    ),
+    Mistake(
+        "04",
+        "no-causal-mask",
+        "is_causal not passed on to the attention",
+        "attention.py",
+        "SelfAttention.attend",
+        (("q, k, v, attn_mask, is_causal, dropout_p=p", "q, k, v, attn_mask, False, dropout_p=p"),),
+        "no causal mask",
+        "parity and SelfAttention",
+    ),
+    # -- chapter 05: positional embeddings ----------------------------------------------------
+    Mistake(
+        "05",
+        "positions-grad-assigned",
+        "the rows' gradient assigned (=) instead of added (+=)",
+        "positional.py",
+        "LearnedPositionalEmbedding.backward",
+        (("+= dout", "= dout"),),
+        "gradients assigned instead of accumulated",
+        "Learned",
+    ),
+    Mistake(
+        "05",
+        "positions-grad-whole-table",
+        "dout added to the whole table, not to the rows used",
+        "positional.py",
+        "LearnedPositionalEmbedding.backward",
+        (("self.weight.grad[start_pos : start_pos + T] += dout", "self.weight.grad += dout"),),
+        "shape mismatch inside your code",
+        "Learned",
+    ),
     # -- chapter 09: training ----------------------------------------------------------------
     Mistake(
         "09",
@@ -149,6 +261,37 @@ MISTAKES: list[Mistake] = [
         H.WARMUP_FROM_ZERO[:60],
         "lr_schedules",
     ),
+    # -- chapter 12: the online softmax --------------------------------------------------------
+    Mistake(
+        "12",
+        "online-softmax-no-rescale",
+        "the old sums not rescaled by alpha",
+        "flash_attention.py",
+        "flash_attention",
+        (("l *= alpha", "pass"), ("acc *= alpha", "pass")),
+        "the old sums are not rescaled",
+        "flash_matches_explicit",
+    ),
+    Mistake(
+        "12",
+        "online-softmax-overwrite",
+        "l and acc overwritten by each tile instead of accumulated",
+        "flash_attention.py",
+        "flash_attention",
+        (("l += p.sum(", "l = p.sum("), ("acc += p @ v", "acc = p @ v")),
+        "only the last key tile counts",
+        "flash_matches_explicit",
+    ),
+    Mistake(
+        "12",
+        "online-softmax-m-updated-first",
+        "m set to the new max before alpha is computed (alpha is then 1)",
+        "flash_attention.py",
+        "flash_attention",
+        (("m_safe = np.where(", "m = m_new\nm_safe = np.where("),),
+        "the old sums are not rescaled",
+        "flash_matches_explicit",
+    ),
 ]
 
 
@@ -163,15 +306,17 @@ def region_of(ref: Reference, mistake: Mistake):
 
 
 def wrong_body(ref: Reference, mistake: Mistake) -> list[str]:
-    """The region's reference body with the mistake's edits made."""
-    text = "".join(region_of(ref, mistake).body)
+    """The region's reference body with the mistake's edits made (in its code, not its
+    TODO lines)."""
+    region = region_of(ref, mistake)
+    kept, text = region.kept, "".join(region.body[len(region.kept) :])  # the TODO stays
     for old, new in mistake.edits:
         assert old in text, f"{mistake.name}: {old!r} is not in the reference's {mistake.function}"
         line_start = text.rfind("\n", 0, text.index(old)) + 1
         line = text[line_start:]
         indent = line[: len(line) - len(line.lstrip())]
         text = text.replace(old, new.replace("\n", "\n" + indent), 1)
-    return text.splitlines(keepends=True)
+    return [*kept, *text.splitlines(keepends=True)]
 
 
 def write_mistake(ref: Reference, ws: Workspace, mistake: Mistake) -> None:
