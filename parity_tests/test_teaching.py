@@ -102,5 +102,8 @@ def test_grade_rolls_up_two_workspaces_without_writing_into_them(reference, tmp_
     for ws in (alice, bob):  # no report, example database, bytecode or progress change
         assert snapshot(ws.root) == before[ws.root]
 
+    assert main(["grade", str(bob.root), "--chapter", "2", "--csv", str(table)]) == 0
+    (row,) = csv.DictReader(table.open())  # not started: its code is the reference's
+    assert (row["chapter"], row["done"], row["hint"]) == ("02", "no", "not started")
     assert main(["grade", str(alice.root), "--csv", str(alice.root / "grades.csv")]) == 2
     assert "grading writes nothing into a learner's workspace" in capsys.readouterr().err

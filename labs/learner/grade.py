@@ -9,7 +9,8 @@ reports go to a temporary directory, no failing examples are kept
 never trusted for the grade (a learner can edit it) and never changed.
 
 The chapters: ``--chapter`` (repeatable), else every chapter the workspace has
-started. docs/teaching.md shows it in a course.
+started; a chapter the workspace has not started is a row saying so (its code is
+still the reference's, which would pass). docs/teaching.md shows it in a course.
 """
 
 from __future__ import annotations
@@ -91,8 +92,14 @@ def grade(workspaces: list[Workspace], chapters: list[str] | None) -> tuple[list
                 rows.append({**dict.fromkeys(COLUMNS, ""), "workspace": str(ws.root),
                              "hint": "no workspace"})  # fmt: skip
                 continue
-            todo = chapters or sorted(ws.started())
-            for chapter in todo:
+            started = ws.started()
+            for chapter in chapters or sorted(started):
+                if chapter not in started:  # its code is still the reference's: no grade
+                    rows.append({**dict.fromkeys(COLUMNS, ""), "workspace": str(ws.root),
+                                 "chapter": chapter, "title": CHAPTERS[chapter][0],
+                                 "done": "no", "hint": "not started"})  # fmt: skip
+                    print(f"{_show(ws.root)}  chapter {chapter}: not started")
+                    continue
                 report = Path(tmp) / f"{i}-ch{chapter}.json"
                 run = run_tests(ws, chapter, report=report, read_only=True)
                 tests = run.data.get("tests", [])
