@@ -10,6 +10,7 @@ comparison. The registry (registry.py) attaches them to its pairs.
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 
@@ -305,3 +306,65 @@ def schedule_hints(steps: int, max_lr, min_lr, warmup, decay) -> dict:
         ]
 
     return {WARMUP_FROM_ZERO: run("from_zero"), WARMUP_WITHOUT_PLUS_ONE: run("no_plus_one")}
+
+
+# -- GELU (chapter 06) and LayerNorm (chapter 07) ------------------------------------------------
+GELU_OTHER_FORM = {
+    "none": "the tanh approximation where the exact GELU is asked for: x Phi(x), with "
+    "Phi(x) = (1 + erf(x / sqrt(2))) / 2",
+    "tanh": "the exact erf GELU where the tanh approximation is asked for: "
+    "0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))",
+}
+GELU_NO_HALF = "GELU without its 0.5: 0.5 x (1 + ...), not x (1 + ...)"
+
+
+def gelu_variant(x: np.ndarray, form: str, half: bool = True) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if form == "tanh":
+        y = x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x**3)))
+    else:
+        y = x * (1 + np.vectorize(math.erf)(x / np.sqrt(2)))
+    return 0.5 * y if half else y
+
+
+def gelu_hints(module, x, **_) -> dict:
+    """GELU's output after the usual mistakes of chapter 06."""
+    form = "tanh" if module.approximate == "tanh" else "none"
+    other = "none" if form == "tanh" else "tanh"
+    return {
+        GELU_OTHER_FORM[form]: lambda: gelu_variant(x, other),
+        GELU_NO_HALF: lambda: gelu_variant(x, form, half=False),
+    }
+
+
+LAYERNORM_UNBIASED = (
+    "unbiased variance (ddof=1, dividing by C - 1): LayerNorm divides by C, x.var(axis=-1)"
+)
+LAYERNORM_EPS_OUTSIDE = (
+    "eps outside the square root: 1 / sqrt(var + eps), not 1 / (sqrt(var) + eps)"
+)
+LAYERNORM_NO_AFFINE = "weight and bias not applied: y = xhat * weight + bias"
+
+
+def layernorm_variant(module, x, ddof: int = 0, eps_inside: bool = True, affine: bool = True):
+    x = np.asarray(x, dtype=np.float64)
+    mean = x.mean(axis=-1, keepdims=True)
+    var = x.var(axis=-1, keepdims=True, ddof=ddof)
+    rstd = 1.0 / np.sqrt(var + module.eps) if eps_inside else 1.0 / (np.sqrt(var) + module.eps)
+    y = (x - mean) * rstd
+    if affine:
+        y = y * module.weight.data
+        if module.bias is not None:
+            y = y + module.bias.data
+    return y
+
+
+def layernorm_hints(module, x, **_) -> dict:
+    """LayerNorm's output after the usual mistakes of chapter 07."""
+    hints = {
+        LAYERNORM_EPS_OUTSIDE: lambda: layernorm_variant(module, x, eps_inside=False),
+        LAYERNORM_NO_AFFINE: lambda: layernorm_variant(module, x, affine=False),
+    }
+    if x.shape[-1] > 1:
+        hints[LAYERNORM_UNBIASED] = lambda: layernorm_variant(module, x, ddof=1)
+    return hints

@@ -158,6 +158,66 @@ MISTAKES: list[Mistake] = [
         "shape mismatch inside your code",
         "Learned",
     ),
+    # -- chapter 06: feed-forward and GELU -----------------------------------------------------
+    Mistake(
+        "06",
+        "gelu-tanh-for-exact",
+        "the tanh approximation written for the exact (erf) GELU",
+        "activations.py",
+        "GELU.forward",
+        (
+            (
+                "return x * self._cdf",
+                "return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))",
+            ),
+        ),
+        "the tanh approximation where the exact GELU is asked for",
+        "GELU and parity",
+    ),
+    Mistake(
+        "06",
+        "gelu-no-half",
+        "the 0.5 of the tanh GELU left out",
+        "activations.py",
+        "GELU.forward",
+        (("return 0.5 * x * (1 + self._tanh_u)", "return x * (1 + self._tanh_u)"),),
+        H.GELU_NO_HALF,
+        "GELU and parity",
+    ),
+    # -- chapter 07: LayerNorm and residuals --------------------------------------------------
+    Mistake(
+        "07",
+        "layernorm-unbiased-variance",
+        "the unbiased variance (ddof=1)",
+        "norm.py",
+        "LayerNorm.forward",
+        (("x.var(axis=-1, keepdims=True)", "x.var(axis=-1, keepdims=True, ddof=1)"),),
+        H.LAYERNORM_UNBIASED[:40],
+        "LayerNorm and parity",
+    ),
+    Mistake(
+        "07",
+        "layernorm-eps-outside-sqrt",
+        "eps added outside the square root",
+        "norm.py",
+        "LayerNorm.forward",
+        (("1.0 / np.sqrt(var + self.eps)", "1.0 / (np.sqrt(var) + self.eps)"),),
+        H.LAYERNORM_EPS_OUTSIDE[:40],
+        "LayerNorm and parity",
+    ),
+    Mistake(
+        "07",
+        "layernorm-no-affine",
+        "the weight and bias never applied",
+        "norm.py",
+        "LayerNorm.forward",
+        (
+            ("y = xhat * self.weight.data", "y = xhat"),
+            ("return y if self.bias is None else y + self.bias.data", "return y"),
+        ),
+        H.LAYERNORM_NO_AFFINE[:40],
+        "LayerNorm and parity",
+    ),
     # -- chapter 09: training ----------------------------------------------------------------
     Mistake(
         "09",

@@ -536,6 +536,7 @@ register(
             # test_gelu_large_inputs_no_overflow)
             lambda c, rng, dt: ({"x": rng.uniform((*c["lead"], 3), dt, bound=8.0)}, {}),
             has_params=False,
+            hints=H.gelu_hints,
         )
         for form in ("tanh", "none")
     ],
@@ -620,6 +621,7 @@ register(
         lambda c, dt: N.LayerNorm(c["dim"], eps=c["eps"], bias=c["bias"], dtype=dt),
         lambda c, dt: T.LayerNorm(c["dim"], eps=c["eps"], bias=c["bias"], dtype=dt),
         _layernorm_input,
+        hints=H.layernorm_hints,
     ),
     Pair(
         "Block",
