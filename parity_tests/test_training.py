@@ -95,7 +95,14 @@ def test_adamw_training_runs_agree_step_by_step(tie, attn_impl):
         x, y = next(stream)
         lr = N.cosine_lr(step, LR, MIN_LR, WARMUP, DECAY)
         lr_t = T.cosine_lr(step, LR, MIN_LR, WARMUP, DECAY)
-        checks.assert_close(f"learning rate at step {step}", lr, lr_t, kind="training", once="lr")
+        lr_hints = {
+            label: H.cosine_lr_variant(step, LR, MIN_LR, WARMUP, DECAY, mistake)
+            for label, mistake in ((H.WARMUP_FROM_ZERO, "from_zero"),
+                                   (H.WARMUP_WITHOUT_PLUS_ONE, "no_plus_one"))
+        }  # fmt: skip
+        checks.assert_close(
+            f"learning rate at step {step}", lr, lr_t, kind="training", once="lr", hints=lr_hints
+        )
         for group in numpy_opt.param_groups:
             group["lr"] = lr
         for group in torch_opt.param_groups:
