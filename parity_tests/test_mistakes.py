@@ -3,12 +3,17 @@ makes ``python -m labs check`` print a hint that names it.
 
 Each test is what a learner sees: the chapter's check (its quick ``-k`` form, the
 tests that catch the mistake) run on a workspace holding the wrong code, its printed
-output searched for the hint. Then the check is partial: it must not call the
-chapter done, pass or fail.
+explanation searched for the hint. The pytest runs are the check's own command line
+(``exercises_check.pytest_args``), each a fresh process forked from one warm driver,
+two at a time (forkrun.py, as test_exercises.py runs the stubbed chapters); the
+explanation is the check's (``exercises_check.explain``). ``test_mistakes_through_
+the_command_line`` runs one mistake through ``python -m labs check`` itself.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -16,12 +21,42 @@ import pytest
 from labs.learner import exercises_check
 from labs.learner.exercises_fences import Reference
 from labs.learner.exercises_workspace import Workspace
+from parity_tests import conftest, forkrun
 from parity_tests.mistakes import MISTAKES, write_mistake, wrong_body
+from parity_tests.test_exercises import ROOT, pytest_env
+
+IDS = [f"ch{m.chapter}-{m.name}" for m in MISTAKES]
 
 
 @pytest.fixture(scope="module")
 def reference() -> Reference:
     return Reference()
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory, reference) -> dict:
+    """Per mistake: its workspace and the check's run over it."""
+    base = tmp_path_factory.mktemp("mistakes")
+    jobs, workspaces = [], {}
+    for name, m in zip(IDS, MISTAKES, strict=True):
+        ws = Workspace(base / name)
+        write_mistake(reference, ws, m)
+        workspaces[name] = ws
+        argv = exercises_check.pytest_args(m.chapter, m.keyword)[2:]  # after "-m pytest"
+        env = pytest_env(ws.root, base / f"{name}.json")
+        jobs.append({"name": name, "kind": "pytest", "argv": argv, "env": env, "cwd": str(ROOT)})
+    procs = forkrun.run_jobs(
+        jobs,
+        env=pytest_env(None, base / "unused.json"),
+        preload=["pytest", "numpy", "torch", "hypothesis", "hypothesis.extra.numpy"],
+        parallel=2,
+        workdir=base / "logs",
+    )
+    return {
+        name: (workspaces[name], procs[name], base / f"{name}.json")
+        for name in IDS
+        if name in procs
+    }
 
 
 def test_every_mistake_is_an_edit_of_the_reference(reference):
@@ -43,12 +78,26 @@ def test_every_mistake_is_an_edit_of_the_reference(reference):
     assert needed <= chapter_09, f"chapter 09 lacks {sorted(needed - chapter_09)}"
 
 
-@pytest.mark.parametrize("mistake", MISTAKES, ids=[f"ch{m.chapter}-{m.name}" for m in MISTAKES])
-def test_check_names_the_mistake(mistake, reference, tmp_path, capsys):
-    ws = Workspace(tmp_path / "ws")
-    write_mistake(reference, ws, mistake)
-    status = exercises_check.run_check(ws, mistake.chapter, keyword=mistake.keyword)
+@pytest.mark.parametrize("mistake", MISTAKES, ids=IDS)
+def test_check_names_the_mistake(mistake, checked, capsys):
+    ws, proc, report = checked[f"ch{mistake.chapter}-{mistake.name}"]
+    run = exercises_check.read_run(ws, mistake.chapter, report, proc, 0.0, partial=True)
+    assert not exercises_check.explain(ws, run)
     out = capsys.readouterr().out
-    assert status == 1, out[-4000:]
     assert mistake.expect in out, f"{mistake.what}: no hint naming it in\n{out[-4000:]}"
     assert "Done!" not in out
+
+
+def test_mistakes_through_the_command_line(reference, tmp_path):
+    """``python -m labs check 09 -k clip`` on the clipped norm returned: the hint, the values."""
+    (mistake,) = (m for m in MISTAKES if m.name == "clip-returns-clipped-norm")
+    ws = Workspace(tmp_path / "ws")
+    write_mistake(reference, ws, mistake)
+    cmd = [sys.executable, "-m", "labs", "check", "09", "-k", "clip", "--workspace", str(ws.root)]
+    env = pytest_env(None, tmp_path / "unused.json")
+    env.pop(conftest.REPORT_ENV)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert mistake.expect in proc.stdout
+    assert "global gradient norm (max_norm=1.0): yours 0.99999" in proc.stdout  # both values
+    assert "the reference 10.9" in proc.stdout

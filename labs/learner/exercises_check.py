@@ -85,6 +85,12 @@ def run_tests(
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     elapsed = time.monotonic() - start
+    return read_run(ws, chapter, report, proc, elapsed, partial=bool(keyword or marker))
+
+
+def read_run(ws: Workspace, chapter: str, report: Path, proc, elapsed: float, partial: bool) -> Run:
+    """The :class:`Run` of a finished pytest process (``proc``: its return code and output)
+    from the report it wrote."""
     try:
         data = json.loads(report.read_text(encoding="utf-8"))
     except (FileNotFoundError, json.JSONDecodeError):
@@ -95,7 +101,7 @@ def run_tests(
     for t in data.get("tests", []):  # "numpy_impl/x.py:12 in f" -> "workspace/numpy_impl/..."
         if t.get("where"):
             t["where"] = f"{_show(ws.root)}/{t['where']}"
-    return Run(chapter, data, proc, elapsed, partial=bool(keyword or marker))
+    return Run(chapter, data, proc, elapsed, partial=partial)
 
 
 def pytest_args(chapter: str, keyword: str | None = None, marker: str | None = None) -> list:
