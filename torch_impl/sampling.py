@@ -46,7 +46,9 @@ def filter_logits(
        tokens *before* it is ``< top_p``. This keeps the smallest prefix whose
        mass reaches ``top_p``, including the token that crosses the threshold,
        and always the most likely token. ``top_p == 1`` keeps everything
-       (no rounding-driven removals).
+       (no rounding-driven removals). The probabilities and their running sum
+       are computed in float64 whatever the logits' dtype, as in the NumPy twin:
+       the same logits keep the same tokens.
 
     Removed tokens get ``-inf``, so a following softmax gives them probability 0.
     The input is not modified.
@@ -83,7 +85,7 @@ def filter_logits(
         # stable: tied tokens in id order, as NumPy's stable argsort (the nucleus boundary
         # falls between tied tokens the same way in both backends: the lower id is kept)
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
-        cum = F.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        cum = F.softmax(sorted_logits, dim=-1, dtype=torch.float64).cumsum(dim=-1)
         mass_before = F.pad(cum[:, :-1], (1, 0))  # exclusive prefix sum; 0 for the top token
         remove_sorted = mass_before >= top_p
         remove = remove_sorted.scatter(-1, order, remove_sorted)  # back to vocabulary order
@@ -121,7 +123,10 @@ def _shifted(logits: torch.Tensor, step: int) -> torch.Tensor:
 def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One token per row by inverse-CDF sampling: the first index whose running sum exceeds u.
 
-    The NumPy twin's draw, so that the same uniform numbers pick the same tokens.
+    The NumPy twin's draw, so that the same uniform numbers pick the same tokens: the
+    running sum is in float64 whatever ``probs``' dtype, in both twins (a float32 sum
+    over 50,000 tokens drifts by ~1e-3 and differs between NumPy and PyTorch);
+    :func:`generate` passes float64 probabilities.
 
     Args:
         probs: ``(B, V)``, rows summing to 1 (up to rounding).
@@ -130,8 +135,7 @@ def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     Returns:
         ``(B, 1)``, ``torch.long``.
     """
-    # cumsum in probs' dtype, compared in float64, as NumPy's type promotion does it
-    cdf = probs.cumsum(dim=-1).double()  # (B, V)
+    cdf = probs.cumsum(dim=-1, dtype=torch.float64)  # (B, V), summed in float64 as in NumPy
     u = u.double()[:, None] * cdf[:, -1:]  # the total may round to 1 - 1e-16
     return (cdf <= u).sum(dim=-1, keepdim=True).clamp_max(probs.shape[-1] - 1)
 
@@ -243,7 +247,7 @@ def generate(
                 # does not (the distribution is all on the largest logits either way)
                 temperature = max(temperature, torch.finfo(logits.dtype).tiny)
                 logits = filter_logits(logits, temperature, top_k, top_p)
-                probs = F.softmax(logits, dim=-1)
+                probs = F.softmax(logits, dim=-1, dtype=torch.float64)  # as in NumPy's twin
                 if uniforms is not None:
                     next_id = sample_inverse_cdf(probs, uniforms[step].to(probs.device))
                 else:
