@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from .module import Module, check_ids
+from .module import Module, check_float, check_ids
+
+
+def _is_number(value) -> bool:
+    """A real number (np.float32 too), not a bool and not an array (not even 0-d or 1-element)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _check_sampling_args(temperature, top_k, top_p) -> None:
-    if not 0 <= temperature < np.inf:  # also catches NaN
+    if not _is_number(temperature) or not 0 <= temperature < np.inf:  # also catches NaN
         raise ValueError(
             f"temperature: must be a finite number >= 0 (0 = greedy), got {temperature}"
         )
@@ -16,7 +23,7 @@ def _check_sampling_args(temperature, top_k, top_p) -> None:
         isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k <= 0
     ):
         raise ValueError(f"top_k: must be a positive int or None, got {top_k!r}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
+    if top_p is not None and (not _is_number(top_p) or not 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p: must lie in (0, 1] or be None, got {top_p!r}")
 
 
@@ -44,10 +51,13 @@ def filter_logits(logits: np.ndarray, temperature=1.0, top_k=None, top_p=None) -
         ``(B, V)``, a new array.
 
     Raises:
-        ValueError: temperature <= 0, top_k <= 0, top_p outside (0, 1].
+        ValueError: logits not (B, V) or with V = 0; temperature <= 0, top_k <= 0, top_p
+            outside (0, 1] (or not a number: an array is refused, even of one element).
+        TypeError: logits not floating-point.
     """
-    if logits.ndim != 2:
-        raise ValueError(f"logits: expected shape (B, V), got {logits.shape}")
+    if logits.ndim != 2 or logits.shape[-1] == 0:
+        raise ValueError(f"logits: expected shape (B, V) with V >= 1, got {logits.shape}")
+    check_float(logits, "logits")
     _check_sampling_args(temperature, top_k, top_p)
     if temperature == 0:
         raise ValueError("temperature: filter_logits needs temperature > 0; 0 means greedy")

@@ -13,10 +13,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from .embedding import check_token_ids
+from .linear import check_float
+
+
+def _is_number(value) -> bool:
+    """A real number (np.float32 too), not a bool and not a tensor (not even 0-d or 1-element)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if not 0 <= temperature < math.inf:  # also catches NaN
+    if not _is_number(temperature) or not 0 <= temperature < math.inf:  # also catches NaN
         raise ValueError(
             f"temperature: must be a finite number >= 0 (0 = greedy), got {temperature}"
         )
@@ -24,7 +30,7 @@ def _check_sampling_args(temperature: float, top_k: int | None, top_p: float | N
         isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k <= 0
     ):
         raise ValueError(f"top_k: must be a positive int or None, got {top_k!r}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
+    if top_p is not None and (not _is_number(top_p) or not 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p: must lie in (0, 1] or be None, got {top_p!r}")
 
 
@@ -63,17 +69,20 @@ def filter_logits(
         ``(B, V)``, logits' dtype.
 
     Raises:
-        ValueError: ``logits`` not 2-D, ``temperature <= 0``, ``top_k <= 0``,
-            ``top_p`` outside ``(0, 1]``.
+        ValueError: ``logits`` not 2-D or with ``V = 0``, ``temperature <= 0``,
+            ``top_k <= 0``, ``top_p`` outside ``(0, 1]`` (or not a number: a tensor
+            or array is refused, even of one element).
+        TypeError: ``logits`` not floating-point.
     """
-    if logits.dim() != 2:
-        raise ValueError(f"logits: expected shape (B, V), got {tuple(logits.shape)}")
+    if logits.dim() != 2 or logits.shape[-1] == 0:
+        raise ValueError(f"logits: expected shape (B, V) with V >= 1, got {tuple(logits.shape)}")
+    check_float(logits, "logits")
+    _check_sampling_args(temperature, top_k, top_p)
     if not temperature > 0:
         raise ValueError(
             f"temperature: must be > 0 in filter_logits (generate() treats 0 as greedy), "
             f"got {temperature}"
         )
-    _check_sampling_args(temperature, top_k, top_p)
     logits = logits / temperature
     V = logits.shape[-1]
 
