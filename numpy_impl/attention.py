@@ -16,13 +16,14 @@ Twin of ``torch_impl/attention.py``.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import NamedTuple
 
 import numpy as np
 
 from .dropout import Dropout
 from .linear import Linear, linear, linear_backward
-from .masks import cached_attn_mask, check_attn_mask, combine_attn_mask
+from .masks import cached_attn_mask, check_attn_mask, check_is_causal, combine_attn_mask
 from .module import Module, check_float, check_last_dim
 from .rope import RotaryEmbedding
 
@@ -42,8 +43,8 @@ def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
     """q, k, v are 4-D with matching batch, heads, T_k and d_k, and one floating dtype.
 
     Raises:
-        ValueError: a rank other than 4 or mismatched shapes (a 3-D q, or a k of
-            another batch size, is a mistake, not something to broadcast).
+        ValueError: a rank other than 4, mismatched shapes (a 3-D q, or a k of another
+            batch size, is a mistake, not something to broadcast), T_k = 0 or d_k = 0.
         TypeError: mixed or non-floating dtypes (NumPy would upcast silently).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -55,12 +56,25 @@ def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
     T_k = k.shape[2]
     if k.shape != (B, H, T_k, d_k):
         raise ValueError(f"k: expected shape (B={B}, n_heads={H}, Tk, d_k={d_k}), got {k.shape}")
+    if d_k == 0:
+        raise ValueError(f"q: expected a head dimension d_k >= 1, got shape {q.shape}")
+    if T_k == 0:
+        raise ValueError(f"k: expected at least one key (T_k >= 1), got shape {k.shape}")
     if v.shape[:3] != (B, H, T_k):
         raise ValueError(f"v: expected shape (B={B}, n_heads={H}, Tk={T_k}, d_v), got {v.shape}")
     if not (q.dtype == k.dtype == v.dtype and np.issubdtype(q.dtype, np.floating)):
         raise TypeError(
             f"q, k, v: expected one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
         )
+
+
+def check_scale(scale) -> None:
+    """Raise ``ValueError`` unless ``scale`` is None or a finite number > 0."""
+    if scale is None:
+        return
+    number = isinstance(scale, numbers.Real) and not isinstance(scale, bool)  # np.float32 too
+    if not number or not 0 < scale < math.inf:
+        raise ValueError(f"scale: expected a finite number > 0 or None, got {scale!r}")
 
 
 def check_sizes(d_model, n_heads) -> None:
@@ -145,12 +159,15 @@ def scaled_dot_product_attention(
     output of zeros and finite gradients.
 
     Raises:
-        ValueError: q, k, v not 4-D or with mismatched shapes, ``attn_mask`` not
-            broadcastable, ``dropout_p`` outside ``[0, 1)``.
+        ValueError: q, k, v not 4-D or with mismatched shapes, no key or d_k = 0,
+            ``attn_mask`` not broadcastable, ``scale`` not a finite number > 0,
+            ``dropout_p`` outside ``[0, 1)``.
         TypeError: ``attn_mask`` neither bool nor q's float dtype; q, k, v not of one
-            float dtype.
+            float dtype; ``is_causal`` not a bool.
     """
     check_qkv(q, k, v)
+    is_causal = check_is_causal(is_causal)
+    check_scale(scale)
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p: must lie in [0, 1), got {dropout_p}")
     T_q, T_k = q.shape[-2], k.shape[-2]
@@ -420,6 +437,9 @@ class SelfAttention(Module):
             check_last_dim(a, self.d_model, name, "d_model")
         if kv is not None and kv.shape[0] != x.shape[0]:
             raise ValueError(f"kv: expected batch size B={x.shape[0]} (that of x), got {kv.shape}")
+        for name, a in (("x", x), ("kv", kv)):  # cross-attention projects with bare linear()
+            if a is not None:
+                check_float(a, name, self.qkv_proj.weight.dtype)
         if kv is not None and (self.rope is not None or kv_cache is not None):
             raise ValueError("kv: cross-attention takes neither RoPE nor a kv_cache")
         if kv_cache is not None and attn_mask is not None:

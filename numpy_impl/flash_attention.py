@@ -36,8 +36,8 @@ import math
 
 import numpy as np
 
-from .attention import check_qkv
-from .masks import check_attn_mask
+from .attention import check_qkv, check_scale
+from .masks import check_attn_mask, check_is_causal
 
 
 def _check_tile(value, name: str) -> int:
@@ -54,6 +54,7 @@ def _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k):
     # the explicit version's checks (4-D, same B and heads, one float dtype), as the torch
     # twin applies them: a 3-D q or a k of another batch size is a mistake, not a broadcast
     check_qkv(q, k, v)
+    check_is_causal(is_causal)
     lead = q.shape[:-2]
     target = (*lead, q.shape[-2], k.shape[-2])
     if attn_mask is not None:
@@ -121,10 +122,13 @@ def flash_attention(
 
     Raises:
         ValueError: mismatched shapes, ``attn_mask`` with ``is_causal``, a mask
-            that does not broadcast, a tile length that is not a positive int.
-        TypeError: ``attn_mask`` is neither bool nor float; q, k, v not of one float dtype.
+            that does not broadcast, a tile length that is not a positive int, ``scale``
+            not a finite number > 0.
+        TypeError: ``attn_mask`` is neither bool nor float; q, k, v not of one float dtype;
+            ``is_causal`` not a bool.
     """
     lead, mask, tile_q, tile_k = _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k)
+    check_scale(scale)
     T_q, T_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     dtype = np.result_type(q, k, v)

@@ -7,6 +7,20 @@ import numpy as np
 from .module import Module, check_float
 
 
+def check_ignore_index(ignore_index) -> int:
+    """``ignore_index`` as a Python int: an integer (not a bool) that fits in int64, the
+    range of PyTorch's targets (-100 by default; any negative one can never be a class id).
+
+    Raises:
+        TypeError: not an integer (1.5, "1", None). ValueError: outside int64.
+    """
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
+        raise TypeError(f"ignore_index: expected an int, got {ignore_index!r}")
+    if not -(2**63) <= ignore_index < 2**63:
+        raise ValueError(f"ignore_index: expected an int in [-2**63, 2**63), got {ignore_index}")
+    return int(ignore_index)
+
+
 class CrossEntropyLoss(Module):
     """loss = mean over kept positions n of ( logsumexp(logits_n) - logits_n[target_n] ).
 
@@ -30,13 +44,14 @@ class CrossEntropyLoss(Module):
         backward: dloss (float, default 1.0) -> dlogits ``(..., V)``
 
     Raises:
-        TypeError: targets are not integers.
+        TypeError: targets are not integers; ``ignore_index`` is not an int.
         ValueError: targets' shape does not match ``logits.shape[:-1]``, or a
-            target lies outside ``[0, V)`` and is not ``ignore_index``.
+            target lies outside ``[0, V)`` and is not ``ignore_index``; ``ignore_index``
+            outside int64.
     """
 
     def __init__(self, ignore_index: int = -100):
-        self.ignore_index = ignore_index
+        self.ignore_index = check_ignore_index(ignore_index)
         self._cache = None
 
     def forward(self, logits: np.ndarray, targets: np.ndarray) -> float:

@@ -146,6 +146,18 @@ def check_attn_mask(attn_mask: np.ndarray, target: tuple[int, ...], dtype=None) 
         )
 
 
+def check_is_causal(is_causal) -> bool:
+    """``is_causal`` as a Python bool: True, False or a NumPy bool; anything else (1, "no",
+    None) is a mistake, not a truth value.
+
+    Raises:
+        TypeError: ``is_causal`` is not a bool.
+    """
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise TypeError(f"is_causal: expected a bool, got {is_causal!r}")
+    return bool(is_causal)
+
+
 def combine_attn_mask(
     attn_mask: np.ndarray | None, is_causal: bool, T_q: int, T_k: int
 ) -> np.ndarray | None:

@@ -52,8 +52,8 @@ def _check_head_dim(d_k: int) -> None:
 def _check_start_pos(start_pos: int) -> int:
     if isinstance(start_pos, bool) or not isinstance(start_pos, (int, np.integer)):
         raise TypeError(f"start_pos: expected an int, got {type(start_pos).__name__}")
-    if start_pos < 0:
-        raise ValueError(f"start_pos: expected a position >= 0, got {start_pos}")
+    if not 0 <= start_pos < 2**53:  # positions exact in float64 (the angles are float64)
+        raise ValueError(f"start_pos: expected a position in [0, 2**53), got {start_pos}")
     return int(start_pos)
 
 
@@ -82,7 +82,7 @@ def rope_cos_sin(
         ``(start_pos + t) * base^(-2i / d_k)`` (Su et al. 2021, eq. 15).
 
     Raises:
-        ValueError: odd or non-positive ``d_k``, negative ``start_pos``.
+        ValueError: odd or non-positive ``d_k``, ``start_pos`` outside ``[0, 2**53)``.
         TypeError: non-integer ``start_pos``.
     """
     _check_head_dim(d_k)

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
-from .module import Module, check_ids
+from .module import Module, check_float, check_ids
+
+
+def _is_number(value) -> bool:
+    """A real number (np.float32 too), not a bool and not an array (not even 0-d or 1-element)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _check_sampling_args(temperature, top_k, top_p) -> None:
-    if not 0 <= temperature < np.inf:  # also catches NaN
+    if not _is_number(temperature) or not 0 <= temperature < np.inf:  # also catches NaN
         raise ValueError(
             f"temperature: must be a finite number >= 0 (0 = greedy), got {temperature}"
         )
@@ -16,7 +23,7 @@ def _check_sampling_args(temperature, top_k, top_p) -> None:
         isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k <= 0
     ):
         raise ValueError(f"top_k: must be a positive int or None, got {top_k!r}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
+    if top_p is not None and (not _is_number(top_p) or not 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p: must lie in (0, 1] or be None, got {top_p!r}")
 
 
@@ -31,6 +38,11 @@ def filter_logits(logits: np.ndarray, temperature=1.0, top_k=None, top_p=None) -
       that crosses the threshold: token i is kept iff the mass strictly before
       it is < top_p. So the most likely token always survives.
 
+    The probabilities and their running sum are computed in float64 whatever the
+    logits' dtype, in both twins (in float32, the running sum over 50,000 tokens
+    drifts by ~1e-3, and NumPy's softmax and PyTorch's round differently): the same
+    logits keep the same tokens.
+
     Args:
         logits: ``(B, V)``.
         temperature: > 0 here (greedy decoding never calls this).
@@ -39,17 +51,20 @@ def filter_logits(logits: np.ndarray, temperature=1.0, top_k=None, top_p=None) -
         ``(B, V)``, a new array.
 
     Raises:
-        ValueError: temperature <= 0, top_k <= 0, top_p outside (0, 1].
+        ValueError: logits not (B, V) or with V = 0; temperature <= 0, top_k <= 0, top_p
+            outside (0, 1] (or not a number: an array is refused, even of one element).
+        TypeError: logits not floating-point.
     """
-    if logits.ndim != 2:
-        raise ValueError(f"logits: expected shape (B, V), got {logits.shape}")
+    if logits.ndim != 2 or logits.shape[-1] == 0:
+        raise ValueError(f"logits: expected shape (B, V) with V >= 1, got {logits.shape}")
+    check_float(logits, "logits")
     _check_sampling_args(temperature, top_k, top_p)
     if temperature == 0:
         raise ValueError("temperature: filter_logits needs temperature > 0; 0 means greedy")
     ### BEGIN SOLUTION ch10
     ### TODO: divide by temperature (a new array), then set to -inf what top_k and top_p
     ###   remove (see the docstring: ties at the k-th value stay; top-p keeps token i iff
-    ###   the mass of the tokens ranked above it is < top_p)
+    ###   the mass of the tokens ranked above it is < top_p; that mass in float64)
     logits = logits / temperature
     V = logits.shape[-1]
     if top_k is not None and top_k < V:
@@ -58,7 +73,8 @@ def filter_logits(logits: np.ndarray, temperature=1.0, top_k=None, top_p=None) -
     if top_p is not None and top_p < 1.0:
         order = np.argsort(-logits, axis=-1, kind="stable")  # descending
         sorted_logits = np.take_along_axis(logits, order, axis=-1)
-        cum = np.cumsum(softmax(sorted_logits), axis=-1)  # (B, V), descending probabilities
+        sorted_probs = softmax(sorted_logits.astype(np.float64))  # (B, V), descending, float64
+        cum = np.cumsum(sorted_probs, axis=-1)
         mass_before = np.zeros_like(cum)  # probability of the tokens ranked above
         mass_before[:, 1:] = cum[:, :-1]
         remove_sorted = mass_before >= top_p
@@ -160,7 +176,9 @@ def generate(
     is greedy (argmax; among tied logits the lowest id, in both backends).
     Otherwise a token is drawn by inverse-CDF sampling with one uniform number
     per row, ``u = rng.random()``: the first token whose cumulative probability
-    exceeds u. The logits are shifted so that each row's largest is 0 before
+    exceeds u; the probabilities and their running sum are computed in float64
+    whatever the logits' dtype, as in the PyTorch twin, so that both draw the same
+    token from the same u. The logits are shifted so that each row's largest is 0 before
     they are divided by the temperature, so any positive temperature gives
     finite probabilities; one below the smallest normal number of the logits'
     dtype (1.2e-38 in float32) is taken as that number: all the probability
@@ -221,9 +239,10 @@ def generate(
                 temperature = max(temperature, float(np.finfo(logits.dtype).tiny))
                 ### BEGIN SOLUTION ch10
                 ### TODO: draw nxt (B,), one token per row, from
-                ###   softmax(filter_logits(logits, ...)): inverse-CDF sampling with one
-                ###   u = rng.random() per row
-                probs = softmax(filter_logits(logits, temperature, top_k, top_p))
+                ###   softmax(filter_logits(logits, ...)), computed in float64: inverse-CDF
+                ###   sampling with one u = rng.random() per row
+                filtered = filter_logits(logits, temperature, top_k, top_p)
+                probs = softmax(filtered.astype(np.float64))  # (B, V), float64: the docstring
                 cdf = np.cumsum(probs, axis=-1)
                 u = rng.random((idx.shape[0], 1)) * cdf[:, -1:]
                 nxt = np.minimum((cdf <= u).sum(axis=-1), probs.shape[-1] - 1)

@@ -214,6 +214,50 @@ ROWS: dict[str, Row] = {
         TypeError,
         r"^attn_mask\b",
     ),
+    "SDPA: is_causal = 1 (NumPy took any truthy value)": Row(
+        "ch03",
+        lambda b: b.scaled_dot_product_attention(b.array(Q), b.array(Q), b.array(Q), is_causal=1),
+        TypeError,
+        r"^is_causal: expected a bool",
+    ),
+    "SDPA: is_causal = 'no' (once read as True)": Row(
+        "ch03",
+        lambda b: b.scaled_dot_product_attention(
+            b.array(Q), b.array(Q), b.array(Q), is_causal="no"
+        ),
+        TypeError,
+        r"^is_causal: expected a bool",
+    ),
+    "SDPA: scale = NaN (once NaN out of NumPy, finite out of the fused kernel)": Row(
+        "ch03",
+        lambda b: b.scaled_dot_product_attention(
+            b.array(Q), b.array(Q), b.array(Q), scale=float("nan")
+        ),
+        ValueError,
+        r"^scale: expected a finite number > 0",
+    ),
+    "SDPA: scale = 0": Row(
+        "ch03",
+        lambda b: b.scaled_dot_product_attention(b.array(Q), b.array(Q), b.array(Q), scale=0.0),
+        ValueError,
+        r"^scale\b",
+    ),
+    "SDPA: no keys, T_k = 0 (once a raw NumPy error, zeros out of torch)": Row(
+        "ch03",
+        lambda b: b.scaled_dot_product_attention(
+            b.array(Q), b.array(Q[:, :, :0]), b.array(Q[:, :, :0])
+        ),
+        ValueError,
+        r"^k: expected at least one key",
+    ),
+    "SDPA: head dimension d_k = 0 (once a ZeroDivisionError in NumPy)": Row(
+        "ch03",
+        lambda b: b.scaled_dot_product_attention(
+            b.array(Q[..., :0]), b.array(Q[..., :0]), b.array(Q)
+        ),
+        ValueError,
+        r"^q: expected a head dimension",
+    ),
     # -- ch04: multi-head attention ---------------------------------------------------------
     "SelfAttention: d_model not divisible by n_heads": Row(
         "ch04", lambda b: b.SelfAttention(10, 3), ValueError, r"d_model.*n_heads"
@@ -411,6 +455,36 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^gelu_approximate\b",
     ),
+    "GPTConfig: d_ff = True (once accepted by NumPy)": Row(
+        "ch08", lambda b: b.GPTConfig(vocab_size=V, d_ff=True), ValueError, r"^d_ff\b"
+    ),
+    "GPTConfig: vocab_size = 2**63": Row(
+        "ch08", lambda b: b.GPTConfig(vocab_size=2**63), ValueError, r"^vocab_size\b"
+    ),
+    "GPTConfig: block_size = 2**31": Row(
+        "ch08",
+        lambda b: b.GPTConfig(vocab_size=V, block_size=2**31),
+        ValueError,
+        r"^block_size\b",
+    ),
+    "GPTConfig: bias = 'false' (once read as True)": Row(
+        "ch08", lambda b: b.GPTConfig(vocab_size=V, bias="false"), ValueError, r"^bias\b"
+    ),
+    "GPTConfig: bias = None": Row(
+        "ch08", lambda b: b.GPTConfig(vocab_size=V, bias=None), ValueError, r"^bias\b"
+    ),
+    "GPTConfig: tie_weights = 'no'": Row(
+        "ch08",
+        lambda b: b.GPTConfig(vocab_size=V, tie_weights="no"),
+        ValueError,
+        r"^tie_weights\b",
+    ),
+    "GPTConfig.from_dict: bias = 0 (a config.json's number)": Row(
+        "ch08",
+        lambda b: b.GPTConfig.from_dict({"vocab_size": V, "bias": 0}),
+        ValueError,
+        r"^bias\b",
+    ),
     # -- ch09: loss ----------------------------------------------------------------------------
     "CrossEntropyLoss: float targets": Row(
         "ch09",
@@ -454,6 +528,29 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^targets\b.*9223372036854775808",
     ),
+    "CrossEntropyLoss: ignore_index = 1.5 (NumPy ignored nothing, torch int()ed it)": Row(
+        "ch09", lambda b: b.CrossEntropyLoss(ignore_index=1.5), TypeError, r"^ignore_index\b"
+    ),
+    "CrossEntropyLoss: ignore_index = '1'": Row(
+        "ch09", lambda b: b.CrossEntropyLoss(ignore_index="1"), TypeError, r"^ignore_index\b"
+    ),
+    "CrossEntropyLoss: ignore_index = None": Row(
+        "ch09", lambda b: b.CrossEntropyLoss(ignore_index=None), TypeError, r"^ignore_index\b"
+    ),
+    "CrossEntropyLoss: ignore_index = True": Row(
+        "ch09", lambda b: b.CrossEntropyLoss(ignore_index=True), TypeError, r"^ignore_index\b"
+    ),
+    "CrossEntropyLoss: ignore_index = 2**70": Row(
+        "ch09", lambda b: b.CrossEntropyLoss(ignore_index=2**70), ValueError, r"^ignore_index\b"
+    ),
+    "CrossEntropyLoss: ignore_index = 2**64 - 1 for uint64 targets (outside int64)": Row(
+        "ch09",
+        lambda b: b.CrossEntropyLoss(ignore_index=2**64 - 1)(
+            b.zeros(2, V), b.array([1, 2**64 - 1], dtype=np.uint64)
+        ),
+        ValueError,
+        r"^ignore_index\b",
+    ),
     "configure_param_groups: weight_decay = NaN": Row(
         "ch09",
         lambda b: b.configure_param_groups(b.gpt(), float("nan")),
@@ -491,6 +588,30 @@ ROWS: dict[str, Row] = {
     "filter_logits: top_p = NaN": Row(
         "ch10",
         lambda b: b.filter_logits(b.zeros(1, V), top_p=float("nan")),
+        ValueError,
+        r"^top_p\b",
+    ),
+    "filter_logits: integer logits (once float64 out of NumPy, float32 out of torch)": Row(
+        "ch10",
+        lambda b: b.filter_logits(b.ones(1, V, dtype=np.int64), top_k=2),
+        TypeError,
+        r"^logits\b",
+    ),
+    "filter_logits: bool logits": Row(
+        "ch10", lambda b: b.filter_logits(b.ones(1, V, dtype=bool)), TypeError, r"^logits\b"
+    ),
+    "filter_logits: an empty vocabulary with top_p": Row(
+        "ch10", lambda b: b.filter_logits(b.zeros(1, 0), top_p=0.5), ValueError, r"^logits\b"
+    ),
+    "filter_logits: top_p of one element, not a number (NumPy once took it)": Row(
+        "ch10",
+        lambda b: b.filter_logits(b.zeros(1, V), top_p=b.array([0.5])),
+        ValueError,
+        r"^top_p\b",
+    ),
+    "filter_logits: top_p as a 0-d array": Row(
+        "ch10",
+        lambda b: b.filter_logits(b.zeros(1, V), top_p=b.array(0.5)),
         ValueError,
         r"^top_p\b",
     ),
@@ -715,6 +836,18 @@ ROWS: dict[str, Row] = {
         TypeError,
         r"^start_pos\b",
     ),
+    "RotaryEmbedding: start_pos = 2**70 (once an OverflowError in torch only)": Row(
+        "ch13",
+        lambda b: b.RotaryEmbedding(4)(b.array(Q), b.array(Q), 2**70),
+        ValueError,
+        r"^start_pos\b",
+    ),
+    "SelfAttention: RoPE at start_pos = 2**70": Row(
+        "ch13",
+        lambda b: b.SelfAttention(C, H, rope="half", dtype=b.float64)(b.array(X), start_pos=2**70),
+        ValueError,
+        r"^start_pos\b",
+    ),
     "RotaryEmbedding: q of another head dimension": Row(
         "ch13",
         lambda b: b.RotaryEmbedding(6)(b.array(Q), b.array(Q)),
@@ -855,6 +988,22 @@ ROWS: dict[str, Row] = {
         lambda b: b.SelfAttention(C, H, dtype=b.float64)(b.array(X), kv=b.zeros(2, 4, C + 1)),
         ValueError,
         r"^kv\b.*d_model",
+    ),
+    "cross-attention: float32 kv into a float64 layer (NumPy once upcast it)": Row(
+        "ch16",
+        lambda b: b.SelfAttention(C, H, dtype=b.float64)(
+            b.array(X), kv=b.zeros(2, 4, C, dtype=np.float32)
+        ),
+        TypeError,
+        r"^kv: dtype .* differs",
+    ),
+    "cross-attention: integer kv": Row(
+        "ch16",
+        lambda b: b.SelfAttention(C, H, dtype=b.float64)(
+            b.array(X), kv=b.zeros(2, 4, C, dtype=np.int64)
+        ),
+        TypeError,
+        r"^kv: expected a floating-point",
     ),
     "Seq2SeqTransformer: src_mask of the wrong shape": Row(
         "ch16",

@@ -15,6 +15,8 @@
   a NaN or infinite temperature) are rows of test_bad_inputs.py.
 * ``torch_impl.flash_attention``: a query whose keys are all masked gives zeros and
   finite gradients, as the NumPy twin.
+* Masks of rank below 2 (``(T_k,)``, 0-d) broadcast, and ``is_causal`` may be a NumPy
+  bool, in the NumPy twin, the explicit torch path and the fused kernel alike.
 
 No chapter marker: the chapters' own tests are in test_sampling.py and friends; these
 are the corners a learner's first solution need not handle.
@@ -199,3 +201,32 @@ def test_torch_flash_attention_gives_zeros_for_a_query_that_sees_no_key():
     np.testing.assert_allclose(out.detach().numpy(), ref, atol=1e-12)
     assert all(bool(torch.isfinite(t.grad).all()) for t in (tq, tk, tv))
     assert torch.all(tq.grad[:, :, [1, 3]] == 0.0)
+
+
+# -- masks and is_causal of any rank or NumPy type --------------------------------------------
+@pytest.mark.parametrize(
+    "mask",
+    [np.array([True, False, True]), np.array(True), np.array([0.0, -np.inf, 0.5])],
+    ids=["1-D bool (T_k,)", "0-d bool", "1-D float (T_k,)"],
+)
+@pytest.mark.parametrize("is_causal", [False, np.bool_(True)])
+def test_a_mask_of_rank_below_2_broadcasts_in_every_attention(mask, is_causal):
+    """A ``(T_k,)`` or 0-d mask broadcasts to ``(B, H, T_q, T_k)``, and ``is_causal`` may be
+    a NumPy bool: the NumPy twin, the explicit torch path and the fused kernel (which once
+    raised IndexError, or TypeError for the NumPy bool) give the same output."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((2, 2, 3, 4)) for _ in range(3))
+    expected, _ = N.scaled_dot_product_attention(q, k, v, mask, is_causal)
+    for impl in ("sdpa", "explicit"):
+        out = T.scaled_dot_product_attention(
+            tensor(q), tensor(k), tensor(v), tensor(mask), is_causal, impl=impl
+        )
+        np.testing.assert_allclose(out.numpy(), expected, atol=1e-12, err_msg=impl)
+    x = rng.standard_normal((2, 3, 8))
+    numpy_layer = N.SelfAttention(8, 2, dtype=np.float64, rng=np.random.default_rng(1))
+    expected = numpy_layer(x, attn_mask=mask, is_causal=is_causal)
+    for impl in ("sdpa", "explicit"):
+        torch_layer = T.SelfAttention(8, 2, attn_impl=impl, dtype=torch.float64)
+        torch_layer.load_state_dict({n: tensor(a) for n, a in numpy_layer.state_dict().items()})
+        out = torch_layer(tensor(x), attn_mask=tensor(mask), is_causal=is_causal)
+        np.testing.assert_allclose(out.detach().numpy(), expected, atol=1e-12, err_msg=impl)

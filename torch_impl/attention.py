@@ -20,7 +20,7 @@ from torch import nn
 
 from .dropout import Dropout, check_probability
 from .linear import Linear, check_float, linear
-from .masks import cached_attn_mask, check_attn_mask, combine_attn_mask
+from .masks import cached_attn_mask, check_attn_mask, check_is_causal, combine_attn_mask
 from .rope import RotaryEmbedding
 
 ATTN_IMPLS = ("sdpa", "explicit")
@@ -66,7 +66,7 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """q, k, v are 4-D with matching batch, heads, T_k and d_k, and one floating dtype.
 
     Raises:
-        ValueError: a rank other than 4 or mismatched shapes.
+        ValueError: a rank other than 4, mismatched shapes, T_k = 0 or d_k = 0.
         TypeError: mixed or non-floating dtypes (the fused kernel would raise RuntimeError).
     """
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -80,6 +80,10 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(
             f"k: expected shape (B={B}, n_heads={H}, Tk, d_k={d_k}), got {tuple(k.shape)}"
         )
+    if d_k == 0:
+        raise ValueError(f"q: expected a head dimension d_k >= 1, got shape {tuple(q.shape)}")
+    if T_k == 0:
+        raise ValueError(f"k: expected at least one key (T_k >= 1), got shape {tuple(k.shape)}")
     if v.shape[:3] != (B, H, T_k):
         raise ValueError(
             f"v: expected shape (B={B}, n_heads={H}, Tk={T_k}, d_v), got {tuple(v.shape)}"
@@ -88,6 +92,15 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise TypeError(
             f"q, k, v: expected one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
         )
+
+
+def check_scale(scale) -> None:
+    """Raise ``ValueError`` unless ``scale`` is None or a finite number > 0."""
+    if scale is None:
+        return
+    number = isinstance(scale, numbers.Real) and not isinstance(scale, bool)
+    if not number or not 0 < scale < math.inf:
+        raise ValueError(f"scale: expected a finite number > 0 or None, got {scale!r}")
 
 
 def check_sizes(d_model, n_heads) -> None:
@@ -158,13 +171,17 @@ def scaled_dot_product_attention(
         A query whose keys are all masked gets zeros with finite gradients.
 
     Raises:
-        ValueError: mismatched shapes, a mask that does not broadcast, ``dropout_p``
-            outside ``[0, 1)``, an unknown ``impl`` or ``sdpa_backend``, or
-            ``need_weights`` with ``impl="sdpa"``.
-        TypeError: a mask neither bool nor q's float dtype; q, k, v not of one float dtype.
+        ValueError: mismatched shapes, no key or d_k = 0, a mask that does not
+            broadcast, ``scale`` not a finite number > 0, ``dropout_p`` outside
+            ``[0, 1)``, an unknown ``impl`` or ``sdpa_backend``, or ``need_weights``
+            with ``impl="sdpa"``.
+        TypeError: a mask neither bool nor q's float dtype; q, k, v not of one float
+            dtype; ``is_causal`` not a bool.
         RuntimeError: the forced ``sdpa_backend`` cannot take these inputs.
     """
     check_qkv(q, k, v)
+    is_causal = check_is_causal(is_causal)
+    check_scale(scale)
     T_q, T_k = q.shape[-2], k.shape[-2]
     if attn_mask is not None:
         check_attn_mask(attn_mask, (*q.shape[:2], T_q, T_k), q.dtype)
@@ -204,6 +221,8 @@ def fused_attention(
                 q, k, v, dropout_p=dropout_p, is_causal=is_causal, scale=scale
             )
         mask = combine_attn_mask(attn_mask, is_causal, q.shape[-2], k.shape[-2])
+        if mask.dim() < 2:  # (T_k,) or (): broadcast as in NumPy (the kernel wants 2 dims)
+            mask = mask.expand(q.shape[-2], k.shape[-2])
         if mask.dtype == torch.bool:
             dead = ~mask.any(dim=-1, keepdim=True)  # (..., T_q, 1)
             mask = mask | dead
@@ -341,6 +360,9 @@ class SelfAttention(nn.Module):
             raise ValueError(
                 f"kv: expected batch size B={x.shape[0]} (that of x), got {tuple(kv.shape)}"
             )
+        for name, a in (("x", x), ("kv", kv)):  # cross-attention projects with bare linear()
+            if a is not None:
+                check_float(a, name, self.qkv_proj.weight.dtype)
         if kv is not None and (self.rope is not None or kv_cache is not None):
             raise ValueError("kv: cross-attention takes neither RoPE nor a kv_cache")
         if kv_cache is not None and attn_mask is not None:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from .attention import check_qkv, fused_attention
-from .masks import check_attn_mask
+from .attention import check_qkv, check_scale, fused_attention
+from .masks import check_attn_mask, check_is_causal
 
 
 def _check_tile(value, name: str) -> int:
@@ -57,12 +57,15 @@ def flash_attention(
 
     Raises:
         ValueError: shapes that do not fit, ``attn_mask`` with ``is_causal``, a
-            mask that does not broadcast, a tile length that is not a positive int.
+            mask that does not broadcast, a tile length that is not a positive int,
+            ``scale`` not a finite number > 0.
         TypeError: an ``attn_mask`` that is neither bool nor floating; q, k, v not of one
-            floating dtype.
+            floating dtype; ``is_causal`` not a bool.
         RuntimeError: a kernel forced by ``use_sdpa_backend`` cannot take these inputs.
     """
     check_qkv(q, k, v)
+    is_causal = check_is_causal(is_causal)
+    check_scale(scale)
     if attn_mask is not None:
         check_attn_mask(attn_mask, (*q.shape[:2], q.shape[-2], k.shape[-2]), q.dtype)
     if attn_mask is not None and is_causal:  # the NumPy twin's tiles take one or the other

@@ -29,6 +29,8 @@ from .positional import LearnedPositionalEmbedding
 from .rope import ROPE_LAYOUTS
 
 POS_EMBS = ("learned", "rope")
+#: The largest vocab_size, block_size, d_model... a config accepts (an int32 index).
+MAX_SIZE = 2**31 - 1
 
 
 @dataclass
@@ -83,14 +85,18 @@ class GPTConfig:
     norm_position: str = "pre"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model"):
+        for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model", "d_ff"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-        if self.d_ff is not None and (
-            isinstance(self.d_ff, bool) or not isinstance(self.d_ff, int) or self.d_ff < 1
-        ):
-            raise ValueError(f"d_ff: expected a positive integer or None, got {self.d_ff!r}")
+            if name == "d_ff" and value is None:  # 4 d_model
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
+                raise ValueError(
+                    f"{name}: expected an integer in [1, 2**31 - 1]"
+                    f"{' or None' if name == 'd_ff' else ''}, got {value!r}"
+                )
+        for name in ("bias", "tie_weights"):  # "false" or None would read as True or False
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
         if not 0.0 <= self.dropout < 1.0:

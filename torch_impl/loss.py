@@ -2,11 +2,28 @@
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .linear import check_float
+
+
+def check_ignore_index(ignore_index) -> int:
+    """``ignore_index`` as a Python int: an integer (not a bool) that fits in int64, the
+    range of PyTorch's targets (-100 by default; any negative one can never be a class id).
+
+    Raises:
+        TypeError: not an integer (1.5, "1", None). ValueError: outside int64.
+    """
+    if isinstance(ignore_index, bool) or not isinstance(ignore_index, numbers.Integral):
+        raise TypeError(f"ignore_index: expected an int, got {ignore_index!r}")
+    if not -(2**63) <= ignore_index < 2**63:
+        raise ValueError(f"ignore_index: expected an int in [-2**63, 2**63), got {ignore_index}")
+    return int(ignore_index)
+
 
 #: Unsigned dtypes whose values may not fit in int64, and on which torch has few operations.
 _WIDE_UNSIGNED = tuple(
@@ -35,13 +52,14 @@ class CrossEntropyLoss(nn.Module):
 
     Raises:
         ValueError: ``logits`` with no dimensions, ``targets`` of the wrong
-            shape, or a target outside ``[0, V)`` that is not ``ignore_index``.
-        TypeError: ``targets`` that is not an integer tensor.
+            shape, or a target outside ``[0, V)`` that is not ``ignore_index``;
+            ``ignore_index`` outside int64.
+        TypeError: ``targets`` that is not an integer tensor; ``ignore_index`` not an int.
     """
 
     def __init__(self, ignore_index: int = -100):
         super().__init__()
-        self.ignore_index = int(ignore_index)
+        self.ignore_index = check_ignore_index(ignore_index)
 
     def forward(self, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         if logits.dim() < 1:

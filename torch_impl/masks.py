@@ -8,6 +8,7 @@ conventions in circulation; :func:`to_attn_mask` converts them.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 MASK_CONVENTIONS = ("attend", "masked", "keep")
@@ -118,6 +119,18 @@ def check_attn_mask(attn_mask: torch.Tensor, target: tuple[int, ...], dtype=None
             f"attn_mask: expected a shape broadcastable to (B, n_heads, T_q, T_k)="
             f"{tuple(target)}, got {tuple(attn_mask.shape)}"
         )
+
+
+def check_is_causal(is_causal) -> bool:
+    """``is_causal`` as a Python bool: True, False or a NumPy bool; anything else (1, "no",
+    None) is a mistake, not a truth value.
+
+    Raises:
+        TypeError: ``is_causal`` is not a bool.
+    """
+    if not isinstance(is_causal, (bool, np.bool_)):
+        raise TypeError(f"is_causal: expected a bool, got {is_causal!r}")
+    return bool(is_causal)
 
 
 def combine_attn_mask(

@@ -13,10 +13,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from .embedding import check_token_ids
+from .linear import check_float
+
+
+def _is_number(value) -> bool:
+    """A real number (np.float32 too), not a bool and not a tensor (not even 0-d or 1-element)."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def _check_sampling_args(temperature: float, top_k: int | None, top_p: float | None) -> None:
-    if not 0 <= temperature < math.inf:  # also catches NaN
+    if not _is_number(temperature) or not 0 <= temperature < math.inf:  # also catches NaN
         raise ValueError(
             f"temperature: must be a finite number >= 0 (0 = greedy), got {temperature}"
         )
@@ -24,7 +30,7 @@ def _check_sampling_args(temperature: float, top_k: int | None, top_p: float | N
         isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k <= 0
     ):
         raise ValueError(f"top_k: must be a positive int or None, got {top_k!r}")
-    if top_p is not None and not 0.0 < top_p <= 1.0:
+    if top_p is not None and (not _is_number(top_p) or not 0.0 < top_p <= 1.0):
         raise ValueError(f"top_p: must lie in (0, 1] or be None, got {top_p!r}")
 
 
@@ -46,7 +52,9 @@ def filter_logits(
        tokens *before* it is ``< top_p``. This keeps the smallest prefix whose
        mass reaches ``top_p``, including the token that crosses the threshold,
        and always the most likely token. ``top_p == 1`` keeps everything
-       (no rounding-driven removals).
+       (no rounding-driven removals). The probabilities and their running sum
+       are computed in float64 whatever the logits' dtype, as in the NumPy twin:
+       the same logits keep the same tokens.
 
     Removed tokens get ``-inf``, so a following softmax gives them probability 0.
     The input is not modified.
@@ -61,17 +69,20 @@ def filter_logits(
         ``(B, V)``, logits' dtype.
 
     Raises:
-        ValueError: ``logits`` not 2-D, ``temperature <= 0``, ``top_k <= 0``,
-            ``top_p`` outside ``(0, 1]``.
+        ValueError: ``logits`` not 2-D or with ``V = 0``, ``temperature <= 0``,
+            ``top_k <= 0``, ``top_p`` outside ``(0, 1]`` (or not a number: a tensor
+            or array is refused, even of one element).
+        TypeError: ``logits`` not floating-point.
     """
-    if logits.dim() != 2:
-        raise ValueError(f"logits: expected shape (B, V), got {tuple(logits.shape)}")
+    if logits.dim() != 2 or logits.shape[-1] == 0:
+        raise ValueError(f"logits: expected shape (B, V) with V >= 1, got {tuple(logits.shape)}")
+    check_float(logits, "logits")
+    _check_sampling_args(temperature, top_k, top_p)
     if not temperature > 0:
         raise ValueError(
             f"temperature: must be > 0 in filter_logits (generate() treats 0 as greedy), "
             f"got {temperature}"
         )
-    _check_sampling_args(temperature, top_k, top_p)
     logits = logits / temperature
     V = logits.shape[-1]
 
@@ -83,7 +94,7 @@ def filter_logits(
         # stable: tied tokens in id order, as NumPy's stable argsort (the nucleus boundary
         # falls between tied tokens the same way in both backends: the lower id is kept)
         sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
-        cum = F.softmax(sorted_logits, dim=-1).cumsum(dim=-1)
+        cum = F.softmax(sorted_logits, dim=-1, dtype=torch.float64).cumsum(dim=-1)
         mass_before = F.pad(cum[:, :-1], (1, 0))  # exclusive prefix sum; 0 for the top token
         remove_sorted = mass_before >= top_p
         remove = remove_sorted.scatter(-1, order, remove_sorted)  # back to vocabulary order
@@ -121,7 +132,10 @@ def _shifted(logits: torch.Tensor, step: int) -> torch.Tensor:
 def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """One token per row by inverse-CDF sampling: the first index whose running sum exceeds u.
 
-    The NumPy twin's draw, so that the same uniform numbers pick the same tokens.
+    The NumPy twin's draw, so that the same uniform numbers pick the same tokens: the
+    running sum is in float64 whatever ``probs``' dtype, in both twins (a float32 sum
+    over 50,000 tokens drifts by ~1e-3 and differs between NumPy and PyTorch);
+    :func:`generate` passes float64 probabilities.
 
     Args:
         probs: ``(B, V)``, rows summing to 1 (up to rounding).
@@ -130,8 +144,7 @@ def sample_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     Returns:
         ``(B, 1)``, ``torch.long``.
     """
-    # cumsum in probs' dtype, compared in float64, as NumPy's type promotion does it
-    cdf = probs.cumsum(dim=-1).double()  # (B, V)
+    cdf = probs.cumsum(dim=-1, dtype=torch.float64)  # (B, V), summed in float64 as in NumPy
     u = u.double()[:, None] * cdf[:, -1:]  # the total may round to 1 - 1e-16
     return (cdf <= u).sum(dim=-1, keepdim=True).clamp_max(probs.shape[-1] - 1)
 
@@ -243,7 +256,7 @@ def generate(
                 # does not (the distribution is all on the largest logits either way)
                 temperature = max(temperature, torch.finfo(logits.dtype).tiny)
                 logits = filter_logits(logits, temperature, top_k, top_p)
-                probs = F.softmax(logits, dim=-1)
+                probs = F.softmax(logits, dim=-1, dtype=torch.float64)  # as in NumPy's twin
                 if uniforms is not None:
                     next_id = sample_inverse_cdf(probs, uniforms[step].to(probs.device))
                 else:
