@@ -261,3 +261,27 @@ def test_a_workspace_that_is_a_file_is_refused(corpus, capsys):
     status, _, err = cli(capsys, "start", "03", "--workspace", corpus)
     assert status == 2
     one_error_line(err, "cannot make the workspace", "Not a directory")
+
+
+def test_docs_never_writes_into_a_folder_of_other_files(tmp_path, capsys, monkeypatch):
+    """``docs --out DIR`` once overwrote index.html and figures/ in any folder (a run
+    directory, /): a folder that is not empty and not a previous site is refused,
+    unless --force; a previous site (its marker file) is rebuilt in place."""
+    pytest.importorskip("markdown")
+    pytest.importorskip("pygments")
+    pytest.importorskip("latex2mathml")
+    monkeypatch.setenv("TWINFORMER_FIGURES", str(tmp_path / "no-figures"))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "index.html").write_text("my own page")
+    argv = ["docs", "--out", mine, "--figures", "existing"]
+    status, _, err = cli(capsys, *argv)
+    assert status == 2
+    one_error_line(err, f"--out {mine}", "not empty", "--force")
+    assert [p.name for p in mine.iterdir()] == ["index.html"]
+    assert (mine / "index.html").read_text() == "my own page"
+    status, _, err = cli(capsys, *argv, "--force")
+    assert status == 0, err
+    assert (mine / ".twinformer-site").is_file() and (mine / "03_attention.html").is_file()
+    status, _, err = cli(capsys, *argv)  # a previous site: rebuilt without --force
+    assert status == 0, err
