@@ -109,7 +109,9 @@ def run(args: argparse.Namespace) -> dict:
         raise UserError(f"--min-len ({args.min_len}) must not exceed --max-len ({args.max_len})")
     check_task_size(args, 13, 13, decoder=True, block_size=args.max_len + 1)
     out_dir = Path(args.out or f"runs/seq2seq-{args.backend}")
-    refuse_to_replace(out_dir, (LOG_FILE, METRICS_FILE), args.overwrite)  # before the work
+    refuse_to_replace(
+        out_dir, (LOG_FILE, METRICS_FILE), args.overwrite, kind="seq2seq"
+    )  # before the work
     try:
         task = SequenceTask(args.task, args.min_len, args.max_len, args.n_val, args.seed)
         model = TaskModel(
@@ -130,7 +132,7 @@ def run(args: argparse.Namespace) -> dict:
         )
     except ValueError as e:
         raise UserError(str(e)) from e
-    with TaskOutput(out_dir, args.overwrite) as output:
+    with TaskOutput(out_dir, args.overwrite, "seq2seq") as output:
         print(
             f"{args.backend} backend, {model.num_parameters():,} parameters; task {args.task}: "
             f"{args.min_len} to {args.max_len} digits, {len(task.val)} held-out sequences"

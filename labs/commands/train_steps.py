@@ -251,7 +251,7 @@ def prepare_output(run: Run, resumed: _Resumed | None, say=print) -> None:
     except OSError as e:
         raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from e
     if not continuing:
-        if refuse_to_replace(out, RUN_OUTPUTS, run.args.overwrite, _resume_hint(out)):
+        if refuse_to_replace(out, RUN_OUTPUTS, run.args.overwrite, _resume_hint(out), "train"):
             say(
                 f"--overwrite: replacing the run in {out}; its files stay until this "
                 f"run's first checkpoint, then its checkpoint is kept in {out / PREVIOUS_DIR} "
