@@ -56,6 +56,8 @@ def files() -> Path:
         data = (root / name / MODEL_FILE).read_bytes()
         (root / name / MODEL_FILE).write_bytes(data[: len(data) // 2])
     edit_config(root / "truncated-unhashed", lambda c: c.pop("files"))
+    train_section = {"tokenizer": "char", "data": str(root / "corpus.txt")}
+    save_checkpoint(root / "resumable", state, {**config, "train": train_section}, meta={"step": 1})
     edit_config(root / "other-shapes", lambda c: c["model"].update(d_model=2 * C))
     edit_config(root / "other-vocab", lambda c: c["tokenizer"].update(chars=CHARS + "h"))
     return root
@@ -129,6 +131,18 @@ ROWS: dict[str, Row] = {
     ),
     "train: negative --grad-clip (once silently no clipping)": Row(
         lambda b: train(b, "--grad-clip", "-1"), UserError, r"^--grad-clip\b"
+    ),
+    "train: --resume with --init-from (once ignored --init-from, recorded it)": Row(
+        lambda b: train(
+            b, "--resume", str(files() / "resumable"), "--init-from", str(files() / "good")
+        ),
+        UserError,
+        r"^--init-from .*: --init-from starts a new run .* --resume continues one",
+    ),
+    "train: --resume with another --tokenizer (once trained a BPE first)": Row(
+        lambda b: train(b, "--resume", str(files() / "resumable"), "--tokenizer", "bpe"),
+        UserError,
+        r"^cannot resume .*resumable with another model or tokenizer \(--tokenizer char -> bpe\)",
     ),
     "sample: empty --prompt": Row(
         lambda b: sample(b, "good", prompt=""), UserError, r"^--prompt\b"

@@ -76,10 +76,6 @@ def _prepare_init(args: argparse.Namespace, resumed) -> _Init | None:
     if resumed is not None:
         if not (resumed.config.get("train") or {}).get("init_from"):
             return None
-        if "init_from" in given:
-            raise UserError(
-                "--init-from starts a run from a checkpoint and --resume continues one: give one"
-            )
         directory, state, config = resumed.directory, None, resumed.config
     elif args.init_from:
         directory = Path(args.init_from)
