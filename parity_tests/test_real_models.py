@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -337,6 +338,59 @@ def test_import_refuses_clearly_and_writes_nothing(gpt2_dirs, gpt2_runs, tmp_pat
         capsys, "import", "gpt2", directory, "--out", tmp_path / "x", "--meta", "m.pkl"
     )
     assert status == 2 and "--meta" in err
+
+
+def test_non_finite_weights_are_refused_naming_the_tensor(
+    gpt2_dirs, gpt2_runs, corpus, tmp_path, capsys
+):
+    """A NaN weight was imported silently; ``sample`` then ended in a traceback and
+    ``train --init-from`` blamed its own (empty) output directory. Now: ``import``
+    refuses it, naming the tensor and writing nothing; a checkpoint that holds one
+    (written before) is refused by ``sample`` and ``--init-from`` in one line."""
+    from safetensors.numpy import load_file, save_file
+
+    from labs.plumbing.checkpoint import load_checkpoint, save_checkpoint
+
+    directory, _ = gpt2_dirs["prefixed-tied-tokenizer.json"]
+    source = tmp_path / "nan-hf"
+    shutil.copytree(directory, source)
+    weights = load_file(source / "model.safetensors")
+    weights["transformer.h.1.mlp.c_fc.weight"][0, 0] = np.nan
+    save_file(weights, source / "model.safetensors", metadata={"format": "pt"})
+    status, _, err = cli(capsys, "import", "gpt2", source, "--out", tmp_path / "imported")
+    assert status == 2 and err.count("\n") == 1, err
+    assert "blocks.1.ffn.fc1.weight: the weights hold 1 NaN or infinite value(s)" in err, err
+    assert not (tmp_path / "imported").exists()
+
+    run = gpt2_runs["prefixed-tied-tokenizer.json"]
+    state, config, _ = load_checkpoint(run)
+    state["blocks.0.ln1.weight"] = np.full_like(state["blocks.0.ln1.weight"], np.inf)
+    poisoned = tmp_path / "poisoned"
+    extra = {"tokenizer.json": (run / "tokenizer.json").read_bytes()}
+    meta = {"step": 0, "imported_from": config["imported_from"]}
+    save_checkpoint(poisoned, state, {k: config[k] for k in ("model", "tokenizer")}, meta=meta,
+                    extra_files=extra)  # fmt: skip
+    for argv, says in [
+        (["sample", "--checkpoint", poisoned, "--max-new-tokens", 2], f"{poisoned}: "),
+        (
+            [
+                "train",
+                "--init-from",
+                poisoned,
+                "--data",
+                corpus,
+                "--out",
+                tmp_path / "ft",
+                "--max-iters",
+                1,
+            ],
+            f"--init-from {poisoned}: ",
+        ),  # fmt: skip
+    ]:
+        status, _, err = cli(capsys, *argv)
+        assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"error: {says}blocks.0.ln1.weight holds 24 NaN or infinite"), err
+    assert not (tmp_path / "ft").exists()
 
 
 def test_a_smaller_tokenizer_is_padded_to_the_models_rows(gpt2_dirs, tmp_path, capsys):

@@ -174,13 +174,14 @@ def write_run(out: str | Path, imported: Imported) -> Path:
 
     Raises:
         FileExistsError: ``out`` exists (nothing written).
-        ValueError: a config or state that does not fit (nothing written).
+        ValueError: a config or state that does not fit, or a weight that is NaN or
+            infinite (nothing written).
     """
     from numpy_impl.gpt import GPTConfig
 
     from .checkpoint import save_checkpoint
     from .checkpoint_files import new_directory
-    from .checkpoint_format import _mismatches, expected_shapes
+    from .checkpoint_format import _mismatches, expected_shapes, first_nonfinite
     from .tokenization import tokenizer_config
 
     out = Path(out)
@@ -190,8 +191,13 @@ def write_run(out: str | Path, imported: Imported) -> Path:
     state = {k: np.asarray(v, dtype=np.float32) for k, v in imported.state.items()}
     if model_config["tie_weights"]:
         state["head.weight"] = state["tok_emb.weight"]
-    if problems := _mismatches("the imported weights", state, expected_shapes(model_config)):
+    if problems := _mismatches("the imported model", state, expected_shapes(model_config)):
         raise ValueError("; ".join(problems))
+    if bad := first_nonfinite(state):
+        raise ValueError(
+            f"{bad[0]}: the weights hold {bad[1]} NaN or infinite value(s) (as float32), and "
+            "a model with them computes NaN; nothing was written"
+        )
     section, files = tokenizer_config(imported.tokenizer)
     config = {"model": model_config, "tokenizer": section}
     meta = {"step": 0, "imported_from": imported.source}
