@@ -317,12 +317,32 @@ def test_import_refuses_clearly_and_writes_nothing(gpt2_dirs, gpt2_runs, tmp_pat
 
         return change
 
+    def repeat_key(name: str):
+        def change(d):
+            text = (d / "config.json").read_text()
+            config = json.loads(text)
+            start = text.index("{") + 1
+            text = f"{text[:start]}{json.dumps(name)}: {config[name] + 1}, {text[start:]}"
+            (d / "config.json").write_text(text)
+
+        return change
+
+    def as_int32(d):
+        from safetensors.numpy import load_file, save_file
+
+        weights = load_file(d / "model.safetensors")
+        weights = {k: v.astype(np.int32) for k, v in weights.items()}
+        save_file(weights, d / "model.safetensors", metadata={"format": "pt"})
+
     cases = [
         (broken("eps", edit_config(layer_norm_epsilon=1e-6)), "layer_norm_epsilon"),
         (broken("act", edit_config(activation_function="relu")), "activation_function"),
         (broken("type", edit_config(model_type="llama")), "model_type"),
         (broken("depth", edit_config(n_layer=3)), "missing keys"),
         (broken("notok", lambda d: (d / "tokenizer.json").unlink()), "no tokenizer.json"),
+        # once read as the last value, and cast to float32, silently
+        (broken("twice", repeat_key("n_layer")), "the key 'n_layer' is given twice"),
+        (broken("ints", as_int32), "stored as int32, not as floating point"),
         (
             broken("pickle", lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin")),
             "pytorch_model.bin",
@@ -879,10 +899,13 @@ def test_imported_llama_samples_what_hf_generate_gives_and_exports(
 
 def test_a_llama_that_does_not_fit_is_refused_naming_the_field(llama_dir, tmp_path, capsys):
     directory, _ = llama_dir
-    for field, value in (
-        ("num_key_value_heads", 1),
-        ("rms_norm_eps", 1e-6),
-        ("hidden_act", "gelu"),
+    for field, value, says in (
+        ("num_key_value_heads", 1, "num_key_value_heads"),
+        ("rms_norm_eps", 1e-6, "rms_norm_eps"),
+        ("hidden_act", "gelu", "hidden_act"),
+        # once imported silently, the scaling ignored, or the second base taken
+        ("rope_scaling", {"rope_type": "linear", "factor": 2.0}, "rope_scaling: this GPT"),
+        ("rope_theta", 500000.0, "rope_theta: the config gives two RoPE bases"),
     ):
         copy = tmp_path / field
         copy.mkdir()
@@ -891,7 +914,8 @@ def test_a_llama_that_does_not_fit_is_refused_naming_the_field(llama_dir, tmp_pa
         config = json.loads((copy / "config.json").read_text())
         (copy / "config.json").write_text(json.dumps({**config, field: value}))
         status, _, err = cli(capsys, "import", "llama", copy, "--out", tmp_path / f"run-{field}")
-        assert status == 2 and field in err and not (tmp_path / f"run-{field}").exists(), err
+        assert status == 2 and says in err and not (tmp_path / f"run-{field}").exists(), err
+        assert err.count("\n") == 1, err
 
 
 def test_export_refuses_what_hf_cannot_express(corpus, tmp_path, capsys):

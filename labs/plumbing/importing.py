@@ -174,8 +174,8 @@ def write_run(out: str | Path, imported: Imported) -> Path:
 
     Raises:
         FileExistsError: ``out`` exists (nothing written).
-        ValueError: a config or state that does not fit, or a weight that is NaN or
-            infinite (nothing written).
+        ValueError: a config or state that does not fit, weights that are not floating
+            point, or a weight that is NaN or infinite (nothing written).
     """
     from numpy_impl.gpt import GPTConfig
 
@@ -188,6 +188,12 @@ def write_run(out: str | Path, imported: Imported) -> Path:
     if out.exists() or out.is_symlink():
         raise FileExistsError(f"{out} already exists (nothing was written; choose a new name)")
     model_config = dataclasses.asdict(GPTConfig.from_dict(dict(imported.model_config)))
+    for k, v in imported.state.items():  # integers would be cast silently: not weights
+        if np.asarray(v).dtype.kind != "f":
+            raise ValueError(
+                f"{k}: the weights are stored as {np.asarray(v).dtype}, not as floating point "
+                "numbers (float16, bfloat16, float32 or float64); nothing was written"
+            )
     state = {k: np.asarray(v, dtype=np.float32) for k, v in imported.state.items()}
     if model_config["tie_weights"]:
         state["head.weight"] = state["tok_emb.weight"]
