@@ -50,7 +50,8 @@ def files() -> Path:
     (root / "a-file").write_text("not a directory")
     state = {k: v.copy() for k, v in BACKENDS["numpy"].gpt().state_dict().items()}
     config = {"model": GPT_CONFIG, "tokenizer": {"type": "char", "chars": CHARS}}
-    for name in ("good", "truncated", "truncated-unhashed", "other-shapes", "other-vocab"):
+    names = ("good", "truncated", "truncated-unhashed", "other-shapes", "other-vocab", "dup-chars")
+    for name in names:
         save_checkpoint(root / name, state, config, meta={"step": 1})
     for name in ("truncated", "truncated-unhashed"):
         data = (root / name / MODEL_FILE).read_bytes()
@@ -60,6 +61,7 @@ def files() -> Path:
     save_checkpoint(root / "resumable", state, {**config, "train": train_section}, meta={"step": 1})
     edit_config(root / "other-shapes", lambda c: c["model"].update(d_model=2 * C))
     edit_config(root / "other-vocab", lambda c: c["tokenizer"].update(chars=CHARS + "h"))
+    edit_config(root / "dup-chars", lambda c: c["tokenizer"].update(chars=CHARS[:-1] + "a"))
     return root
 
 
@@ -149,6 +151,9 @@ ROWS: dict[str, Row] = {
     ),
     "sample: --prompt with characters outside the vocabulary": Row(
         lambda b: sample(b, "good", prompt="abz"), UserError, r"^--prompt\b.*'z'"
+    ),
+    "sample: a repeated character in the checkpoint's chars (once not naming it)": Row(
+        lambda b: sample(b, "dup-chars"), UserError, r"dup-chars: chars: repeated characters"
     ),
     "sample: --top-p 0": Row(
         lambda b: cli(b, "sample", "--checkpoint", str(files() / "good"), "--top-p", "0"),

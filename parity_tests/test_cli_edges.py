@@ -248,10 +248,22 @@ def test_bpe_merges_are_learned_from_the_training_split_only(tmp_path, capsys, m
     [
         (["seq2seq", "--backend", "numpy", "--n-val", str(10**8)], "--n-val must be at most"),
         (["start", "03", "--workspace", ""], "--workspace is empty"),
+        # once accepted silently, named n_val, or ran for minutes without a word
+        (["diff", "attention", "--width", "0"], "--width must be a number of columns in [40"),
+        (["diff", "attention", "--width", "-5"], "--width must be a number of columns in [40"),
+        (
+            ["seq2seq", "--backend", "numpy", "--task", "sort", "--min-len", "1", "--max-len", "1"],
+            "--n-val must be at most 5 (half of the 10 sequences of 1 digit), got 1,000",
+        ),
+        (
+            ["seq2seq", "--backend", "numpy", "--max-len", "1000", "--max-iters", "3"],
+            "--max-len must be at most 32",
+        ),
         (["start", "03", "--workspace", "/proc/no/such/dir"], "cannot make the workspace"),
     ],
 )
-def test_other_commands_refuse_what_they_cannot_do(argv, says, tmp_path, capsys):
+def test_other_commands_refuse_what_they_cannot_do(argv, says, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (a command that wrongly went on writes its runs/ here)
     status, _, err = cli(capsys, *argv)
     assert status == 2
     one_error_line(err, says)
@@ -285,3 +297,14 @@ def test_docs_never_writes_into_a_folder_of_other_files(tmp_path, capsys, monkey
     assert (mine / ".twinformer-site").is_file() and (mine / "03_attention.html").is_file()
     status, _, err = cli(capsys, *argv)  # a previous site: rebuilt without --force
     assert status == 0, err
+
+
+def test_a_corpus_shorter_than_the_context_says_how_short(tmp_path, capsys):
+    corpus = tmp_path / "two.txt"
+    corpus.write_text("ab", encoding="utf-8")  # a training split of 1 character
+    out = tmp_path / "run"
+    argv = ["train", "--backend", "numpy", "--data", corpus, "--out", out, *TINY]
+    status, _, err = cli(capsys, *argv)
+    assert status == 2
+    one_error_line(err, "the training split has 1 character, fewer than --block-size + 1 = 9")
+    assert not out.exists()

@@ -327,6 +327,11 @@ def test_import_refuses_clearly_and_writes_nothing(gpt2_dirs, gpt2_runs, tmp_pat
 
         return change
 
+    def char_vocabulary(d):  # what `labs export` writes for a char model
+        from labs.plumbing.hf_files import char_tokenizer_json
+
+        (d / "tokenizer.json").write_text(char_tokenizer_json("abc"), encoding="utf-8")
+
     def as_int32(d):
         from safetensors.numpy import load_file, save_file
 
@@ -343,6 +348,9 @@ def test_import_refuses_clearly_and_writes_nothing(gpt2_dirs, gpt2_runs, tmp_pat
         # once read as the last value, and cast to float32, silently
         (broken("twice", repeat_key("n_layer")), "the key 'n_layer' is given twice"),
         (broken("ints", as_int32), "stored as int32, not as floating point"),
+        (broken("epsstr", edit_config(layer_norm_epsilon="1e-5")), "uses 1e-5, got '1e-5'"),
+        (broken("scalestr", edit_config(scale_attn_weights="false")), "needs True, got 'false'"),
+        (broken("chars", char_vocabulary), "a character vocabulary (one token per character"),
         (
             broken("pickle", lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin")),
             "pytorch_model.bin",

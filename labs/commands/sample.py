@@ -102,8 +102,10 @@ def main(args: argparse.Namespace) -> int:
         if backend_name not in BACKENDS:
             raise ValueError(f"{args.checkpoint}: unknown backend {backend_name!r} in config.json")
         tokenizer = load_tokenizer(config, args.checkpoint, backend_name)
-    except (OSError, ValueError) as e:
-        raise UserError(str(e)) from e
+    except (OSError, ValueError) as e:  # named by its checkpoint ("chars: ..." is not)
+        message = str(e)
+        named = str(args.checkpoint) in message
+        raise UserError(message if named else f"{args.checkpoint}: {message}") from e
     prompt = args.prompt.replace("\\n", "\n")
     if not prompt:
         raise UserError("--prompt is empty: give at least one character")

@@ -139,8 +139,10 @@ def load_data(args: argparse.Namespace, tokenizer=None) -> Data:
     B, T = args.batch_size * args.grad_accum, args.block_size
     for split, ids in (("training", train_ids), ("validation", val_ids)):
         if len(ids) <= T:
+            unit = "character" if args.tokenizer == "char" else "token"
             raise UserError(
-                f"{corpus_path}: the {split} split has {len(ids)} characters, fewer than "
+                f"{corpus_path}: the {split} split has {len(ids)} {unit}"
+                f"{'' if len(ids) == 1 else 's'}, fewer than "
                 f"--block-size + 1 = {T + 1}; use a longer text or a smaller --block-size"
             )
     val_bytes_per_token = bytes_per_token(tokenizer, val_ids)  # for bits per byte

@@ -190,6 +190,13 @@ def read_hf_tokenizer(directory: Path):
     directory = Path(directory)
     path = directory / TOKENIZER_FILE
     if path.is_file():
+        if _is_char_tokenizer(read_json(path)):
+            raise ValueError(
+                f"{path}: a character vocabulary (one token per character, no merges, as "
+                "`python -m labs export` writes a char model's): this reader takes byte-level "
+                "BPE only; sample, inspect or train --init-from the twinformer checkpoint it "
+                "was exported from instead"
+            )
         try:
             return BPETokenizer.from_file(path)
         except ValueError as e:
@@ -250,6 +257,19 @@ def fit_vocabulary(tokenizer, vocab_size: int):
         specials[name] = i
     padded = type(tokenizer)(tokenizer.vocab, tokenizer.merges, specials, tokenizer.pattern)
     return padded, vocab_size - n
+
+
+def _is_char_tokenizer(document: dict) -> bool:
+    """Whether ``tokenizer.json``'s ``document`` is :func:`char_tokenizer_json`'s layout."""
+    model, decoder = document.get("model"), document.get("decoder")
+    return (
+        document.get("pre_tokenizer") is None
+        and isinstance(model, dict)
+        and model.get("type") == "BPE"
+        and model.get("merges") == []
+        and isinstance(decoder, dict)
+        and decoder.get("type") == "Fuse"
+    )
 
 
 # -- writing -----------------------------------------------------------------------------
