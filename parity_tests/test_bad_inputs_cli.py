@@ -46,6 +46,7 @@ def files() -> Path:
     root = Path(_FILES.name)
     (root / "corpus.txt").write_text(("abc defg gfe dcba\n" * 40).replace(" ", "a"))
     (root / "empty.txt").write_bytes(b"")
+    (root / "letters.txt").write_text("abcdefggfedcba" * 40)  # CHARS alone
     (root / "latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
     (root / "a-file").write_text("not a directory")
     state = {k: v.copy() for k, v in BACKENDS["numpy"].gpt().state_dict().items()}
@@ -62,6 +63,8 @@ def files() -> Path:
     edit_config(root / "other-shapes", lambda c: c["model"].update(d_model=2 * C))
     edit_config(root / "other-vocab", lambda c: c["tokenizer"].update(chars=CHARS + "h"))
     edit_config(root / "dup-chars", lambda c: c["tokenizer"].update(chars=CHARS[:-1] + "a"))
+    huge = {k: v * np.float32(3e38) if k == "ln_f.weight" else v for k, v in state.items()}
+    save_checkpoint(root / "huge-weights", huge, config, meta={"step": 1})  # finite, inf logits
     return root
 
 
@@ -86,6 +89,14 @@ def train(backend: str, *extra: str):
              "--n-heads", "2", "--sample-tokens", "0"]  # fmt: skip
     data = ["--data", str(files() / "corpus.txt"), "--out", str(files() / f"run-{backend}")]
     return cli(backend, "train", *data, *small, *extra)
+
+
+def fine_tune(backend: str, checkpoint: str):
+    """``train --init-from CHECKPOINT`` on a text of its characters alone."""
+    small = ["--max-iters", "1", "--eval-batches", "1", "--eval-batch-size", "2",
+             "--batch-size", "2", "--block-size", "4", "--sample-tokens", "0"]  # fmt: skip
+    data = ["--data", str(files() / "letters.txt"), "--out", str(files() / f"ft-{backend}")]
+    return cli(backend, "train", "--init-from", str(files() / checkpoint), *data, *small)
 
 
 def sample(backend: str, checkpoint: str, prompt: str = "abc"):
@@ -145,6 +156,11 @@ ROWS: dict[str, Row] = {
         lambda b: train(b, "--resume", str(files() / "resumable"), "--tokenizer", "bpe"),
         UserError,
         r"^cannot resume .*resumable with another model or tokenizer \(--tokenizer char -> bpe\)",
+    ),
+    "train: --init-from weights whose loss is not finite (once blamed a checkpoint of --out)": Row(
+        lambda b: fine_tune(b, "huge-weights"),
+        UserError,
+        r"at step 0 .*; nothing of this run was written \(the weights of --init-from .*huge-w",
     ),
     "sample: empty --prompt": Row(
         lambda b: sample(b, "good", prompt=""), UserError, r"^--prompt\b"

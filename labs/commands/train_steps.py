@@ -286,10 +286,17 @@ def evaluate_and_save(run: Run) -> None:
     losses = {split: backend.eval_loss(batches) for split, batches in run.data.eval_sets.items()}
     if not all(math.isfinite(v) for v in losses.values()):
         # keep the last good checkpoint and a log of valid JSON: stop before writing
+        if run.log_started:
+            kept = f"the checkpoint in {out} (step {run.last_saved}) is the last good one"
+        else:  # a fresh run's first evaluation: no checkpoint of it exists to point to
+            kept = "nothing of this run was written"
+            init_from = getattr(run.args, "init_from", None)
+            if backend.step == 0 and init_from:
+                kept += f" (the weights of --init-from {init_from} give it, before any step)"
         raise UserError(
             f"the evaluation loss became non-finite at step {backend.step} "
-            f"(train {losses['train']}, val {losses['val']}); the checkpoint in {out} "
-            "is the last good one. Try a lower --lr or keep --grad-clip on"
+            f"(train {losses['train']}, val {losses['val']}); {kept}. Try a lower --lr or "
+            "keep --grad-clip on"
         )
     elapsed = run.elapsed_before + time.perf_counter() - run.t_start
     tok_s = run.train_tokens / run.train_time if run.train_time else 0.0
