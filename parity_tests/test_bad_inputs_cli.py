@@ -46,18 +46,25 @@ def files() -> Path:
     root = Path(_FILES.name)
     (root / "corpus.txt").write_text(("abc defg gfe dcba\n" * 40).replace(" ", "a"))
     (root / "empty.txt").write_bytes(b"")
+    (root / "letters.txt").write_text("abcdefggfedcba" * 40)  # CHARS alone
     (root / "latin1.txt").write_bytes("caf\xe9 au lait\n".encode("latin-1"))
     (root / "a-file").write_text("not a directory")
     state = {k: v.copy() for k, v in BACKENDS["numpy"].gpt().state_dict().items()}
     config = {"model": GPT_CONFIG, "tokenizer": {"type": "char", "chars": CHARS}}
-    for name in ("good", "truncated", "truncated-unhashed", "other-shapes", "other-vocab"):
+    names = ("good", "truncated", "truncated-unhashed", "other-shapes", "other-vocab", "dup-chars")
+    for name in names:
         save_checkpoint(root / name, state, config, meta={"step": 1})
     for name in ("truncated", "truncated-unhashed"):
         data = (root / name / MODEL_FILE).read_bytes()
         (root / name / MODEL_FILE).write_bytes(data[: len(data) // 2])
     edit_config(root / "truncated-unhashed", lambda c: c.pop("files"))
+    train_section = {"tokenizer": "char", "data": str(root / "corpus.txt")}
+    save_checkpoint(root / "resumable", state, {**config, "train": train_section}, meta={"step": 1})
     edit_config(root / "other-shapes", lambda c: c["model"].update(d_model=2 * C))
     edit_config(root / "other-vocab", lambda c: c["tokenizer"].update(chars=CHARS + "h"))
+    edit_config(root / "dup-chars", lambda c: c["tokenizer"].update(chars=CHARS[:-1] + "a"))
+    huge = {k: v * np.float32(3e38) if k == "ln_f.weight" else v for k, v in state.items()}
+    save_checkpoint(root / "huge-weights", huge, config, meta={"step": 1})  # finite, inf logits
     return root
 
 
@@ -82,6 +89,14 @@ def train(backend: str, *extra: str):
              "--n-heads", "2", "--sample-tokens", "0"]  # fmt: skip
     data = ["--data", str(files() / "corpus.txt"), "--out", str(files() / f"run-{backend}")]
     return cli(backend, "train", *data, *small, *extra)
+
+
+def fine_tune(backend: str, checkpoint: str):
+    """``train --init-from CHECKPOINT`` on a text of its characters alone."""
+    small = ["--max-iters", "1", "--eval-batches", "1", "--eval-batch-size", "2",
+             "--batch-size", "2", "--block-size", "4", "--sample-tokens", "0"]  # fmt: skip
+    data = ["--data", str(files() / "letters.txt"), "--out", str(files() / f"ft-{backend}")]
+    return cli(backend, "train", "--init-from", str(files() / checkpoint), *data, *small)
 
 
 def sample(backend: str, checkpoint: str, prompt: str = "abc"):
@@ -130,11 +145,31 @@ ROWS: dict[str, Row] = {
     "train: negative --grad-clip (once silently no clipping)": Row(
         lambda b: train(b, "--grad-clip", "-1"), UserError, r"^--grad-clip\b"
     ),
+    "train: --resume with --init-from (once ignored --init-from, recorded it)": Row(
+        lambda b: train(
+            b, "--resume", str(files() / "resumable"), "--init-from", str(files() / "good")
+        ),
+        UserError,
+        r"^--init-from .*: --init-from starts a new run .* --resume continues one",
+    ),
+    "train: --resume with another --tokenizer (once trained a BPE first)": Row(
+        lambda b: train(b, "--resume", str(files() / "resumable"), "--tokenizer", "bpe"),
+        UserError,
+        r"^cannot resume .*resumable with another model or tokenizer \(--tokenizer char -> bpe\)",
+    ),
+    "train: --init-from weights whose loss is not finite (once blamed a checkpoint of --out)": Row(
+        lambda b: fine_tune(b, "huge-weights"),
+        UserError,
+        r"at step 0 .*; nothing of this run was written \(the weights of --init-from .*huge-w",
+    ),
     "sample: empty --prompt": Row(
         lambda b: sample(b, "good", prompt=""), UserError, r"^--prompt\b"
     ),
     "sample: --prompt with characters outside the vocabulary": Row(
         lambda b: sample(b, "good", prompt="abz"), UserError, r"^--prompt\b.*'z'"
+    ),
+    "sample: a repeated character in the checkpoint's chars (once not naming it)": Row(
+        lambda b: sample(b, "dup-chars"), UserError, r"dup-chars: chars: repeated characters"
     ),
     "sample: --top-p 0": Row(
         lambda b: cli(b, "sample", "--checkpoint", str(files() / "good"), "--top-p", "0"),

@@ -248,10 +248,22 @@ def test_bpe_merges_are_learned_from_the_training_split_only(tmp_path, capsys, m
     [
         (["seq2seq", "--backend", "numpy", "--n-val", str(10**8)], "--n-val must be at most"),
         (["start", "03", "--workspace", ""], "--workspace is empty"),
+        # once accepted silently, named n_val, or ran for minutes without a word
+        (["diff", "attention", "--width", "0"], "--width must be a number of columns in [40"),
+        (["diff", "attention", "--width", "-5"], "--width must be a number of columns in [40"),
+        (
+            ["seq2seq", "--backend", "numpy", "--task", "sort", "--min-len", "1", "--max-len", "1"],
+            "--n-val must be at most 5 (half of the 10 sequences of 1 digit), got 1,000",
+        ),
+        (
+            ["seq2seq", "--backend", "numpy", "--max-len", "1000", "--max-iters", "3"],
+            "--max-len must be at most 32",
+        ),
         (["start", "03", "--workspace", "/proc/no/such/dir"], "cannot make the workspace"),
     ],
 )
-def test_other_commands_refuse_what_they_cannot_do(argv, says, tmp_path, capsys):
+def test_other_commands_refuse_what_they_cannot_do(argv, says, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # (a command that wrongly went on writes its runs/ here)
     status, _, err = cli(capsys, *argv)
     assert status == 2
     one_error_line(err, says)
@@ -261,3 +273,38 @@ def test_a_workspace_that_is_a_file_is_refused(corpus, capsys):
     status, _, err = cli(capsys, "start", "03", "--workspace", corpus)
     assert status == 2
     one_error_line(err, "cannot make the workspace", "Not a directory")
+
+
+def test_docs_never_writes_into_a_folder_of_other_files(tmp_path, capsys, monkeypatch):
+    """``docs --out DIR`` once overwrote index.html and figures/ in any folder (a run
+    directory, /): a folder that is not empty and not a previous site is refused,
+    unless --force; a previous site (its marker file) is rebuilt in place."""
+    pytest.importorskip("markdown")
+    pytest.importorskip("pygments")
+    pytest.importorskip("latex2mathml")
+    monkeypatch.setenv("TWINFORMER_FIGURES", str(tmp_path / "no-figures"))
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "index.html").write_text("my own page")
+    argv = ["docs", "--out", mine, "--figures", "existing"]
+    status, _, err = cli(capsys, *argv)
+    assert status == 2
+    one_error_line(err, f"--out {mine}", "not empty", "--force")
+    assert [p.name for p in mine.iterdir()] == ["index.html"]
+    assert (mine / "index.html").read_text() == "my own page"
+    status, _, err = cli(capsys, *argv, "--force")
+    assert status == 0, err
+    assert (mine / ".twinformer-site").is_file() and (mine / "03_attention.html").is_file()
+    status, _, err = cli(capsys, *argv)  # a previous site: rebuilt without --force
+    assert status == 0, err
+
+
+def test_a_corpus_shorter_than_the_context_says_how_short(tmp_path, capsys):
+    corpus = tmp_path / "two.txt"
+    corpus.write_text("ab", encoding="utf-8")  # a training split of 1 character
+    out = tmp_path / "run"
+    argv = ["train", "--backend", "numpy", "--data", corpus, "--out", out, *TINY]
+    status, _, err = cli(capsys, *argv)
+    assert status == 2
+    one_error_line(err, "the training split has 1 character, fewer than --block-size + 1 = 9")
+    assert not out.exists()

@@ -469,6 +469,37 @@ def test_commands_print_what_they_did_and_refuse_bad_input(tmp_path, capsys):
     assert "reset chapter 03" in capsys.readouterr().out
 
 
+def test_a_workspace_is_never_the_reference_package(tmp_path, monkeypatch):
+    """The repository itself (its numpy_impl/ would take the stubs), or a directory in
+    numpy_impl/ or torch_impl/, is refused before anything is written."""
+    from labs.learner import exercises
+
+    def must_not_write(*args, **kwargs):  # a regression must not stub the reference
+        raise AssertionError("add_stubs reached with the reference as the workspace")
+
+    monkeypatch.setattr(exercises, "add_stubs", must_not_write)
+    repo = exercises_fences.REPO
+    before = (repo / "numpy_impl" / "attention.py").read_bytes()
+    for where, match in [
+        (repo, "would put the stubs into the reference package"),
+        (repo / "numpy_impl", "lies inside the reference package"),
+        (repo / "numpy_impl" / "deeper", "lies inside the reference package"),
+        (repo / "torch_impl", "lies inside the reference package"),
+        (repo / "numpy_impl" / "..", "would put the stubs into the reference package"),
+    ]:
+        for command in ("start", "reset"):
+            args = cli(command, "03", "--workspace", str(where))
+            with pytest.raises(UserError, match=f"^--workspace: .*{match}"):
+                args.func(args)
+    monkeypatch.setenv(exercises_workspace.WORKSPACE_ENV, str(repo))
+    with pytest.raises(UserError, match=f"^\\${exercises_workspace.WORKSPACE_ENV}: "):
+        exercises_workspace.workspace_dir(None)
+    assert (repo / "numpy_impl" / "attention.py").read_bytes() == before
+    assert not (repo / "numpy_impl" / "deeper").exists()
+    assert not (repo / "numpy_impl" / "numpy_impl").exists()
+    assert exercises_workspace.workspace_dir(str(tmp_path / "ws")) == (tmp_path / "ws").resolve()
+
+
 def test_check_runs_the_workspace_and_explains_failures(reference, tmp_path, capsys):
     """Chapter 05 with an assigning backward: the accumulate test fails with its hint, the
     others pass with their errors listed; then the fix passes, and status says done."""

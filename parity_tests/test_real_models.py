@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -316,12 +317,40 @@ def test_import_refuses_clearly_and_writes_nothing(gpt2_dirs, gpt2_runs, tmp_pat
 
         return change
 
+    def repeat_key(name: str):
+        def change(d):
+            text = (d / "config.json").read_text()
+            config = json.loads(text)
+            start = text.index("{") + 1
+            text = f"{text[:start]}{json.dumps(name)}: {config[name] + 1}, {text[start:]}"
+            (d / "config.json").write_text(text)
+
+        return change
+
+    def char_vocabulary(d):  # what `labs export` writes for a char model
+        from labs.plumbing.hf_files import char_tokenizer_json
+
+        (d / "tokenizer.json").write_text(char_tokenizer_json("abc"), encoding="utf-8")
+
+    def as_int32(d):
+        from safetensors.numpy import load_file, save_file
+
+        weights = load_file(d / "model.safetensors")
+        weights = {k: v.astype(np.int32) for k, v in weights.items()}
+        save_file(weights, d / "model.safetensors", metadata={"format": "pt"})
+
     cases = [
         (broken("eps", edit_config(layer_norm_epsilon=1e-6)), "layer_norm_epsilon"),
         (broken("act", edit_config(activation_function="relu")), "activation_function"),
         (broken("type", edit_config(model_type="llama")), "model_type"),
         (broken("depth", edit_config(n_layer=3)), "missing keys"),
         (broken("notok", lambda d: (d / "tokenizer.json").unlink()), "no tokenizer.json"),
+        # once read as the last value, and cast to float32, silently
+        (broken("twice", repeat_key("n_layer")), "the key 'n_layer' is given twice"),
+        (broken("ints", as_int32), "stored as int32, not as floating point"),
+        (broken("epsstr", edit_config(layer_norm_epsilon="1e-5")), "uses 1e-5, got '1e-5'"),
+        (broken("scalestr", edit_config(scale_attn_weights="false")), "needs True, got 'false'"),
+        (broken("chars", char_vocabulary), "a character vocabulary (one token per character"),
         (
             broken("pickle", lambda d: (d / "model.safetensors").rename(d / "pytorch_model.bin")),
             "pytorch_model.bin",
@@ -337,6 +366,59 @@ def test_import_refuses_clearly_and_writes_nothing(gpt2_dirs, gpt2_runs, tmp_pat
         capsys, "import", "gpt2", directory, "--out", tmp_path / "x", "--meta", "m.pkl"
     )
     assert status == 2 and "--meta" in err
+
+
+def test_non_finite_weights_are_refused_naming_the_tensor(
+    gpt2_dirs, gpt2_runs, corpus, tmp_path, capsys
+):
+    """A NaN weight was imported silently; ``sample`` then ended in a traceback and
+    ``train --init-from`` blamed its own (empty) output directory. Now: ``import``
+    refuses it, naming the tensor and writing nothing; a checkpoint that holds one
+    (written before) is refused by ``sample`` and ``--init-from`` in one line."""
+    from safetensors.numpy import load_file, save_file
+
+    from labs.plumbing.checkpoint import load_checkpoint, save_checkpoint
+
+    directory, _ = gpt2_dirs["prefixed-tied-tokenizer.json"]
+    source = tmp_path / "nan-hf"
+    shutil.copytree(directory, source)
+    weights = load_file(source / "model.safetensors")
+    weights["transformer.h.1.mlp.c_fc.weight"][0, 0] = np.nan
+    save_file(weights, source / "model.safetensors", metadata={"format": "pt"})
+    status, _, err = cli(capsys, "import", "gpt2", source, "--out", tmp_path / "imported")
+    assert status == 2 and err.count("\n") == 1, err
+    assert "blocks.1.ffn.fc1.weight: the weights hold 1 NaN or infinite value(s)" in err, err
+    assert not (tmp_path / "imported").exists()
+
+    run = gpt2_runs["prefixed-tied-tokenizer.json"]
+    state, config, _ = load_checkpoint(run)
+    state["blocks.0.ln1.weight"] = np.full_like(state["blocks.0.ln1.weight"], np.inf)
+    poisoned = tmp_path / "poisoned"
+    extra = {"tokenizer.json": (run / "tokenizer.json").read_bytes()}
+    meta = {"step": 0, "imported_from": config["imported_from"]}
+    save_checkpoint(poisoned, state, {k: config[k] for k in ("model", "tokenizer")}, meta=meta,
+                    extra_files=extra)  # fmt: skip
+    for argv, says in [
+        (["sample", "--checkpoint", poisoned, "--max-new-tokens", 2], f"{poisoned}: "),
+        (
+            [
+                "train",
+                "--init-from",
+                poisoned,
+                "--data",
+                corpus,
+                "--out",
+                tmp_path / "ft",
+                "--max-iters",
+                1,
+            ],
+            f"--init-from {poisoned}: ",
+        ),  # fmt: skip
+    ]:
+        status, _, err = cli(capsys, *argv)
+        assert status == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"error: {says}blocks.0.ln1.weight holds 24 NaN or infinite"), err
+    assert not (tmp_path / "ft").exists()
 
 
 def test_a_smaller_tokenizer_is_padded_to_the_models_rows(gpt2_dirs, tmp_path, capsys):
@@ -825,10 +907,13 @@ def test_imported_llama_samples_what_hf_generate_gives_and_exports(
 
 def test_a_llama_that_does_not_fit_is_refused_naming_the_field(llama_dir, tmp_path, capsys):
     directory, _ = llama_dir
-    for field, value in (
-        ("num_key_value_heads", 1),
-        ("rms_norm_eps", 1e-6),
-        ("hidden_act", "gelu"),
+    for field, value, says in (
+        ("num_key_value_heads", 1, "num_key_value_heads"),
+        ("rms_norm_eps", 1e-6, "rms_norm_eps"),
+        ("hidden_act", "gelu", "hidden_act"),
+        # once imported silently, the scaling ignored, or the second base taken
+        ("rope_scaling", {"rope_type": "linear", "factor": 2.0}, "rope_scaling: this GPT"),
+        ("rope_theta", 500000.0, "rope_theta: the config gives two RoPE bases"),
     ):
         copy = tmp_path / field
         copy.mkdir()
@@ -837,7 +922,8 @@ def test_a_llama_that_does_not_fit_is_refused_naming_the_field(llama_dir, tmp_pa
         config = json.loads((copy / "config.json").read_text())
         (copy / "config.json").write_text(json.dumps({**config, field: value}))
         status, _, err = cli(capsys, "import", "llama", copy, "--out", tmp_path / f"run-{field}")
-        assert status == 2 and field in err and not (tmp_path / f"run-{field}").exists(), err
+        assert status == 2 and says in err and not (tmp_path / f"run-{field}").exists(), err
+        assert err.count("\n") == 1, err
 
 
 def test_export_refuses_what_hf_cannot_express(corpus, tmp_path, capsys):

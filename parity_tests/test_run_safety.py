@@ -131,6 +131,43 @@ def test_overwrite_keeps_the_old_run_until_the_new_one_has_a_checkpoint(run, cor
     assert ck.load_checkpoint(run / ck.PREVIOUS_DIR)[1]["step"] == 1 != old_step
 
 
+def test_overwrite_replaces_only_a_run_of_its_own_kind(run, corpus, tmp_path, capsys):
+    """``classify --overwrite`` into a train run once replaced its log.jsonl alone (the
+    checkpoint stayed: ``train --resume`` then mixed the two); a run of another kind is
+    refused whole, ``--overwrite`` or not, and one of the same kind replaced whole."""
+    task = ["--max-iters", "2", "--eval-interval", "1", "--d-model", "16", "--n-heads", "2",
+            "--n-layers", "1", "--batch-size", "4"]  # fmt: skip
+    classify = ["classify", "--backend", "numpy", "--data", corpus, "--speakers", "2",
+                "--block-size", "16", *task]  # fmt: skip
+    before = digests(run)
+    for extra in ([], ["--overwrite"]):
+        status, _, err = cli(capsys, *classify, "--out", run, *extra)
+        assert status == 2 and len(err.splitlines()) == 1, err
+        assert err.startswith(f"error: --out {run} holds a train run (config.json"), err
+        assert digests(run) == before
+    other = tmp_path / "classified"
+    status, _, err = cli(capsys, *classify, "--out", other)
+    assert status == 0, err
+    assert strict_json((other / "metrics.json").read_text())["command"] == "classify"
+    before = digests(other)
+    seq2seq = ["seq2seq", "--backend", "numpy", "--max-len", "4", "--n-val", "20", *task]
+    for argv in (train_argv(run, "--max-iters", "2"), seq2seq):
+        status, _, err = cli(capsys, *argv, "--out", other, "--overwrite")
+        assert status == 2 and len(err.splitlines()) == 1, err
+        assert f"holds a classify run (metrics.json), not a {argv[0]} run" in err
+        assert digests(other) == before
+    # the same kind: a run that stops before its first row replaces nothing; the first
+    # row replaces the old log and removes the old metrics.json (never half of each)
+    status, _, err = cli(capsys, *classify, "--out", other, "--overwrite", "--lr", "1e30")
+    assert status == 2 and "training stopped" in err
+    assert digests(other) == before
+    from labs.commands.shared import TaskOutput
+
+    with TaskOutput(other, True, "classify") as output:
+        output.row({"step": 1, "train_loss": 1.0})
+    assert not (other / "metrics.json").exists() and log_steps(other) == [1]
+
+
 def test_one_process_per_run_directory(run, corpus, capsys):
     from labs.plumbing.run_dir import RunLock
 

@@ -130,7 +130,9 @@ def run(args: argparse.Namespace) -> dict:
         raise UserError("--data is empty: give the corpus file's path")
     check_task_size(args, args.max_vocab if args.tokenizer == "word" else 256, args.speakers)
     out_dir = Path(args.out or f"runs/classify-{args.backend}")
-    refuse_to_replace(out_dir, (LOG_FILE, METRICS_FILE), args.overwrite)  # before the work
+    refuse_to_replace(
+        out_dir, (LOG_FILE, METRICS_FILE), args.overwrite, kind="classify"
+    )  # before the work
     try:
         corpus_path = resolve_corpus(args.data)
         text = load_corpus(corpus_path)
@@ -161,7 +163,7 @@ def run(args: argparse.Namespace) -> dict:
     except ValueError as e:
         raise UserError(str(e)) from e
     majority, baseline = data.majority_baseline()
-    with TaskOutput(out_dir, args.overwrite) as output:
+    with TaskOutput(out_dir, args.overwrite, "classify") as output:
         out = output.out
         print(
             f"{args.backend} backend, {model.num_parameters():,} parameters; "

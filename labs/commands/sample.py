@@ -19,6 +19,7 @@ import sys
 
 from .. import UserError
 from ..plumbing.backends import BACKENDS, make_backend
+from ..plumbing.checkpoint_format import first_nonfinite
 from ..plumbing.tokenization import load_tokenizer
 from .shared import check_seed
 from .train_resume import load_for_command
@@ -101,8 +102,10 @@ def main(args: argparse.Namespace) -> int:
         if backend_name not in BACKENDS:
             raise ValueError(f"{args.checkpoint}: unknown backend {backend_name!r} in config.json")
         tokenizer = load_tokenizer(config, args.checkpoint, backend_name)
-    except (OSError, ValueError) as e:
-        raise UserError(str(e)) from e
+    except (OSError, ValueError) as e:  # named by its checkpoint ("chars: ..." is not)
+        message = str(e)
+        named = str(args.checkpoint) in message
+        raise UserError(message if named else f"{args.checkpoint}: {message}") from e
     prompt = args.prompt.replace("\\n", "\n")
     if not prompt:
         raise UserError("--prompt is empty: give at least one character")
@@ -115,16 +118,26 @@ def main(args: argparse.Namespace) -> int:
         backend = make_backend(backend_name, config["model"], seed=0, attn_impl=args.attn_impl)
     except (TypeError, ValueError) as e:  # a config.json edited by hand, say
         raise UserError(f"{args.checkpoint}: bad model config: {e}") from e
+    if bad := first_nonfinite(model_state):  # its logits would be NaN at the first token
+        raise UserError(
+            f"{args.checkpoint}: {bad[0]} holds {bad[1]} NaN or infinite value(s): a model "
+            "with such weights computes NaN logits and cannot sample"
+        )
     backend.load_state_dict(model_state)  # names and shapes were checked on loading
-    ids = backend.generate(
-        prompt_ids,
-        args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-        use_cache=args.kv_cache,
-    )
+    try:
+        ids = backend.generate(
+            prompt_ids,
+            args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            use_cache=args.kv_cache,
+        )
+    except ValueError as e:  # finite weights whose logits still overflow
+        if not str(e).startswith("logits:"):
+            raise
+        raise UserError(f"{args.checkpoint}: {e}") from e
     print(prompt + tokenizer.decode(ids))
     return 0
 

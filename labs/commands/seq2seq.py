@@ -38,6 +38,10 @@ from .shared import (
 )
 
 MAX_N_VAL = 100_000
+#: The longest --max-len (the model's context is one more): every evaluation decodes each
+#: held-out sequence token by token, so the time grows with its square; 32 takes ~25 s
+#: for three steps on a laptop core, 64 minutes.
+MAX_LEN = 32
 LOG_FILE = TaskOutput.LOG_FILE
 METRICS_FILE = TaskOutput.METRICS_FILE
 
@@ -56,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=1337, help="weights, held-out set and batches")
     p.add_argument("--min-len", type=int, default=3, help="shortest sequence")
-    p.add_argument("--max-len", type=int, default=12, help="longest sequence")
+    p.add_argument("--max-len", type=int, default=12, help=f"longest sequence (at most {MAX_LEN})")
     p.add_argument("--n-val", type=int, default=1000, help="held-out sequences")
     p.add_argument("--max-iters", type=int, default=1500, help="optimizer steps")
     add_model_and_optimizer_arguments(
@@ -105,11 +109,29 @@ def run(args: argparse.Namespace) -> dict:
             f"--n-val must be at most {MAX_N_VAL:,} (the held-out set is drawn one sequence at "
             f"a time and decoded at every evaluation), got {args.n_val:,}"
         )
+    if args.max_len > MAX_LEN:
+        raise UserError(
+            f"--max-len must be at most {MAX_LEN} (every evaluation decodes each held-out "
+            f"sequence token by token: longer ones take minutes a step), got {args.max_len}"
+        )
     if args.min_len > args.max_len:
         raise UserError(f"--min-len ({args.min_len}) must not exceed --max-len ({args.max_len})")
+    n_possible = sum(SequenceTask.n_digits**n for n in range(args.min_len, args.max_len + 1))
+    if args.n_val > n_possible // 2:  # the held-out set takes at most half of them
+        lengths = (
+            f"{args.min_len} to {args.max_len} digits"
+            if args.min_len != args.max_len
+            else f"{args.max_len} digit{'s' if args.max_len > 1 else ''}"
+        )
+        raise UserError(
+            f"--n-val must be at most {n_possible // 2:,} (half of the {n_possible:,} "
+            f"sequences of {lengths}), got {args.n_val:,}"
+        )
     check_task_size(args, 13, 13, decoder=True, block_size=args.max_len + 1)
     out_dir = Path(args.out or f"runs/seq2seq-{args.backend}")
-    refuse_to_replace(out_dir, (LOG_FILE, METRICS_FILE), args.overwrite)  # before the work
+    refuse_to_replace(
+        out_dir, (LOG_FILE, METRICS_FILE), args.overwrite, kind="seq2seq"
+    )  # before the work
     try:
         task = SequenceTask(args.task, args.min_len, args.max_len, args.n_val, args.seed)
         model = TaskModel(
@@ -130,7 +152,7 @@ def run(args: argparse.Namespace) -> dict:
         )
     except ValueError as e:
         raise UserError(str(e)) from e
-    with TaskOutput(out_dir, args.overwrite) as output:
+    with TaskOutput(out_dir, args.overwrite, "seq2seq") as output:
         print(
             f"{args.backend} backend, {model.num_parameters():,} parameters; task {args.task}: "
             f"{args.min_len} to {args.max_len} digits, {len(task.val)} held-out sequences"

@@ -166,13 +166,70 @@ def check_out(out) -> None:
         raise UserError(f"--out {out}: is a file, not a directory")
 
 
-def refuse_to_replace(out, names: tuple[str, ...], overwrite: bool, resume: str = "") -> list[str]:
+def run_kind(out) -> tuple[str | None, list[str]]:
+    """What kind of run the directory ``out`` holds, and the files that say so:
+    ``"train"`` (a checkpoint, a tokenizer, or a log of language-model rows),
+    ``"classify"`` or ``"seq2seq"`` (their metrics.json or log rows), ``None`` (no run)
+    or ``"unknown"`` (a metrics.json or log rows none of them wrote)."""
+    from ..plumbing.checkpoint import PREVIOUS_DIR
+    from ..plumbing.checkpoint_format import CONFIG_FILE, MODEL_FILE, OPTIMIZER_FILE, _loads_strict
+    from ..plumbing.run_dir import LOG_FILE, existing_outputs, read_log
+    from ..plumbing.tokenization import TOKENIZER_FILE
+
+    out = Path(out)
+    checkpoint = (CONFIG_FILE, MODEL_FILE, OPTIMIZER_FILE, PREVIOUS_DIR, TOKENIZER_FILE)
+    if held := existing_outputs(out, checkpoint):
+        return "train", held
+    metrics_file = TaskOutput.METRICS_FILE
+    if (out / metrics_file).is_file():
+        try:
+            metrics = _loads_strict((out / metrics_file).read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            metrics = None
+        if isinstance(metrics, dict):
+            if metrics.get("command") in ("classify", "seq2seq"):
+                return metrics["command"], [metrics_file]
+            if "speakers" in metrics:
+                return "classify", [metrics_file]
+            if "task" in metrics:
+                return "seq2seq", [metrics_file]
+        return "unknown", [metrics_file]
+    if not (out / LOG_FILE).exists():
+        return None, []
+    rows = read_log(out / LOG_FILE)[0] if (out / LOG_FILE).is_file() else []
+    if not rows:  # an empty log holds nothing of a run
+        return None, []
+    keys = set(rows[0])
+    for kind, key in (
+        ("train", "val_bpb"),
+        ("classify", "val_accuracy"),
+        ("seq2seq", "exact_match"),
+    ):
+        if key in keys:
+            return kind, [LOG_FILE]
+    return "unknown", [LOG_FILE]
+
+
+def refuse_to_replace(
+    out, names: tuple[str, ...], overwrite: bool, resume: str = "", kind: str | None = None
+) -> list[str]:
     """Raise ``UserError`` if ``out`` already holds any of ``names`` (a run's files)
-    and ``overwrite`` is false; return what it holds. ``resume``: how to continue it."""
+    and ``overwrite`` is false; return what it holds. ``resume``: how to continue it.
+    ``kind``: the command's kind of run (:func:`run_kind`); ``overwrite`` replaces only
+    a run of that kind: a run of another kind is refused whole, nothing replaced (the
+    two would mix in one directory)."""
     from .. import UserError
     from ..plumbing.run_dir import existing_outputs
 
     held = existing_outputs(out, names)
+    found, files = run_kind(out) if kind is not None else (None, [])
+    if found is not None and found != kind:
+        what = f"a {found} run" if found != "unknown" else "a run of another command"
+        raise UserError(
+            f"--out {out} holds {what} ({', '.join(files)}), not a {kind} run: "
+            f"--overwrite replaces only a {kind} run, so choose another --out (or move "
+            "that run away yourself)"
+        )
     if held and not overwrite:
         from ..plumbing.checkpoint_format import CONFIG_FILE, _loads_strict
 
@@ -229,8 +286,10 @@ class TaskOutput:
     """The output directory of ``labs classify`` and ``labs seq2seq``: ``log.jsonl``
     (a row per evaluation) and ``metrics.json`` (at the end), strict JSON, written
     so that a kill leaves whole files. A directory that already holds them is
-    refused unless ``overwrite`` (then the first row replaces the old log, and
-    metrics.json is replaced at the end); one process at a time.
+    refused unless ``overwrite`` (then the first row replaces the old log and removes
+    the old metrics.json, so the directory never mixes the two runs); a run of another
+    kind (``kind``: ``"classify"`` or ``"seq2seq"``) is refused, ``overwrite`` or not.
+    metrics.json records ``kind`` as ``"command"``. One process at a time.
 
     Raises:
         UserError: the directory holds a run (without ``overwrite``), is in use,
@@ -240,7 +299,7 @@ class TaskOutput:
     LOG_FILE = "log.jsonl"
     METRICS_FILE = "metrics.json"
 
-    def __init__(self, out, overwrite: bool):
+    def __init__(self, out, overwrite: bool, kind: str):
         from pathlib import Path
 
         from .. import UserError
@@ -248,8 +307,8 @@ class TaskOutput:
         from ..plumbing.run_dir import RunDirectoryBusy, RunLock
 
         check_out(out)
-        self.out = Path(out)
-        refuse_to_replace(self.out, (self.LOG_FILE, self.METRICS_FILE), overwrite)
+        self.out, self.kind = Path(out), kind
+        refuse_to_replace(self.out, (self.LOG_FILE, self.METRICS_FILE), overwrite, kind=kind)
         try:
             self.out.mkdir(parents=True, exist_ok=True)
             self.lock = RunLock(self.out)
@@ -257,7 +316,8 @@ class TaskOutput:
             raise UserError(str(e)) from e
         except OSError as e:
             raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from e
-        refuse_to_replace(self.out, (self.LOG_FILE, self.METRICS_FILE), overwrite)  # locked
+        names = (self.LOG_FILE, self.METRICS_FILE)
+        refuse_to_replace(self.out, names, overwrite, kind=kind)  # again, under the lock
         remove_leftovers(self.out)
         self.log_path = self.out / self.LOG_FILE
         self.metrics_path = self.out / self.METRICS_FILE
@@ -288,7 +348,8 @@ class TaskOutput:
                 f"training stopped at step {row.get('step')}: its evaluation is not finite "
                 f"({bad}), and was not written. Try a lower --lr"
             )
-        if self.rows == 0:  # a new log (it replaces an overwritten run's)
+        if self.rows == 0:  # a new log: it replaces an overwritten run's, metrics and all
+            self._write(self.metrics_path, lambda: self.metrics_path.unlink(missing_ok=True))
             self._write(self.log_path, lambda: write_log(self.log_path, [row]))
         else:
             self._write(self.log_path, lambda: append_row(self.log_path, row))
@@ -299,6 +360,7 @@ class TaskOutput:
         from ..plumbing.checkpoint_files import _atomic_write
         from ..plumbing.run_dir import dumps_strict
 
+        metrics = {**metrics, "command": self.kind}
         data = (dumps_strict(metrics, indent=1) + "\n").encode("utf-8")
         self._write(self.metrics_path, lambda: _atomic_write(self.metrics_path, data))
 

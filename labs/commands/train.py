@@ -411,7 +411,7 @@ def run(args: argparse.Namespace) -> dict:
         )
     continuing = resumed is not None and out.resolve() == resumed.directory.resolve()
     if not continuing:  # said now, before the corpus is read; checked again under the lock
-        refuse_to_replace(out, RUN_OUTPUTS, args.overwrite, _resume_hint(out))
+        refuse_to_replace(out, RUN_OUTPUTS, args.overwrite, _resume_hint(out), "train")
     rank, world = _init_distributed(args)
     if args.batch_size % world:
         raise UserError(

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .. import UserError
 from ..plumbing.checkpoint import load_checkpoint
-from ..plumbing.checkpoint_format import CheckpointError
+from ..plumbing.checkpoint_format import CheckpointError, first_nonfinite
 from ..plumbing.tokenization import load_tokenizer
 
 #: Options that define the model or the tokenizer: with --init-from they come from RUN.
@@ -76,10 +76,6 @@ def _prepare_init(args: argparse.Namespace, resumed) -> _Init | None:
     if resumed is not None:
         if not (resumed.config.get("train") or {}).get("init_from"):
             return None
-        if "init_from" in given:
-            raise UserError(
-                "--init-from starts a run from a checkpoint and --resume continues one: give one"
-            )
         directory, state, config = resumed.directory, None, resumed.config
     elif args.init_from:
         directory = Path(args.init_from)
@@ -87,6 +83,12 @@ def _prepare_init(args: argparse.Namespace, resumed) -> _Init | None:
             state, config, _ = load_checkpoint(directory)
         except (OSError, CheckpointError) as e:
             raise UserError(f"--init-from: {e}") from e
+        if bad := first_nonfinite(state):  # training from it would stop at its first step
+            raise UserError(
+                f"--init-from {directory}: {bad[0]} holds {bad[1]} NaN or infinite value(s): "
+                "a model with such weights computes NaN; start from a checkpoint whose "
+                "weights are finite"
+            )
     else:
         return None
     conflicts = sorted(f"--{k.replace('_', '-')}" for k in given & set(FROM_RUN))

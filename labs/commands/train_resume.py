@@ -18,6 +18,7 @@ from ..plumbing.checkpoint import CorruptCheckpointError, load_checkpoint
 from ..plumbing.checkpoint_format import CONFIG_FILE, CheckpointError
 from ..plumbing.data import BatchSampler
 from ..plumbing.run_dir import checkpoint_row
+from .train_init import FROM_RUN
 
 
 @dataclasses.dataclass
@@ -95,6 +96,11 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
         directory = Path(args.out or f"runs/{args.backend}")
     else:
         raise UserError("--resume: give the run's directory, --resume DIR")
+    if args.init_from:  # before anything is read: the two start from different checkpoints
+        raise UserError(
+            f"--init-from {args.init_from}: --init-from starts a new run from a checkpoint and "
+            f"--resume continues one ({directory}): give one of them"
+        )
     say = print if os.environ.get("RANK", "0") == "0" else (lambda *a, **k: None)
     try:
         model_state, saved, optimizer_state = load_for_command(
@@ -108,17 +114,24 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
             f"without one); fine-tune it with --init-from {directory} --out NEW"
         )
     given = _given_options(args)
-    changed = []
+    changed, redefined = [], []
     for key, value in (saved.get("train") or {}).items():
         if key in _NOT_RESTORED or not hasattr(args, key):
             continue
         if key in given:
             if getattr(args, key) != value:
-                changed.append(f"--{key.replace('_', '-')} {value} -> {getattr(args, key)}")
+                change = f"--{key.replace('_', '-')} {value} -> {getattr(args, key)}"
+                (redefined if key in FROM_RUN else changed).append(change)
         elif key == "data" and value is not None and not Path(value).is_file():
             continue  # moved: look for the corpus as a fresh run would
         else:
             setattr(args, key, value)
+    if redefined:  # refused now, before a corpus is read or a tokenizer trained
+        raise UserError(
+            f"cannot resume {directory} with another model or tokenizer "
+            f"({', '.join(redefined)}): drop those options to continue it, or start a new "
+            f"run with --out NEW (fine-tune its weights with --init-from {directory})"
+        )
     step = int(saved.get("step", 0))
     if args.max_iters <= step:  # no step to run: refuse before anything is rewritten
         raise UserError(

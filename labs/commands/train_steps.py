@@ -139,8 +139,10 @@ def load_data(args: argparse.Namespace, tokenizer=None) -> Data:
     B, T = args.batch_size * args.grad_accum, args.block_size
     for split, ids in (("training", train_ids), ("validation", val_ids)):
         if len(ids) <= T:
+            unit = "character" if args.tokenizer == "char" else "token"
             raise UserError(
-                f"{corpus_path}: the {split} split has {len(ids)} characters, fewer than "
+                f"{corpus_path}: the {split} split has {len(ids)} {unit}"
+                f"{'' if len(ids) == 1 else 's'}, fewer than "
                 f"--block-size + 1 = {T + 1}; use a longer text or a smaller --block-size"
             )
     val_bytes_per_token = bytes_per_token(tokenizer, val_ids)  # for bits per byte
@@ -251,7 +253,7 @@ def prepare_output(run: Run, resumed: _Resumed | None, say=print) -> None:
     except OSError as e:
         raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from e
     if not continuing:
-        if refuse_to_replace(out, RUN_OUTPUTS, run.args.overwrite, _resume_hint(out)):
+        if refuse_to_replace(out, RUN_OUTPUTS, run.args.overwrite, _resume_hint(out), "train"):
             say(
                 f"--overwrite: replacing the run in {out}; its files stay until this "
                 f"run's first checkpoint, then its checkpoint is kept in {out / PREVIOUS_DIR} "
@@ -284,10 +286,17 @@ def evaluate_and_save(run: Run) -> None:
     losses = {split: backend.eval_loss(batches) for split, batches in run.data.eval_sets.items()}
     if not all(math.isfinite(v) for v in losses.values()):
         # keep the last good checkpoint and a log of valid JSON: stop before writing
+        if run.log_started:
+            kept = f"the checkpoint in {out} (step {run.last_saved}) is the last good one"
+        else:  # a fresh run's first evaluation: no checkpoint of it exists to point to
+            kept = "nothing of this run was written"
+            init_from = getattr(run.args, "init_from", None)
+            if backend.step == 0 and init_from:
+                kept += f" (the weights of --init-from {init_from} give it, before any step)"
         raise UserError(
             f"the evaluation loss became non-finite at step {backend.step} "
-            f"(train {losses['train']}, val {losses['val']}); the checkpoint in {out} "
-            "is the last good one. Try a lower --lr or keep --grad-clip on"
+            f"(train {losses['train']}, val {losses['val']}); {kept}. Try a lower --lr or "
+            "keep --grad-clip on"
         )
     elapsed = run.elapsed_before + time.perf_counter() - run.t_start
     tok_s = run.train_tokens / run.train_time if run.train_time else 0.0

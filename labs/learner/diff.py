@@ -33,6 +33,7 @@ import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import UserError
 from .diff_pairs import (
     NUMPY_DIR,
     TORCH_DIR,
@@ -50,6 +51,7 @@ MIN_COLUMN = 56  # narrowest column of the side-by-side layout, in characters
 SIDE_BY_SIDE_MIN = 2 * MIN_COLUMN + 3  # 115: narrower terminals get the stacked layout
 PIPED_WIDTH = 100  # the width when no terminal says otherwise
 NARROWEST = 40  # below this the text is laid out 40 wide all the same
+WIDEST = 10_000  # the widest --width taken
 
 
 # -- terminal rendering -----------------------------------------------------------------------
@@ -379,6 +381,10 @@ def _page(text: str) -> bool:
 
 
 def main(args: argparse.Namespace) -> int:
+    if args.width is not None and not NARROWEST <= args.width <= WIDEST:
+        raise UserError(
+            f"--width must be a number of columns in [{NARROWEST}, {WIDEST}], got {args.width}"
+        )
     comp = resolve_component(args.component)
     left = load_source(NUMPY_DIR / f"{comp}.py")
     right = load_source(TORCH_DIR / f"{comp}.py")
@@ -396,7 +402,7 @@ def main(args: argparse.Namespace) -> int:
         pairs,
         left,
         right,
-        width=args.width or columns,
+        width=args.width if args.width is not None else columns,
         color=_want_color(args.color),
         background=args.background,
         glyphs=_Glyphs.for_stream(sys.stdout),

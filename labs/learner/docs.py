@@ -48,6 +48,8 @@ from .docs_html import _code_cell, _exercise_lines, _markdown, _page, _side_name
 
 LABS_DIR = ROOT / "labs"
 DEFAULT_OUT = ROOT / "docs" / "site"
+#: Written into every site: a folder holding it is a previous site, rebuilt in place.
+SITE_MARKER = ".twinformer-site"
 
 
 @dataclass(frozen=True)
@@ -444,11 +446,14 @@ def build_site(
     labs_dir: Path = LABS_DIR,
     figures: str = "auto",
     say=print,
+    force: bool = False,
 ) -> list[Path]:
     """Write ``index.html`` and one page per chapter into ``out_dir``; return the paths.
 
     ``figures``: where the labs' figures come from (``docs_figures.py``): ``"auto"``,
-    ``"run"`` or ``"existing"``.
+    ``"run"`` or ``"existing"``. ``out_dir`` is new, empty or a previous site (it holds
+    :data:`SITE_MARKER`); any other folder is refused unless ``force``: its files
+    could be overwritten.
     """
     try:
         import latex2mathml  # noqa: F401
@@ -460,7 +465,18 @@ def build_site(
         raise UserError(f"--figures: expected one of {', '.join(FIGURE_MODES)}, got {figures!r}")
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir}: exists and is not a directory")
+    if not force and out_dir.is_dir() and not (out_dir / SITE_MARKER).is_file():
+        if any(out_dir.iterdir()):
+            raise UserError(
+                f"--out {out_dir}: a folder that is not empty and not a site this command "
+                f"built (no {SITE_MARKER} in it), so its files could be overwritten: give a "
+                "new or empty folder, or add --force to write into it anyway"
+            )
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / SITE_MARKER).write_text(
+        "A site built by `python -m labs docs`; it rebuilds this folder in place.\n",
+        encoding="utf-8",
+    )
     all_chapters = chapters(labs_dir)
     drawn = collect_figures(all_chapters, out_dir, figures, say=say)
     written = []
@@ -490,9 +506,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "runs the labs that have not drawn theirs; 'run' runs every lab again; 'existing' "
         "never runs a lab (pages say how to draw what is missing)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="write into a --out folder that holds other files (they may be overwritten)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
-    written = build_site(args.out, figures=args.figures)
+    written = build_site(args.out, figures=args.figures, force=args.force)
     print(f"wrote {len(written)} pages to {args.out}; open {written[0]}")
     return 0

@@ -39,7 +39,30 @@ def workspace_dir(option: str | None) -> Path:
     if option is not None and not option.strip():
         raise UserError("--workspace is empty: give a directory")
     chosen = option or os.environ.get(WORKSPACE_ENV) or str(REPO / "workspace")
-    return Path(chosen).expanduser().resolve()
+    root = Path(chosen).expanduser().resolve()
+    for package in _protected_packages():
+        if root == package or package in root.parents:
+            problem = f"lies inside the reference package {_show(package)}/"
+        elif root / PACKAGE == package:
+            problem = (
+                f"would put the stubs into the reference package {_show(package)}/, "
+                "replacing its solutions"
+            )
+        else:
+            continue
+        where = "--workspace" if option else f"${WORKSPACE_ENV}"
+        raise UserError(
+            f"{where}: {_show(root)} {problem}; give a directory of its own, e.g. "
+            "workspace/ in the repository (the default)"
+        )
+    return root
+
+
+def _protected_packages() -> list[Path]:
+    """The reference packages a workspace must never be or lie in: ``numpy_impl/`` and
+    ``torch_impl/`` beside ``labs/`` (the repository's, or the installed ones: ``labs``
+    is installed with them)."""
+    return [(REPO / name).resolve() for name in (PACKAGE, "torch_impl")]
 
 
 def _show(path: Path) -> str:

@@ -133,6 +133,16 @@ def _mismatches(
     return problems
 
 
+def first_nonfinite(state: dict[str, np.ndarray]) -> tuple[str, int] | None:
+    """The first tensor of ``state`` holding NaN or infinity, and how many such values
+    it holds (None when every value is finite): a model with it computes NaN."""
+    for name, array in state.items():
+        array = np.asarray(array)
+        if array.dtype.kind in "fc" and not np.isfinite(array).all():
+            return name, int(array.size - np.isfinite(array).sum())
+    return None
+
+
 # -- checks ----------------------------------------------------------------------
 class CheckpointError(ValueError):
     """A checkpoint that cannot be used: corrupt or truncated files, an

@@ -40,19 +40,36 @@ RESERVED = "<|reserved_{}|>"
 MAX_RESERVED = 1024
 
 
+class _RepeatedKey(Exception):
+    """A JSON object that gives one key twice (its name in ``args[0]``)."""
+
+
+def _no_repeats(pairs: list[tuple[str, object]]) -> dict:
+    """``object_pairs_hook``: the object, refusing a key given twice."""
+    seen: dict[str, object] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _RepeatedKey(key)
+        seen[key] = value
+    return seen
+
+
 def read_json(path: Path) -> dict:
     """A JSON object from ``path``.
 
     Raises:
-        FileNotFoundError: no such file (named). ValueError: not a JSON object.
+        FileNotFoundError: no such file (named). ValueError: not a JSON object, or
+            an object that gives a key twice (JSON would keep the last silently).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
     try:
-        document = json.loads(path.read_text(encoding="utf-8"))
+        document = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_repeats)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from e
+    except _RepeatedKey as e:  # JSON keeps the last silently: which one was meant?
+        raise ValueError(f"{path}: the key {e.args[0]!r} is given twice; keep one") from None
     if not isinstance(document, dict):
         raise ValueError(f"{path}: expected a JSON object, got {type(document).__name__}")
     return document
@@ -173,6 +190,13 @@ def read_hf_tokenizer(directory: Path):
     directory = Path(directory)
     path = directory / TOKENIZER_FILE
     if path.is_file():
+        if _is_char_tokenizer(read_json(path)):
+            raise ValueError(
+                f"{path}: a character vocabulary (one token per character, no merges, as "
+                "`python -m labs export` writes a char model's): this reader takes byte-level "
+                "BPE only; sample, inspect or train --init-from the twinformer checkpoint it "
+                "was exported from instead"
+            )
         try:
             return BPETokenizer.from_file(path)
         except ValueError as e:
@@ -233,6 +257,19 @@ def fit_vocabulary(tokenizer, vocab_size: int):
         specials[name] = i
     padded = type(tokenizer)(tokenizer.vocab, tokenizer.merges, specials, tokenizer.pattern)
     return padded, vocab_size - n
+
+
+def _is_char_tokenizer(document: dict) -> bool:
+    """Whether ``tokenizer.json``'s ``document`` is :func:`char_tokenizer_json`'s layout."""
+    model, decoder = document.get("model"), document.get("decoder")
+    return (
+        document.get("pre_tokenizer") is None
+        and isinstance(model, dict)
+        and model.get("type") == "BPE"
+        and model.get("merges") == []
+        and isinstance(decoder, dict)
+        and decoder.get("type") == "Fuse"
+    )
 
 
 # -- writing -----------------------------------------------------------------------------

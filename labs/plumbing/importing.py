@@ -174,24 +174,36 @@ def write_run(out: str | Path, imported: Imported) -> Path:
 
     Raises:
         FileExistsError: ``out`` exists (nothing written).
-        ValueError: a config or state that does not fit (nothing written).
+        ValueError: a config or state that does not fit, weights that are not floating
+            point, or a weight that is NaN or infinite (nothing written).
     """
     from numpy_impl.gpt import GPTConfig
 
     from .checkpoint import save_checkpoint
     from .checkpoint_files import new_directory
-    from .checkpoint_format import _mismatches, expected_shapes
+    from .checkpoint_format import _mismatches, expected_shapes, first_nonfinite
     from .tokenization import tokenizer_config
 
     out = Path(out)
     if out.exists() or out.is_symlink():
         raise FileExistsError(f"{out} already exists (nothing was written; choose a new name)")
     model_config = dataclasses.asdict(GPTConfig.from_dict(dict(imported.model_config)))
+    for k, v in imported.state.items():  # integers would be cast silently: not weights
+        if np.asarray(v).dtype.kind != "f":
+            raise ValueError(
+                f"{k}: the weights are stored as {np.asarray(v).dtype}, not as floating point "
+                "numbers (float16, bfloat16, float32 or float64); nothing was written"
+            )
     state = {k: np.asarray(v, dtype=np.float32) for k, v in imported.state.items()}
     if model_config["tie_weights"]:
         state["head.weight"] = state["tok_emb.weight"]
-    if problems := _mismatches("the imported weights", state, expected_shapes(model_config)):
+    if problems := _mismatches("the imported model", state, expected_shapes(model_config)):
         raise ValueError("; ".join(problems))
+    if bad := first_nonfinite(state):
+        raise ValueError(
+            f"{bad[0]}: the weights hold {bad[1]} NaN or infinite value(s) (as float32), and "
+            "a model with them computes NaN; nothing was written"
+        )
     section, files = tokenizer_config(imported.tokenizer)
     config = {"model": model_config, "tokenizer": section}
     meta = {"step": 0, "imported_from": imported.source}

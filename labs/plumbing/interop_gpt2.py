@@ -94,15 +94,15 @@ def from_gpt2_config(hf_config) -> dict:
             f"activation_function: expected one of {sorted(_GELU)} (GELU), got {activation!r}"
         )
     eps = _get(hf_config, "layer_norm_epsilon")
-    if eps != 1e-5:
-        raise ValueError(f"layer_norm_epsilon: this GPT's LayerNorm uses 1e-5, got {eps}")
+    if isinstance(eps, bool) or not isinstance(eps, int | float) or eps != 1e-5:
+        raise ValueError(f"layer_norm_epsilon: this GPT's LayerNorm uses 1e-5, got {eps!r}")
     for name, wanted in (
         ("scale_attn_weights", True),
         ("scale_attn_by_inverse_layer_idx", False),
         ("add_cross_attention", False),
     ):
         value = _get(hf_config, name) if _has(hf_config, name) else wanted
-        if bool(value) != wanted:
+        if not isinstance(value, bool) or value != wanted:  # "false" is not False
             raise ValueError(f"{name}: this GPT needs {wanted}, got {value!r}")
     drops = {k: _get(hf_config, k) for k in ("resid_pdrop", "embd_pdrop", "attn_pdrop")}
     if len(set(drops.values())) != 1:

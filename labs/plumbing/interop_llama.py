@@ -43,7 +43,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .interop import _check_keys, _get, _numpy, _optional
+from .interop import _check_keys, _get, _has, _numpy, _optional
 
 #: (our name, Llama's name without "model.layers.N.") for block N; q, k, v are apart.
 _LLAMA_BLOCK_KEYS = (
@@ -104,24 +104,49 @@ def _qkv_keys(n: int) -> tuple[str, list[str]]:
 
 
 def _rope_base(hf_config) -> float:
-    """RoPE's base from a LlamaConfig, refusing any scaled RoPE.
+    """RoPE's base from a LlamaConfig, refusing any scaled RoPE and any disagreement.
 
-    transformers 5 keeps it in ``rope_parameters`` (``{"rope_type", "rope_theta", ...}``),
-    4.x in ``rope_theta`` next to ``rope_scaling``.
+    transformers 5 keeps it in ``rope_parameters`` (``{"rope_type", "rope_theta"}``),
+    4.x in ``rope_theta`` next to ``rope_scaling``. In a config.json ``rope_scaling``
+    must be null (or absent); a LlamaConfig of transformers 5 makes it another name of
+    ``rope_parameters``, so there it may hold the plain RoPE's parameters. Every base
+    given (``rope_theta``, ``rope_parameters.rope_theta``) must be the same number.
     """
-    params = _optional(hf_config, "rope_parameters")
-    if params:
+    thetas: dict[str, object] = {}
+    sections = [("rope_parameters", _optional(hf_config, "rope_parameters"))]
+    scaling = _optional(hf_config, "rope_scaling")
+    if scaling is not None and isinstance(hf_config, Mapping):
+        raise ValueError(f"rope_scaling: this GPT has the plain RoPE (null), got {scaling!r}")
+    sections.append(("rope_scaling", scaling))
+    for name, params in sections:
+        if params is None:
+            continue
+        if not isinstance(params, Mapping):
+            raise ValueError(f"{name}: expected an object or null, got {params!r}")
         rope_type = params.get("rope_type", params.get("type", "default"))
         if rope_type != "default":
             raise ValueError(
-                f"rope_parameters: this GPT has the plain RoPE (rope_type 'default'), "
+                f"{name}: this GPT has the plain RoPE (rope_type 'default'), "
                 f"got rope_type {rope_type!r}"
             )
-        return float(params["rope_theta"])
-    scaling = _optional(hf_config, "rope_scaling")
-    if scaling is not None:
-        raise ValueError(f"rope_scaling: this GPT has the plain RoPE (None), got {scaling!r}")
-    return float(_get(hf_config, "rope_theta"))
+        if other := sorted(set(params) - {"rope_type", "type", "rope_theta"}):
+            raise ValueError(
+                f"{name}: this GPT has the plain RoPE (rope_type and rope_theta only), "
+                f"got {', '.join(other)} too"
+            )
+        if "rope_theta" in params:
+            thetas[f"{name}.rope_theta"] = params["rope_theta"]
+    if _has(hf_config, "rope_theta"):
+        thetas["rope_theta"] = _get(hf_config, "rope_theta")
+    if not thetas:
+        raise ValueError("rope_theta: the config gives no RoPE base")
+    for where, value in thetas.items():
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{where}: expected a number, got {value!r}")
+    if len({float(v) for v in thetas.values()}) > 1:
+        given = ", ".join(f"{k} {v!r}" for k, v in thetas.items())
+        raise ValueError(f"rope_theta: the config gives two RoPE bases ({given}); give one")
+    return float(next(iter(thetas.values())))
 
 
 def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
