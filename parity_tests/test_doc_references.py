@@ -10,8 +10,8 @@ resolve:
 * ``file::test_name`` names a test function defined in that file;
 * a bare ``test_name`` in backticks is a test function of some file;
 * with an id in brackets, pytest collects that exact id (``[...]`` stands for
-  any id and is not checked). A backticked id alone right after a reference,
-  as in ```test_x[a]`, `[b]` and `[c]```, is an id of the same test.
+  any id and is not checked). An id alone in backticks right after a reference
+  (`` `test_x[a]`, `[b]` and `[c]` ``) is an id of the same test.
 
 The ids come from one ``pytest --collect-only`` of the files named (a subprocess).
 """
