@@ -59,8 +59,11 @@ def test_notebook_03_runs_top_to_bottom(tmp_path, monkeypatch, capsys):
 def test_notebook_never_overwrites_without_force(tmp_path, capsys):
     pytest.importorskip("jupytext")
     out = tmp_path / "lab.ipynb"
-    rc, _, err = _cli(capsys, "3", "--out", str(out))
+    rc, said, err = _cli(capsys, "3", "--out", str(out))
     assert rc == 0, err
+    # what it wrote, and how to open it
+    assert said.startswith(f"wrote {out} (") and f"jupyter lab {out}" in said, said
+    assert "VS Code" in said and said.count("\n") == 2, said
     out.write_text(out.read_text(encoding="utf-8").replace("Chapter 03 lab", "my notes"))
     mine = out.read_bytes()
     rc, said, err = _cli(capsys, "03", "--out", str(out))
