@@ -368,3 +368,50 @@ def layernorm_hints(module, x, **_) -> dict:
     if x.shape[-1] > 1:
         hints[LAYERNORM_UNBIASED] = lambda: layernorm_variant(module, x, ddof=1)
     return hints
+
+
+# -- the GPT (chapter 08) ------------------------------------------------------------------------
+GPT_NO_LN_F = "no final LayerNorm: the logits are head(ln_f(x)), after the last block"
+GPT_LN_F_TWICE = "the final LayerNorm applied twice: head(ln_f(x)), once"
+GPT_BLOCKS_FORWARD_ORDER = (
+    "the blocks run in forward order during backward: each block's backward needs the "
+    "gradient of its own output, so go through them in reverse (reversed(self.blocks))"
+)
+
+
+def gpt_variant(module, idx: np.ndarray, final) -> np.ndarray:
+    """The GPT's logits from its own layers, ``final`` in place of ``ln_f`` (the blocks see
+    the inputs of the real forward, so their caches are left as they were)."""
+    T = idx.shape[1]
+    x = module.tok_emb(idx)
+    if module.pos_emb is not None:
+        x = x + module.pos_emb(T, 0)
+    for block in module.blocks:
+        x = block(x, is_causal=True)
+    return module.head(final(x))
+
+
+def gpt_hints(module, idx, **_) -> dict:
+    """The GPT's logits after the usual mistakes of chapter 08 (no dropout in the tests)."""
+    return {
+        GPT_NO_LN_F: lambda: gpt_variant(module, idx, lambda x: x),
+        GPT_LN_F_TWICE: lambda: gpt_variant(module, idx, lambda x: module.ln_f(module.ln_f(x))),
+    }
+
+
+def gpt_blocks_forward_order(module, idx: np.ndarray, dlogits: np.ndarray) -> dict:
+    """``{parameter name: gradient}`` of a copy of the GPT whose backward walks the blocks
+    in forward order (its layers' own backwards; the model itself untouched)."""
+    import copy
+
+    model = copy.deepcopy(module)
+    model.forward(idx)
+    model.zero_grad()
+    dx = model.ln_f.backward(model.head.backward(dlogits))
+    for block in model.blocks:  # the mistake: not reversed
+        dx = block.backward(dx)
+    dx = model.drop.backward(dx)
+    if model.pos_emb is not None:
+        model.pos_emb.backward(dx.sum(axis=0))
+    model.tok_emb.backward(dx)
+    return {name: p.grad for name, p in model.named_parameters()}
