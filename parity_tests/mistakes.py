@@ -473,6 +473,47 @@ MISTAKES: list[Mistake] = [
         "the old sums are not rescaled",
         "flash_matches_explicit",
     ),
+    # -- chapter 13: sinusoidal positions and RoPE ----------------------------------------------
+    Mistake(
+        "13",
+        "rope-exponent-over-d",
+        "theta_i = base^(-i / d_k): every plane but the first at the wrong speed",
+        "rope.py",
+        "rope_cos_sin",
+        (
+            (
+                "-np.arange(0, d_k, 2, dtype=np.float64) / d_k",
+                "-np.arange(d_k // 2, dtype=np.float64) / d_k",
+            ),
+        ),
+        "the frequencies: theta_i = base^(-2i / d_k)",
+        "exact_rotations",
+    ),
+    Mistake(
+        "13",
+        "rope-rotates-by-minus-p",
+        "a sign: rotated by -p",
+        "rope.py",
+        "apply_rope",
+        (("a * cos - b * sin", "a * cos + b * sin"), ("a * sin + b * cos", "-a * sin + b * cos")),
+        "rotated by -p",
+        "exact_rotations",
+    ),
+    Mistake(
+        "13",
+        "rope-ignores-start-pos",
+        "start_pos ignored: the positions 0 .. T - 1",
+        "rope.py",
+        "rope_cos_sin",
+        (
+            (
+                "np.arange(start_pos, start_pos + T, dtype=np.float64)",
+                "np.arange(T, dtype=np.float64)",
+            ),
+        ),
+        "start_pos ignored",
+        "exact_rotations",
+    ),
 ]
 
 
