@@ -415,3 +415,45 @@ def gpt_blocks_forward_order(module, idx: np.ndarray, dlogits: np.ndarray) -> di
         model.pos_emb.backward(dx.sum(axis=0))
     model.tok_emb.backward(dx)
     return {name: p.grad for name, p in model.named_parameters()}
+
+
+# -- RMSNorm and SwiGLU (chapter 14) -------------------------------------------------------------
+RMSNORM_CENTRED = "the mean subtracted: that is LayerNorm; RMSNorm divides x by its rms, uncentred"
+RMSNORM_EPS_OUTSIDE = "eps outside the square root: x / sqrt(mean(x^2) + eps), not x / (rms + eps)"
+SWIGLU_GATE_SWAPPED = (
+    "the gate on the wrong branch: w2(act(w1(x)) * w3(x)), SiLU on w1's output, w3 linear"
+)
+
+
+def rmsnorm_variant(module, x, centred: bool = False, eps_inside: bool = True) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if centred:
+        x = x - x.mean(axis=-1, keepdims=True)
+    ms = (x**2).mean(axis=-1, keepdims=True)
+    rrms = 1.0 / np.sqrt(ms + module.eps) if eps_inside else 1.0 / (np.sqrt(ms) + module.eps)
+    return x * rrms * module.weight.data
+
+
+def rmsnorm_hints(module, x, **_) -> dict:
+    """RMSNorm's output after the usual mistakes of chapter 14."""
+    return {
+        RMSNORM_CENTRED: lambda: rmsnorm_variant(module, x, centred=True),
+        RMSNORM_EPS_OUTSIDE: lambda: rmsnorm_variant(module, x, eps_inside=False),
+    }
+
+
+def swiglu_hints(module, x, **_) -> dict:
+    """SwiGLU's output with the gate on w3's branch (computed from the weights, so the
+    layers' caches are untouched; no dropout in the tests)."""
+    sd = module.state_dict()
+
+    def linear(a, name):
+        bias = sd.get(f"{name}.bias")
+        return a @ sd[f"{name}.weight"].T + (0.0 if bias is None else bias)
+
+    def swapped():
+        x64 = np.asarray(x, dtype=np.float64)
+        g = linear(x64, "w3")
+        return linear(g / (1.0 + np.exp(-g)) * linear(x64, "w1"), "w2")
+
+    return {SWIGLU_GATE_SWAPPED: swapped}

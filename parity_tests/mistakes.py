@@ -514,6 +514,47 @@ MISTAKES: list[Mistake] = [
         "start_pos ignored",
         "exact_rotations",
     ),
+    # -- chapter 14: RMSNorm, post-norm, SwiGLU --------------------------------------------------
+    Mistake(
+        "14",
+        "rmsnorm-subtracts-mean",
+        "the mean subtracted (LayerNorm's centring)",
+        "norm.py",
+        "RMSNorm.forward",
+        (
+            (
+                "rrms = 1.0 / np.sqrt(",
+                "x = x - x.mean(axis=-1, keepdims=True)\nrrms = 1.0 / np.sqrt(",
+            ),
+        ),
+        H.RMSNORM_CENTRED[:40],
+        "parity and RMSNorm",
+    ),
+    Mistake(
+        "14",
+        "rmsnorm-eps-outside-sqrt",
+        "eps added outside the square root",
+        "norm.py",
+        "RMSNorm.forward",
+        (
+            (
+                "1.0 / np.sqrt((x**2).mean(axis=-1, keepdims=True) + self.eps)",
+                "1.0 / (np.sqrt((x**2).mean(axis=-1, keepdims=True)) + self.eps)",
+            ),
+        ),
+        H.RMSNORM_EPS_OUTSIDE[:40],
+        "parity and RMSNorm",
+    ),
+    Mistake(
+        "14",
+        "swiglu-gate-swapped",
+        "the gate on the wrong branch: w3 through SiLU, w1 linear",
+        "ffn.py",
+        "SwiGLUFeedForward.forward",
+        (("self.act(self.w1(x))", "self.w1(x)"), ("up = self.w3(x)", "up = self.act(self.w3(x))")),
+        H.SWIGLU_GATE_SWAPPED[:40],
+        "parity and SwiGLU",
+    ),
 ]
 
 

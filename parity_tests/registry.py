@@ -926,6 +926,7 @@ register(
         lambda c, dt: N.RMSNorm(c["dim"], eps=c["eps"], dtype=dt),
         lambda c, dt: T.RMSNorm(c["dim"], eps=c["eps"], dtype=dt),
         _layernorm_input,  # rms >= scale * sqrt(2 / C)
+        hints=H.rmsnorm_hints,
     ),
     Pair(
         "SiLU",
@@ -950,6 +951,7 @@ register(
         lambda c, dt: N.SwiGLUFeedForward(c["dim"], c["d_ff"], bias=c["bias"], dtype=dt),
         lambda c, dt: T.SwiGLUFeedForward(c["dim"], c["d_ff"], bias=c["bias"], dtype=dt),
         lambda c, rng, dt: _x_input(c, rng, dt, key="bt", bound=2.0),
+        hints=H.swiglu_hints,
     ),
     Pair(
         "Block[options]",
