@@ -457,3 +457,30 @@ def swiglu_hints(module, x, **_) -> dict:
         return linear(g / (1.0 + np.exp(-g)) * linear(x64, "w1"), "w2")
 
     return {SWIGLU_GATE_SWAPPED: swapped}
+
+
+# -- encoder models (chapter 15) -----------------------------------------------------------------
+MEANPOOL_PLAIN = (
+    "a plain mean over T: the padding counted; average the real tokens only, "
+    "sum_t m_bt x_bt / max(n_b, 1)"
+)
+PADDED_QUERIES_MASKED = (
+    "the padded queries masked instead of the padded keys: the mask is (B, 1, 1, T), "
+    "key_padding_attn_mask(token_mask), so no query reads padding"
+)
+
+
+def mean_pool_hints(module, x, token_mask=None, **_) -> dict:
+    """MeanPool's output after the usual mistake of chapter 15."""
+    if token_mask is None or np.all(token_mask):
+        return {}
+    return {MEANPOOL_PLAIN: lambda: np.asarray(x, dtype=np.float64).mean(axis=1)}
+
+
+def classifier_queries_masked(module, idx: np.ndarray, token_mask: np.ndarray) -> np.ndarray:
+    """The TransformerClassifier's logits with the padded queries masked, ``token_mask[:,
+    None, :, None]``, where the keys should be (its own layers; no dropout)."""
+    T = idx.shape[1]
+    x = module.tok_emb(idx) + module.pos_enc(T)
+    x = module.encoder(x, attn_mask=token_mask[:, None, :, None])
+    return module.head(module.pool(x, token_mask))

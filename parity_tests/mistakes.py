@@ -555,6 +555,42 @@ MISTAKES: list[Mistake] = [
         H.SWIGLU_GATE_SWAPPED[:40],
         "parity and SwiGLU",
     ),
+    # -- chapter 15: encoder models and classification -------------------------------------------
+    Mistake(
+        "15",
+        "mean-pool-counts-padding",
+        "a plain mean over T: the padding counted",
+        "encoder.py",
+        "MeanPool.forward",
+        (('return np.einsum("bt,btc->bc", self._weights, x)', "return x.mean(axis=1)"),),
+        H.MEANPOOL_PLAIN[:40],
+        "parity and MeanPool",
+    ),
+    Mistake(
+        "15",
+        "mean-pool-zero-over-zero",
+        "divided by the count of real tokens, 0 for a row of padding",
+        "encoder.py",
+        "MeanPool.forward",
+        (("token_mask / np.maximum(counts, 1)", "token_mask / counts"),),
+        "divide by max(n, 1)",
+        "mean_pool_fixed_values",
+    ),
+    Mistake(
+        "15",
+        "padded-queries-masked",
+        "the padded queries masked (token_mask[:, None, :, None]) instead of the keys",
+        "encoder.py",
+        "TransformerClassifier.forward",
+        (
+            (
+                "attn_mask=attn_mask)",
+                "attn_mask=None if token_mask is None else token_mask[:, None, :, None])",
+            ),
+        ),
+        H.PADDED_QUERIES_MASKED[:40],
+        "padding_changes_nothing",
+    ),
 ]
 
 

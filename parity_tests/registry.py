@@ -1174,6 +1174,7 @@ register(
             {"x": rng.uniform((c["B"], c["T"], c["C"]), dt)},
             {"token_mask": padding_mask(rng, c["B"], c["T"]) if c["masked"] else None},
         ),
+        hints=H.mean_pool_hints,
         fd_coords=4,
         has_params=False,
     ),
