@@ -484,3 +484,54 @@ def classifier_queries_masked(module, idx: np.ndarray, token_mask: np.ndarray) -
     x = module.tok_emb(idx) + module.pos_enc(T)
     x = module.encoder(x, attn_mask=token_mask[:, None, :, None])
     return module.head(module.pool(x, token_mask))
+
+
+# -- cross-attention and decoding (chapter 16) ---------------------------------------------------
+CROSS_KV_SWAPPED = (
+    "k and v swapped: linear(kv, W[C:]) is (B, S, 2C), k the first half, v the second"
+)
+CROSS_WRONG_ROWS = (
+    "the wrong rows of qkv_proj for the memory: W_q is rows 0 .. C-1, W_k and W_v rows C .. 3C-1"
+)
+DECODER_NOT_CAUSAL = (
+    "positions 0..t see the later targets: the decoder's self-attention must be causal "
+    "(is_causal=True)"
+)
+GREEDY_WRONG_POSITION = (
+    "every step drew the same token: take the next token from the last position's "
+    "logits, logits[:, -1]"
+)
+
+
+def cross_attention_variant(module, x, kv, attn_mask, mistake: str) -> np.ndarray:
+    """Cross-attention computed plainly from ``module``'s weights, with k and v swapped
+    (``"swapped"``) or taken from the rows 0 .. 2C-1 (``"rows"``)."""
+    sd = module.state_dict()
+    W, b = sd["qkv_proj.weight"], sd.get("qkv_proj.bias")
+    C, H = module.d_model, module.n_heads
+
+    def lin(a, rows):
+        return a @ W[rows].T + (0.0 if b is None else b[rows])
+
+    def heads(a):  # (B, L, C) -> (B, H, L, d)
+        return a.reshape(*a.shape[:2], H, C // H).transpose(0, 2, 1, 3)
+
+    q = lin(np.asarray(x, np.float64), slice(0, C))
+    kv_rows = slice(0, 2 * C) if mistake == "rows" else slice(C, 3 * C)
+    k, v = np.split(lin(np.asarray(kv, np.float64), kv_rows), 2, axis=-1)
+    if mistake == "swapped":
+        k, v = v, k
+    y = sdpa_variant(heads(q), heads(k), heads(v), attn_mask, False, None)
+    y = y.transpose(0, 2, 1, 3).reshape(*np.shape(x)[:2], C)
+    out_b = sd.get("out_proj.bias")
+    return y @ sd["out_proj.weight"].T + (0.0 if out_b is None else out_b)
+
+
+def cross_attention_hints(module, x, kv=None, attn_mask=None, **_) -> dict:
+    """Cross-attention's output after the usual mistakes of chapter 16."""
+    if kv is None:
+        return {}
+    return {
+        CROSS_KV_SWAPPED: lambda: cross_attention_variant(module, x, kv, attn_mask, "swapped"),
+        CROSS_WRONG_ROWS: lambda: cross_attention_variant(module, x, kv, attn_mask, "rows"),
+    }

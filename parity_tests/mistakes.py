@@ -591,6 +591,42 @@ MISTAKES: list[Mistake] = [
         H.PADDED_QUERIES_MASKED[:40],
         "padding_changes_nothing",
     ),
+    # -- chapter 16: encoder-decoder and cross-attention -----------------------------------------
+    Mistake(
+        "16",
+        "cross-kv-swapped",
+        "k and v swapped in the memory's projection",
+        "attention.py",
+        "SelfAttention.project",
+        (
+            (
+                "k, v = np.split(linear(kv, W[C:], b_kv), 2, axis=-1)",
+                "v, k = np.split(linear(kv, W[C:], b_kv), 2, axis=-1)",
+            ),
+        ),
+        H.CROSS_KV_SWAPPED[:40],
+        "parity and cross",
+    ),
+    Mistake(
+        "16",
+        "decoder-not-causal",
+        "the decoder's self-attention without the causal mask",
+        "seq2seq.py",
+        "DecoderBlock.forward",
+        (("attn_mask=self_mask, is_causal=True", "attn_mask=self_mask, is_causal=False"),),
+        H.DECODER_NOT_CAUSAL[:40],
+        "decoder_is_causal",
+    ),
+    Mistake(
+        "16",
+        "greedy-from-first-position",
+        "the next token from logits[:, 0], not the last position",
+        "seq2seq.py",
+        "Seq2SeqTransformer.generate",
+        (("nxt = logits[:, -1].argmax(axis=-1)", "nxt = logits[:, 0].argmax(axis=-1)"),),
+        H.GREEDY_WRONG_POSITION[:40],
+        "greedy_decoding_identical",
+    ),
 ]
 
 

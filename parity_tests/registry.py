@@ -1327,6 +1327,7 @@ register(
         ),
         _cross_inputs,
         impls=ATTN_IMPLS,
+        hints=H.cross_attention_hints,
         invariants=_all_padding_source_gives_the_bias,
         fd_coords=4,
     ),
