@@ -51,7 +51,7 @@ def sdpa_hints(q, k, v, attn_mask=None, is_causal=False, scale=None, **_) -> dic
 
 
 # -- causal self-attention, the layer (chapter 04) ---------------------------------------------
-def self_attention_variant(module, x: np.ndarray, split=True, merge=True, causal=True):
+def self_attention_variant(module, x: np.ndarray, split=True, merge=True, causal=True, order="qkv"):
     """Causal SelfAttention's output computed plainly from ``module``'s weights, with a bug:
     heads split (``split=False``) or merged (``merge=False``) by a bare reshape, where the
     head axis must be moved; or no causal mask."""
@@ -67,7 +67,8 @@ def self_attention_variant(module, x: np.ndarray, split=True, merge=True, causal
     def heads(a):  # (B, T, C) -> (B, H, T, d)
         return a.reshape(B, T, H, d).transpose(0, 2, 1, 3) if split else a.reshape(B, H, T, d)
 
-    q, k, v = (heads(a) for a in np.split(linear(x, "qkv_proj"), 3, axis=-1))
+    cut = dict(zip(order, np.split(linear(x, "qkv_proj"), 3, axis=-1), strict=True))
+    q, k, v = (heads(cut[name]) for name in "qkv")
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d)
     if causal:
         scores = np.where(np.triu(np.ones((T, T), bool), 1), -np.inf, scores)
@@ -91,7 +92,22 @@ def self_attention_hints(module, x, **_) -> dict:
         "no causal mask: position t must not see the positions after it": lambda: (
             self_attention_variant(module, x, causal=False)
         ),
+        SPLIT_BARE: lambda: self_attention_variant(module, x, split=False),
+        QKV_ORDER: lambda: self_attention_variant(module, x, order="kqv"),
     }
+
+
+SPLIT_BARE = (
+    "heads split with a bare reshape: (B, T, C) -> (B, T, H, d_k), then swap the T and H axes"
+)
+
+
+QKV_ORDER = "q, k, v cut in another order: qkv_proj(x) holds q, then k, then v (B, T, 3C)"
+
+# -- learned positions (chapter 05) ------------------------------------------------------------
+POSITIONS_FROM_ZERO = (
+    "rows 0 .. T-1 whatever start_pos: forward reads rows start_pos .. start_pos + T - 1"
+)
 
 
 # -- the online softmax (chapter 12) ------------------------------------------------------------

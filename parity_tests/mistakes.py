@@ -137,6 +137,21 @@ MISTAKES: list[Mistake] = [
         "no causal mask",
         "parity and SelfAttention",
     ),
+    Mistake(
+        "04",
+        "split-heads-bare-reshape",
+        "heads split by a bare reshape to (B, H, T, d_k), without the transpose",
+        "attention.py",
+        "split_heads",
+        (
+            (
+                "x.reshape(B, T, n_heads, C // n_heads).transpose(0, 2, 1, 3)",
+                "x.reshape(B, n_heads, T, C // n_heads)",
+            ),
+        ),
+        H.SPLIT_BARE[:40],
+        "parity and SelfAttention",
+    ),
     # -- chapter 05: positional embeddings ----------------------------------------------------
     Mistake(
         "05",
@@ -157,6 +172,16 @@ MISTAKES: list[Mistake] = [
         (("self.weight.grad[start_pos : start_pos + T] += dout", "self.weight.grad += dout"),),
         "shape mismatch inside your code",
         "Learned",
+    ),
+    Mistake(
+        "05",
+        "positions-from-zero",
+        "rows 0 .. T-1 returned whatever start_pos",
+        "positional.py",
+        "LearnedPositionalEmbedding.forward",
+        (("self.weight.data[start_pos : start_pos + T]", "self.weight.data[:T]"),),
+        H.POSITIONS_FROM_ZERO[:40],
+        "learned_positions_from_start_pos",
     ),
     # -- chapter 06: feed-forward and GELU -----------------------------------------------------
     Mistake(
@@ -183,6 +208,16 @@ MISTAKES: list[Mistake] = [
         (("return 0.5 * x * (1 + self._tanh_u)", "return x * (1 + self._tanh_u)"),),
         H.GELU_NO_HALF,
         "GELU and parity",
+    ),
+    Mistake(
+        "06",
+        "gelu-backward-writes-dout",
+        "dout *= dy_dx: the caller's dout changed",
+        "activations.py",
+        "GELU.backward",
+        (("return dout * dy_dx", "dout *= dy_dx\nreturn dout"),),
+        "was modified in place",
+        "parity and GELU",
     ),
     # -- chapter 07: LayerNorm and residuals --------------------------------------------------
     Mistake(
