@@ -46,6 +46,37 @@ class Mistake:
 
 
 MISTAKES: list[Mistake] = [
+    # -- chapter 01: tokens ----------------------------------------------------------------------
+    Mistake(
+        "01",
+        "encode-keyerror-escapes",
+        "the KeyError of the lookup let out, not self._unknown_error(text)",
+        "char_tokenizer.py",
+        "CharTokenizer.encode",
+        (("except KeyError:", "except IndexError:"),),
+        "KeyError 'x' escaped encode",
+        "unknown_characters",
+    ),
+    Mistake(
+        "01",
+        "decode-negative-id-wraps",
+        "a negative id not rejected: it wraps round to the end of chars",
+        "char_tokenizer.py",
+        "CharTokenizer.decode",
+        (("if not 0 <= i < self.vocab_size:", "if not i < self.vocab_size:"),),
+        "a negative id wrapped round",
+        "decode_rejects_bad_ids",
+    ),
+    Mistake(
+        "01",
+        "decode-accepts-bool",
+        "True accepted as an id (the bool check left out)",
+        "char_tokenizer.py",
+        "CharTokenizer.decode",
+        (("isinstance(i, (bool, np.bool_)) or not isinstance", "not isinstance"),),
+        "True accepted as an id",
+        "decode_rejects_bad_ids",
+    ),
     # -- chapter 02: embeddings and linear maps ------------------------------------------------
     Mistake(
         "02",
