@@ -508,6 +508,27 @@ MISTAKES: list[Mistake] = [
         "drew a filtered-out token",
         "sampling_distributions_agree",
     ),
+    # -- chapter 11: byte-level BPE --------------------------------------------------------------
+    Mistake(
+        "11",
+        "merge-overlapping",
+        "merge steps one element after a merge: the merges overlap",
+        "tokenizer.py",
+        "merge",
+        (("i += 2", "i += 1"),),
+        "the merges overlap",
+        "merge_scans",
+    ),
+    Mistake(
+        "11",
+        "merge-drops-last",
+        "the loop stops before the last element",
+        "tokenizer.py",
+        "merge",
+        (("while i < n:", "while i < n - 1:"),),
+        "the last element dropped",
+        "merge_scans",
+    ),
     # -- chapter 12: the online softmax --------------------------------------------------------
     Mistake(
         "12",
