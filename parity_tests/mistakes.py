@@ -714,6 +714,37 @@ MISTAKES: list[Mistake] = [
         H.GREEDY_WRONG_POSITION[:40],
         "greedy_decoding_identical",
     ),
+    # -- chapter 17: real models -----------------------------------------------------------------
+    Mistake(
+        "17",
+        "conv1d-not-transposed",
+        "GPT-2's Conv1D weights exported untransposed",
+        "pretrained.py",
+        "to_gpt2_state",
+        (("np.ascontiguousarray(array.T if conv1d and is_conv1d else array)", "array"),),
+        "a forgotten transpose",
+        "conv1d_weights",
+    ),
+    Mistake(
+        "17",
+        "nanogpt-transposed",
+        "nanoGPT's weights transposed too (the conv1d flag ignored)",
+        "pretrained.py",
+        "to_gpt2_state",
+        (("array.T if conv1d and is_conv1d", "array.T if is_conv1d"),),
+        "nanoGPT's weights transposed",
+        "nanogpt_weights_are_renamed",
+    ),
+    Mistake(
+        "17",
+        "key-table-biases-always",
+        "bias rows written for a bias=False model",
+        "pretrained.py",
+        "gpt2_key_table",
+        (("if bias:", "if True:"),),
+        "rows for parameters the model does not have",
+        "key_table_names",
+    ),
 ]
 
 
