@@ -68,6 +68,22 @@ def randomize_(module, rng: SeededRng):
     return module
 
 
+def _tied_by_data(numpy_module, t_names: list) -> str | None:
+    """The usual cause of an extra NumPy parameter: two Parameters sharing one array
+    (``a.data = b.data``, or a copy) where one Parameter object should serve twice."""
+    params = dict(numpy_module.named_parameters())
+    torch_names = {n for n, _ in t_names}
+    for extra in (n for n in params if n not in torch_names):
+        for other in torch_names & params.keys():
+            a, b = params[other].data, params[extra].data
+            if a.shape == b.shape and (np.shares_memory(a, b) or np.array_equal(a, b)):
+                return (
+                    f"tied by sharing .data (or a copy): {extra} and {other} are two "
+                    "Parameters, two .grad; tie the Parameter itself (one object, two uses)"
+                )
+    return None
+
+
 def copy_weights(torch_module: torch.nn.Module, numpy_module) -> None:
     """Load the torch module's weights into its NumPy twin through the state dict.
 
@@ -77,8 +93,8 @@ def copy_weights(torch_module: torch.nn.Module, numpy_module) -> None:
     t_names = [(n, tuple(p.shape)) for n, p in torch_module.named_parameters()]
     n_names = [(n, tuple(p.shape)) for n, p in numpy_module.named_parameters()]
     assert n_names == t_names, (
-        "mirror rule broken: (name, shape) of named_parameters() differ\n"
-        f"  numpy_impl: {n_names}\n  torch_impl: {t_names}"
+        f"{_tied_by_data(numpy_module, t_names) or 'mirror rule broken'}: (name, shape) of "
+        f"named_parameters() differ\n  numpy_impl: {n_names}\n  torch_impl: {t_names}"
     )
     numpy_module.load_state_dict(
         {k: v.detach().numpy() for k, v in torch_module.state_dict().items()}

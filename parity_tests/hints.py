@@ -51,7 +51,7 @@ def sdpa_hints(q, k, v, attn_mask=None, is_causal=False, scale=None, **_) -> dic
 
 
 # -- causal self-attention, the layer (chapter 04) ---------------------------------------------
-def self_attention_variant(module, x: np.ndarray, split=True, merge=True, causal=True):
+def self_attention_variant(module, x: np.ndarray, split=True, merge=True, causal=True, order="qkv"):
     """Causal SelfAttention's output computed plainly from ``module``'s weights, with a bug:
     heads split (``split=False``) or merged (``merge=False``) by a bare reshape, where the
     head axis must be moved; or no causal mask."""
@@ -67,7 +67,8 @@ def self_attention_variant(module, x: np.ndarray, split=True, merge=True, causal
     def heads(a):  # (B, T, C) -> (B, H, T, d)
         return a.reshape(B, T, H, d).transpose(0, 2, 1, 3) if split else a.reshape(B, H, T, d)
 
-    q, k, v = (heads(a) for a in np.split(linear(x, "qkv_proj"), 3, axis=-1))
+    cut = dict(zip(order, np.split(linear(x, "qkv_proj"), 3, axis=-1), strict=True))
+    q, k, v = (heads(cut[name]) for name in "qkv")
     scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(d)
     if causal:
         scores = np.where(np.triu(np.ones((T, T), bool), 1), -np.inf, scores)
@@ -91,7 +92,22 @@ def self_attention_hints(module, x, **_) -> dict:
         "no causal mask: position t must not see the positions after it": lambda: (
             self_attention_variant(module, x, causal=False)
         ),
+        SPLIT_BARE: lambda: self_attention_variant(module, x, split=False),
+        QKV_ORDER: lambda: self_attention_variant(module, x, order="kqv"),
     }
+
+
+SPLIT_BARE = (
+    "heads split with a bare reshape: (B, T, C) -> (B, T, H, d_k), then swap the T and H axes"
+)
+
+
+QKV_ORDER = "q, k, v cut in another order: qkv_proj(x) holds q, then k, then v (B, T, 3C)"
+
+# -- learned positions (chapter 05) ------------------------------------------------------------
+POSITIONS_FROM_ZERO = (
+    "rows 0 .. T-1 whatever start_pos: forward reads rows start_pos .. start_pos + T - 1"
+)
 
 
 # -- the online softmax (chapter 12) ------------------------------------------------------------
@@ -368,3 +384,170 @@ def layernorm_hints(module, x, **_) -> dict:
     if x.shape[-1] > 1:
         hints[LAYERNORM_UNBIASED] = lambda: layernorm_variant(module, x, ddof=1)
     return hints
+
+
+# -- the GPT (chapter 08) ------------------------------------------------------------------------
+GPT_NO_LN_F = "no final LayerNorm: the logits are head(ln_f(x)), after the last block"
+GPT_LN_F_TWICE = "the final LayerNorm applied twice: head(ln_f(x)), once"
+GPT_BLOCKS_FORWARD_ORDER = (
+    "the blocks run in forward order during backward: each block's backward needs the "
+    "gradient of its own output, so go through them in reverse (reversed(self.blocks))"
+)
+
+
+def gpt_variant(module, idx: np.ndarray, final) -> np.ndarray:
+    """The GPT's logits from its own layers, ``final`` in place of ``ln_f`` (the blocks see
+    the inputs of the real forward, so their caches are left as they were)."""
+    T = idx.shape[1]
+    x = module.tok_emb(idx)
+    if module.pos_emb is not None:
+        x = x + module.pos_emb(T, 0)
+    for block in module.blocks:
+        x = block(x, is_causal=True)
+    return module.head(final(x))
+
+
+def gpt_hints(module, idx, **_) -> dict:
+    """The GPT's logits after the usual mistakes of chapter 08 (no dropout in the tests)."""
+    return {
+        GPT_NO_LN_F: lambda: gpt_variant(module, idx, lambda x: x),
+        GPT_LN_F_TWICE: lambda: gpt_variant(module, idx, lambda x: module.ln_f(module.ln_f(x))),
+    }
+
+
+def gpt_blocks_forward_order(module, idx: np.ndarray, dlogits: np.ndarray) -> dict:
+    """``{parameter name: gradient}`` of a copy of the GPT whose backward walks the blocks
+    in forward order (its layers' own backwards; the model itself untouched)."""
+    import copy
+
+    model = copy.deepcopy(module)
+    model.forward(idx)
+    model.zero_grad()
+    dx = model.ln_f.backward(model.head.backward(dlogits))
+    for block in model.blocks:  # the mistake: not reversed
+        dx = block.backward(dx)
+    dx = model.drop.backward(dx)
+    if model.pos_emb is not None:
+        model.pos_emb.backward(dx.sum(axis=0))
+    model.tok_emb.backward(dx)
+    return {name: p.grad for name, p in model.named_parameters()}
+
+
+# -- RMSNorm and SwiGLU (chapter 14) -------------------------------------------------------------
+RMSNORM_CENTRED = "the mean subtracted: that is LayerNorm; RMSNorm divides x by its rms, uncentred"
+RMSNORM_EPS_OUTSIDE = "eps outside the square root: x / sqrt(mean(x^2) + eps), not x / (rms + eps)"
+SWIGLU_GATE_SWAPPED = (
+    "the gate on the wrong branch: w2(act(w1(x)) * w3(x)), SiLU on w1's output, w3 linear"
+)
+
+
+def rmsnorm_variant(module, x, centred: bool = False, eps_inside: bool = True) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    if centred:
+        x = x - x.mean(axis=-1, keepdims=True)
+    ms = (x**2).mean(axis=-1, keepdims=True)
+    rrms = 1.0 / np.sqrt(ms + module.eps) if eps_inside else 1.0 / (np.sqrt(ms) + module.eps)
+    return x * rrms * module.weight.data
+
+
+def rmsnorm_hints(module, x, **_) -> dict:
+    """RMSNorm's output after the usual mistakes of chapter 14."""
+    return {
+        RMSNORM_CENTRED: lambda: rmsnorm_variant(module, x, centred=True),
+        RMSNORM_EPS_OUTSIDE: lambda: rmsnorm_variant(module, x, eps_inside=False),
+    }
+
+
+def swiglu_hints(module, x, **_) -> dict:
+    """SwiGLU's output with the gate on w3's branch (computed from the weights, so the
+    layers' caches are untouched; no dropout in the tests)."""
+    sd = module.state_dict()
+
+    def linear(a, name):
+        bias = sd.get(f"{name}.bias")
+        return a @ sd[f"{name}.weight"].T + (0.0 if bias is None else bias)
+
+    def swapped():
+        x64 = np.asarray(x, dtype=np.float64)
+        g = linear(x64, "w3")
+        return linear(g / (1.0 + np.exp(-g)) * linear(x64, "w1"), "w2")
+
+    return {SWIGLU_GATE_SWAPPED: swapped}
+
+
+# -- encoder models (chapter 15) -----------------------------------------------------------------
+MEANPOOL_PLAIN = (
+    "a plain mean over T: the padding counted; average the real tokens only, "
+    "sum_t m_bt x_bt / max(n_b, 1)"
+)
+PADDED_QUERIES_MASKED = (
+    "the padded queries masked instead of the padded keys: the mask is (B, 1, 1, T), "
+    "key_padding_attn_mask(token_mask), so no query reads padding"
+)
+
+
+def mean_pool_hints(module, x, token_mask=None, **_) -> dict:
+    """MeanPool's output after the usual mistake of chapter 15."""
+    if token_mask is None or np.all(token_mask):
+        return {}
+    return {MEANPOOL_PLAIN: lambda: np.asarray(x, dtype=np.float64).mean(axis=1)}
+
+
+def classifier_queries_masked(module, idx: np.ndarray, token_mask: np.ndarray) -> np.ndarray:
+    """The TransformerClassifier's logits with the padded queries masked, ``token_mask[:,
+    None, :, None]``, where the keys should be (its own layers; no dropout)."""
+    T = idx.shape[1]
+    x = module.tok_emb(idx) + module.pos_enc(T)
+    x = module.encoder(x, attn_mask=token_mask[:, None, :, None])
+    return module.head(module.pool(x, token_mask))
+
+
+# -- cross-attention and decoding (chapter 16) ---------------------------------------------------
+CROSS_KV_SWAPPED = (
+    "k and v swapped: linear(kv, W[C:]) is (B, S, 2C), k the first half, v the second"
+)
+CROSS_WRONG_ROWS = (
+    "the wrong rows of qkv_proj for the memory: W_q is rows 0 .. C-1, W_k and W_v rows C .. 3C-1"
+)
+DECODER_NOT_CAUSAL = (
+    "positions 0..t see the later targets: the decoder's self-attention must be causal "
+    "(is_causal=True)"
+)
+GREEDY_WRONG_POSITION = (
+    "every step drew the same token: take the next token from the last position's "
+    "logits, logits[:, -1]"
+)
+
+
+def cross_attention_variant(module, x, kv, attn_mask, mistake: str) -> np.ndarray:
+    """Cross-attention computed plainly from ``module``'s weights, with k and v swapped
+    (``"swapped"``) or taken from the rows 0 .. 2C-1 (``"rows"``)."""
+    sd = module.state_dict()
+    W, b = sd["qkv_proj.weight"], sd.get("qkv_proj.bias")
+    C, H = module.d_model, module.n_heads
+
+    def lin(a, rows):
+        return a @ W[rows].T + (0.0 if b is None else b[rows])
+
+    def heads(a):  # (B, L, C) -> (B, H, L, d)
+        return a.reshape(*a.shape[:2], H, C // H).transpose(0, 2, 1, 3)
+
+    q = lin(np.asarray(x, np.float64), slice(0, C))
+    kv_rows = slice(0, 2 * C) if mistake == "rows" else slice(C, 3 * C)
+    k, v = np.split(lin(np.asarray(kv, np.float64), kv_rows), 2, axis=-1)
+    if mistake == "swapped":
+        k, v = v, k
+    y = sdpa_variant(heads(q), heads(k), heads(v), attn_mask, False, None)
+    y = y.transpose(0, 2, 1, 3).reshape(*np.shape(x)[:2], C)
+    out_b = sd.get("out_proj.bias")
+    return y @ sd["out_proj.weight"].T + (0.0 if out_b is None else out_b)
+
+
+def cross_attention_hints(module, x, kv=None, attn_mask=None, **_) -> dict:
+    """Cross-attention's output after the usual mistakes of chapter 16."""
+    if kv is None:
+        return {}
+    return {
+        CROSS_KV_SWAPPED: lambda: cross_attention_variant(module, x, kv, attn_mask, "swapped"),
+        CROSS_WRONG_ROWS: lambda: cross_attention_variant(module, x, kv, attn_mask, "rows"),
+    }

@@ -664,6 +664,20 @@ register(
 # the O(h^2) error of the central difference itself exceeds 1e-6 (Hypothesis found a
 # gradient of 150 off by 2.6e-4 at h = 1e-6, and by 2e-6 at h = 1e-7: the backward was right).
 # Worst relative error reached: ~1e-7, against FINITE_DIFF's 1e-6.
+def _gpt_grad_hints(ex: Example) -> dict:
+    """Every gradient of a GPT with more than one block, as the blocks in forward order
+    during backward leave it."""
+    if len(ex.numpy_twin.blocks) < 2:
+        return {}
+    wrong = functools.lru_cache(maxsize=None)(
+        lambda: H.gpt_blocks_forward_order(ex.numpy_twin, ex.extras["idx"], ex.douts[0])
+    )
+    return {
+        name: {H.GPT_BLOCKS_FORWARD_ORDER: functools.partial(lambda n: wrong()[n], name)}
+        for name, _ in ex.numpy_twin.named_parameters()
+    }
+
+
 def _with_ids(configs: st.SearchStrategy, B=batch_sizes, T_=lengths) -> st.SearchStrategy:
     """GPTConfig dicts with the batch's shape (``B``, ``T``) drawn next to them."""
     return st.tuples(configs, B, T_).map(lambda t: {**t[0], "B": t[1], "T": t[2]})
@@ -710,6 +724,8 @@ register(
             impls=ATTN_IMPLS,
             dtypes=F64,
             invariants=_gpt_tie_and_loss,
+            hints=H.gpt_hints,
+            grad_hints=_gpt_grad_hints,
             fd_config=_with_ids(
                 st.integers(2, 12).flatmap(
                     lambda v, tie=tie, gelu=gelu: gpt_configs(
@@ -910,6 +926,7 @@ register(
         lambda c, dt: N.RMSNorm(c["dim"], eps=c["eps"], dtype=dt),
         lambda c, dt: T.RMSNorm(c["dim"], eps=c["eps"], dtype=dt),
         _layernorm_input,  # rms >= scale * sqrt(2 / C)
+        hints=H.rmsnorm_hints,
     ),
     Pair(
         "SiLU",
@@ -934,6 +951,7 @@ register(
         lambda c, dt: N.SwiGLUFeedForward(c["dim"], c["d_ff"], bias=c["bias"], dtype=dt),
         lambda c, dt: T.SwiGLUFeedForward(c["dim"], c["d_ff"], bias=c["bias"], dtype=dt),
         lambda c, rng, dt: _x_input(c, rng, dt, key="bt", bound=2.0),
+        hints=H.swiglu_hints,
     ),
     Pair(
         "Block[options]",
@@ -1156,6 +1174,7 @@ register(
             {"x": rng.uniform((c["B"], c["T"], c["C"]), dt)},
             {"token_mask": padding_mask(rng, c["B"], c["T"]) if c["masked"] else None},
         ),
+        hints=H.mean_pool_hints,
         fd_coords=4,
         has_params=False,
     ),
@@ -1308,6 +1327,7 @@ register(
         ),
         _cross_inputs,
         impls=ATTN_IMPLS,
+        hints=H.cross_attention_hints,
         invariants=_all_padding_source_gives_the_bias,
         fd_coords=4,
     ),

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 
 import numpy_impl as N
 import torch_impl as T
+from parity_tests import hints as H
 from parity_tests.harness import (
     as_tuple,
     assert_param_grads_close,
@@ -304,7 +305,16 @@ def test_learned_positions_from_start_pos(rng: SeededRng, block_size, data, dim)
     )
     out = numpy_mod(T_, start_pos)
     out_t = torch_mod(T_, start_pos)
-    np.testing.assert_array_equal(out, numpy_mod.weight.data[start_pos : start_pos + T_])
+    rows = numpy_mod.weight.data
+    assert np.array_equal(out, rows[start_pos : start_pos + T_]), (
+        f"forward({T_}, start_pos={start_pos}) did not return rows {start_pos} .. "
+        f"{start_pos + T_ - 1} of the table"
+        + (
+            f"; hint: {H.POSITIONS_FROM_ZERO}"
+            if start_pos and out.shape == rows[:T_].shape and np.array_equal(out, rows[:T_])
+            else ""
+        )
+    )
     assert_close(f"positions {start_pos} .. {start_pos + T_ - 1}", out, out_t, np.float64)
     dout = rng.normal(out.shape)
     (out_t * tensor(dout)).sum().backward()

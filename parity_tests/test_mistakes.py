@@ -64,8 +64,9 @@ def test_every_mistake_is_an_edit_of_the_reference(reference):
     assert len(names) == len(set(names)), "two mistakes share a name"
     for m in MISTAKES:
         body = wrong_body(reference, m)
-        code = textwrap.indent(textwrap.dedent("".join(body)), "    ")
-        compile(f"def _():\n{code}", m.name, "exec")  # valid Python, as a learner's would be
+        code = textwrap.indent(textwrap.dedent("".join(body)), "        ")
+        # valid Python, as a learner's would be (in a loop: a region may `break`)
+        compile(f"def _():\n    for _ in ():\n{code}", m.name, "exec")
     chapter_09 = {m.name for m in MISTAKES if m.chapter == "09"}
     needed = {
         "adamw-l2-decay",

@@ -36,6 +36,9 @@ def test_the_key_table_names_every_parameter_once(n_layers, tied, bias):
     ours = [o for o, _, _ in table]
     theirs = [t for _, t, _ in table]
     wanted = set(expected_shapes(config)) - ({"head.weight"} if tied else set())
+    extra, missing = sorted(set(ours) - wanted), sorted(wanted - set(ours))
+    assert not extra, f"rows for parameters the model does not have ({bias=}, {tied=}): {extra}"
+    assert not missing, f"rows missing ({bias=}, {tied=}): {missing}"
     assert sorted(ours) == sorted(wanted) and len(set(theirs)) == len(theirs)
     assert all(t.startswith(("transformer.", "lm_head.")) for t in theirs)
     conv = {o for o, _, c in table if c}
@@ -65,7 +68,11 @@ def test_conv1d_weights_compute_the_same_projection_and_convert_back_exactly(tie
     for ours, theirs in (("attn.qkv_proj", "attn.c_attn"), ("ffn.fc1", "mlp.c_fc")):
         W, b = state[f"blocks.1.{ours}.weight"], state[f"blocks.1.{ours}.bias"]
         W_conv = hf[f"transformer.h.1.{theirs}.weight"]
-        assert W_conv.shape == W.shape[::-1] and W_conv.flags.c_contiguous
+        assert W_conv.shape == W.shape[::-1], (
+            f"{theirs}.weight of shape {W_conv.shape}, ours {W.shape}: a forgotten transpose, "
+            "Conv1D stores (in, out), Linear (out, in)"
+        )
+        assert W_conv.flags.c_contiguous
         # Conv1D computes x @ W + b; nn.Linear computes x @ W.T + b: the same numbers
         assert_close(f"Conv1D {theirs} vs Linear {ours}", x @ W_conv + b, x @ W.T + b, np.float64)
     if tied:
@@ -88,7 +95,12 @@ def test_nanogpt_weights_are_renamed_not_transposed(bias):
     state = model.state_dict()
     nano = pretrained.to_gpt2_state(state, SMALL["n_layers"], True, bias, conv1d=False)
     W = state["blocks.0.attn.qkv_proj.weight"]
-    np.testing.assert_array_equal(nano["transformer.h.0.attn.c_attn.weight"], W)
+    got = nano["transformer.h.0.attn.c_attn.weight"]
+    assert got.shape == W.shape, (
+        f"c_attn.weight of shape {got.shape}, ours {W.shape}: nanoGPT's weights transposed; "
+        "its Linear layers store (out, in) like ours: transpose only Conv1D's (conv1d=True)"
+    )
+    np.testing.assert_array_equal(got, W)
     compiled = {pretrained.COMPILED_PREFIX + k: v for k, v in nano.items()}
     plain = pretrained.strip_compiled_prefix(compiled)
     back = pretrained.from_gpt2_state(plain, SMALL["n_layers"], True, bias, conv1d=False)

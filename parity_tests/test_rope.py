@@ -43,15 +43,45 @@ start_positions = st.integers(0, 40)
 
 
 # -- exact values --------------------------------------------------------------------------------
-def expected_d4(x, p: int, layout: str) -> list[float]:
-    """RoPE of one 4-vector at position p, by hand: theta = (1, 10000^(-2/4) = 0.01)."""
-    a0, a1 = p * 1.0, p * 0.01  # the angles of planes 0 and 1
+def expected_d4(x, p: int, layout: str, theta1: float = 0.01, sign: float = 1.0) -> list[float]:
+    """RoPE of one 4-vector at position p, by hand: theta = (1, 10000^(-2/4) = 0.01)
+    (``theta1``, ``sign``: a wrong second frequency, a rotation by -p)."""
+    a0, a1 = sign * p * 1.0, sign * p * theta1  # the angles of planes 0 and 1
     c0, s0, c1, s1 = math.cos(a0), math.sin(a0), math.cos(a1), math.sin(a1)
     x0, x1, x2, x3 = x
     if layout == "interleaved":  # planes (0, 1) and (2, 3)
         return [x0 * c0 - x1 * s0, x0 * s0 + x1 * c0, x2 * c1 - x3 * s1, x2 * s1 + x3 * c1]
     # half: planes (0, 2) and (1, 3)
     return [x0 * c0 - x2 * s0, x1 * c1 - x3 * s1, x0 * s0 + x2 * c0, x1 * s1 + x3 * c1]
+
+
+ROPE_EXPONENT = (
+    "the frequencies: theta_i = base^(-2i / d_k) for plane i = 0 .. d_k/2 - 1 (not base^(-i / d_k))"
+)
+ROPE_LAYOUTS_SWAPPED = (
+    "the layouts swapped: interleaved rotates the pairs (2i, 2i + 1), half the pairs (i, i + d_k/2)"
+)
+ROPE_BACKWARDS = (
+    "rotated by -p: out_a = a cos - b sin, out_b = a sin + b cos (a sign of sin is wrong)"
+)
+ROPE_NO_START_POS = (
+    "start_pos ignored: the positions are start_pos .. start_pos + T - 1, not 0 .. T - 1"
+)
+
+
+def _rope_hints(x, positions, layout: str, one_row: bool = False) -> dict:
+    """The rotations of (1, 2, 3, 4) after the usual mistakes of chapter 13."""
+    other = "half" if layout == "interleaved" else "interleaved"
+
+    def rows(**kw):
+        out = np.array([expected_d4(x, p, **kw) for p in positions])
+        return out[0] if one_row else out
+
+    return {
+        ROPE_EXPONENT: lambda: rows(layout=layout, theta1=10000.0**-0.25),
+        ROPE_LAYOUTS_SWAPPED: lambda: rows(layout=other),
+        ROPE_BACKWARDS: lambda: rows(layout=layout, sign=-1.0),
+    }
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -65,13 +95,19 @@ def test_exact_rotations_on_fixed_inputs(layout):
         "torch": T.RotaryEmbedding(4, layout)(tensor(q), tensor(q))[0][0, 0],
     }
     for side, rotated in got.items():
-        assert_close(f"{side} RoPE[{layout}] of (1, 2, 3, 4) at positions 0..10", rotated, expected)
+        assert_close(
+            f"{side} RoPE[{layout}] of (1, 2, 3, 4) at positions 0..10",
+            rotated,
+            expected,
+            hints=_rope_hints(x, range(11), layout),
+        )
     for p in (1, 3, 10):
         one = q[..., :1, :]  # a single token, placed at position p by start_pos
         assert_close(
             f"NumPy RoPE[{layout}] at start_pos {p}",
             N.RotaryEmbedding(4, layout)(one, one, p)[1][0, 0, 0],
             expected[p],
+            hints={ROPE_NO_START_POS: x, **_rope_hints(x, [p], layout, one_row=True)},
         )
         assert_close(
             f"torch RoPE[{layout}] at start_pos {p}",

@@ -62,7 +62,10 @@ def test_filter_logits_parity(data, rng: SeededRng, B, V, scale):
     assume(_min_distance_to_threshold(logits, s) > 1e-9)
     out = NS.filter_logits(logits, **s)
     out_t = T.filter_logits(tensor(logits), **s)
-    np.testing.assert_array_equal(logits, before, err_msg="filter_logits modified its input")
+    assert np.array_equal(logits, before), (
+        "filter_logits modified its input: divide into a new array, "
+        "logits = logits / temperature, not logits /= temperature"
+    )
     what = f"filter_logits({s})"
     removed, removed_t = np.isneginf(out), torch.isneginf(out_t).numpy()
     assert np.array_equal(removed, removed_t), (
@@ -114,7 +117,26 @@ def test_top_p_keeps_the_token_that_crosses_the_threshold(top_p, kept, permute):
         got = ~np.isneginf(out[0])
         assert np.array_equal(got, expected), (
             f"{side}, top_p={top_p}: kept {got}, expected {expected}"
+            + _top_p_hint(got, order, kept)
         )
+
+
+def _top_p_hint(got: np.ndarray, order: np.ndarray, kept: list) -> str:
+    """What a wrong top-p mask of test_top_p_keeps_the_token_that_crosses_the_threshold
+    looks like: the mask left in sorted order, or the crossing token dropped."""
+    if np.array_equal(got, np.arange(len(order)) < len(kept)) and not np.array_equal(
+        order, np.arange(len(order))
+    ):
+        return (
+            "; hint: the mask left in sorted order: put it back in vocabulary order "
+            "(np.put_along_axis(remove, order, remove_sorted, axis=-1))"
+        )
+    if np.array_equal(got, np.isin(order, kept[:-1])):
+        return (
+            "; hint: the token that crosses top_p was dropped: remove a token when the mass "
+            "of the tokens before it is >= top_p, not when its running sum is"
+        )
+    return ""
 
 
 @pytest.mark.parametrize("top_k", [1, 2, 3])
@@ -126,7 +148,13 @@ def test_top_k_keeps_ties(top_k):
         ("torch", T.filter_logits(tensor(logits), top_k=top_k).numpy()),
     ):
         got = ~np.isneginf(out[0])
-        assert np.array_equal(got, expected), f"{side}, top_k={top_k}: kept {got}"
+        ties = (
+            "; hint: exactly k tokens kept: the tokens tied with the k-th largest logit stay "
+            "(remove only the logits < the k-th largest)"
+            if got.sum() == top_k < expected.sum()
+            else ""
+        )
+        assert np.array_equal(got, expected), f"{side}, top_k={top_k}: kept {got}{ties}"
 
 
 @given(data=st.data(), rng=rngs, B=batch_sizes, T0=st.integers(1, 14), new=st.integers(0, 16))
@@ -209,10 +237,19 @@ def test_sampling_distributions_agree(settings):
     }
     for side, tokens in draws.items():
         freq = np.bincount(tokens, minlength=len(probs)) / n
-        assert np.all(freq[probs == 0] == 0), f"{side} drew a filtered-out token: {freq}"
+        assert np.all(freq[probs == 0] == 0), (
+            f"{side} drew a filtered-out token: sample from the filtered distribution, "
+            f"softmax(filter_logits(logits, temperature, top_k, top_p)); frequencies {freq}"
+        )
         stderr = np.sqrt(probs * (1 - probs) / n)
+        same = (
+            "; hint: every row drew the same token: one u for the whole batch; draw one "
+            "per row, rng.random((B, 1))"
+            if np.count_nonzero(freq) == 1 and np.count_nonzero(probs) > 1
+            else ""
+        )
         assert np.all(np.abs(freq - probs) <= 5 * stderr + 1e-12), (
-            f"{side}: frequencies {np.round(freq, 3)} vs probabilities {np.round(probs, 3)}"
+            f"{side}: frequencies {np.round(freq, 3)} vs probabilities {np.round(probs, 3)}" + same
         )
 
 

@@ -9,6 +9,8 @@ ids out of range (a negative id must not wrap round), ids that are not integers.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given
@@ -47,22 +49,36 @@ def test_decode_takes_lists_and_arrays_of_any_integer_type(data, chars):
 def test_unknown_characters_are_named_with_their_code_points():
     tok = CharTokenizer("abc")
     assert tok.encode("") == [] and tok.decode([]) == ""
-    with pytest.raises(ValueError, match=r"'x' \(U\+0078\)") as info:
-        tok.encode("abxa\t")
+    try:
+        with pytest.raises(ValueError, match=r"'x' \(U\+0078\)") as info:
+            tok.encode("abxa\t")
+    except KeyError as e:
+        raise AssertionError(
+            f"KeyError {e} escaped encode: an unknown character raises "
+            "self._unknown_error(text), a ValueError that lists every unknown character"
+        ) from None
     assert "U+0009" in str(info.value), "every unknown character is listed"
 
 
 @pytest.mark.parametrize(
-    ("ids", "error"),
+    ("ids", "error", "why"),
     [
-        ([0, 3], ValueError),  # == vocab_size
-        ([-1], ValueError),  # would wrap round to the last character
-        ([0, 1.0], TypeError),
-        ([True], TypeError),  # a bool is an int to Python, not an id
-        (["a"], TypeError),
+        ([0, 3], ValueError, "an id equal to vocab_size is out of range"),
+        ([-1], ValueError, "a negative id wrapped round to the end of chars: ids are in [0, V)"),
+        ([0, 1.0], TypeError, "a float accepted as an id"),
+        ([True], TypeError, "True accepted as an id: check bool before int"),
+        (["a"], TypeError, "a str accepted as an id"),
     ],
     ids=["too-large", "negative", "float", "bool", "str"],
 )
-def test_decode_rejects_bad_ids_naming_the_argument(ids, error):
-    with pytest.raises(error, match=r"^ids\b"):
-        CharTokenizer("abc").decode(ids)
+def test_decode_rejects_bad_ids_naming_the_argument(ids, error, why):
+    try:
+        out = CharTokenizer("abc").decode(ids)
+    except error as e:
+        assert re.match(r"ids\b", str(e)), f"the message must start with 'ids: ...', got {e}"
+    except Exception as e:
+        raise AssertionError(
+            f"decode({ids}) raised {type(e).__name__} ({e}), not {error.__name__}: {why}"
+        ) from None
+    else:
+        raise AssertionError(f"decode({ids}) returned {out!r}: {why}")
