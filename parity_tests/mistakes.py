@@ -529,6 +529,21 @@ MISTAKES: list[Mistake] = [
         "the last element dropped",
         "merge_scans",
     ),
+    Mistake(
+        "11",
+        "bpe-first-pair-found",
+        "encoding merges the first known pair it meets, not the earliest-learned one",
+        "tokenizer.py",
+        "BPETokenizer._bpe",
+        (
+            (
+                "if m is not None and (best is None or m[0] < best[0]):",
+                "if m is not None and best is None:",
+            ),
+        ),
+        "the first pair found merged, not the lowest-ranked",
+        "earliest_learned_merge",
+    ),
     # -- chapter 12: the online softmax --------------------------------------------------------
     Mistake(
         "12",

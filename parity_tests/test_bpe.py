@@ -111,6 +111,21 @@ def test_merge_scans_left_to_right_without_overlaps():
     assert NT.get_pair_counts([5, 5, 5, 1]) == {(5, 5): 2, (5, 1): 1}
 
 
+def test_the_earliest_learned_merge_goes_first(twins):
+    """In "abc", with (b, c) learned before (a, b), "bc" merges first: [a, bc]. A scan that
+    merges the first known pair it meets gives [ab, c]. HF follows the ranks too."""
+    base = {b: i for b, i in twins[0].vocab.items() if len(b) == 1}  # the 256 bytes
+    vocab = {**base, b"bc": len(base), b"ab": len(base) + 1}
+    merges = [(b"b", b"c"), (b"a", b"b")]
+    want = [vocab[b"a"], vocab[b"bc"]]
+    got = NT.BPETokenizer(vocab, merges, pattern=None).encode("abc")
+    hint = ""
+    if got == [vocab[b"ab"], vocab[b"c"]]:
+        hint = "; hint: the first pair found merged, not the lowest-ranked (earliest-learned) one"
+    assert got == want, f'encode("abc") gave {got}, not {want}' + hint
+    assert TT.BPETokenizer(vocab, merges, pattern=None).encode("abc") == want
+
+
 # -- encoding: HF's ids for any text --------------------------------------------------------
 @given(text=tokenizer_texts)
 def test_encode_gives_hfs_ids_for_any_text(twins, text):
