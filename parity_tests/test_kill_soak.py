@@ -45,7 +45,7 @@ def corpus(tmp_path_factory) -> Path:
 def test_random_kills_then_resumes_end_as_the_uninterrupted_run(corpus, tmp_path):
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "kill_soak.py"), "--kills", "3",
-         "--data", str(corpus), "--max-iters", "300", "--min-delay", "0.8", "--max-delay", "1.6",
+         "--data", str(corpus), "--max-iters", "1000", "--min-delay", "0.8", "--max-delay", "1.6",
          "--work", str(tmp_path / "work"), "--seed", "1"],
         capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
     )  # fmt: skip
