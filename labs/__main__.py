@@ -41,6 +41,7 @@ from .commands import (
     seq2seq,
     train,
 )
+from .commands.train_distributed import exit_worker
 from .learner import diff, docs, exercises, grade, notebook_export
 from .plumbing.runtime import tune_malloc
 
@@ -119,4 +120,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    exit_worker(status)  # under torchrun: leave before finalization can abort (a no-op otherwise)
+    sys.exit(status)

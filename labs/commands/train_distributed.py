@@ -7,7 +7,9 @@ slice (see ``train.py``).
 from __future__ import annotations
 
 import argparse
+import gc
 import os
+import sys
 
 from .. import UserError
 
@@ -54,8 +56,28 @@ def _shutdown_distributed() -> None:
 
         if dist.is_initialized():
             # leave together: a rank that tears gloo down while rank 0 still writes its
-            # checkpoint and sample can abort ("terminate called without an active exception")
+            # checkpoint and sample can abort ("terminate called without an active exception").
+            # The DistributedDataParallel wrapper holds the process group too: collected here,
+            # while the interpreter is whole, not during its finalization (see __main__.py)
+            gc.collect()
             try:
                 dist.barrier()
             finally:
                 dist.destroy_process_group()
+                gc.collect()
+
+
+def exit_worker(code: int) -> None:
+    """End a torchrun worker process now, skipping the interpreter's finalization.
+
+    Gloo's worker threads can still hold work objects whose tensors are freed
+    during finalization, after the interpreter can no longer take the GIL; the
+    process then aborts with SIGABRT after a run that finished and wrote
+    everything (pytorch/pytorch pull request 179291 describes the crash). Every
+    file this project writes is complete (atomic writes) before this is called.
+    A plain process (no torchrun) exits normally.
+    """
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
