@@ -27,6 +27,12 @@ from .masks import cached_attn_mask, check_attn_mask, check_is_causal, combine_a
 from .module import Module, check_float, check_last_dim
 from .rope import RotaryEmbedding
 
+ATTN_IMPLS = ("explicit", "flash")
+# FlashAttention's tiles in training: 128 queries x 128 keys, a 64 KiB float32 score tile
+# per head; a block of the thread pool holds about 2 of them (numpy_impl/parallel.py), and
+# with causal masking a T = 256 sequence computes 3 of its 4 tiles (the fourth is all future)
+FLASH_TILE = 128
+
 
 class AttentionCache(NamedTuple):
     """What :func:`scaled_dot_product_attention_backward` needs from the forward."""
@@ -251,6 +257,13 @@ class SelfAttention(Module):
         rope: None, or a RoPE layout (``"interleaved"``, ``"half"``): q and k are
             rotated by their positions (Su et al. 2021; ``numpy_impl/rope.py``).
         rope_base: RoPE's frequency base.
+        attn_impl: ``"explicit"`` (the formula above, the reading path of chapters 03
+            and 04) or ``"flash"`` (the same function by FlashAttention's tiles,
+            ``numpy_impl/flash_attention.py``: no ``(T, T)`` matrices, the batch rows
+            on every core). Like PyTorch's fused kernel dispatch, ``"flash"`` runs the
+            explicit path where the tiles do not apply: attention dropout in training,
+            a KV cache, ``need_weights``, a mask together with ``is_causal``. NumPy
+            only; can be reassigned later.
         dtype, rng: parameter dtype and the generator of the default init (NumPy only).
 
     Shapes:
@@ -275,6 +288,7 @@ class SelfAttention(Module):
         rope=None,
         rope_base=10000.0,
         *,
+        attn_impl="explicit",
         dtype=np.float32,
         rng=None,
     ):
@@ -288,7 +302,19 @@ class SelfAttention(Module):
         self.resid_dropout = Dropout(dropout)
         self.rope = None if rope is None else RotaryEmbedding(self.d_k, rope, rope_base)
         self._rng = np.random.default_rng()  # the GPT replaces it with its own (dropout masks)
+        self.attn_impl = attn_impl
         self._cache = self._inputs = None
+
+    @property
+    def attn_impl(self) -> str:
+        """``"explicit"`` or ``"flash"``: how :meth:`attend` computes attention."""
+        return self._attn_impl
+
+    @attn_impl.setter
+    def attn_impl(self, value: str) -> None:
+        if value not in ATTN_IMPLS:
+            raise ValueError(f"attn_impl: expected one of {ATTN_IMPLS}, got {value!r}")
+        self._attn_impl = value
 
     def forward(
         self,
@@ -350,6 +376,14 @@ class SelfAttention(Module):
         if kv_cache is not None:  # decoding (chapter 12): the cached keys and values join these
             k, v, attn_mask, is_causal = self.use_cache(k, v, start_pos, kv_cache)
         p = self.dropout if self.training else 0.0
+        tiles = self.attn_impl == "flash" and p == 0.0 and kv_cache is None and not need_weights
+        if tiles and (attn_mask is None or not is_causal):  # the same function, by tiles
+            from .flash_attention import flash_attention  # (it imports this module)
+
+            y, self._cache = flash_attention(
+                q, k, v, attn_mask, is_causal, tile_q=FLASH_TILE, tile_k=FLASH_TILE
+            )  # (B, H, T, d_k)
+            return self.out_proj(merge_heads(y)), None  # (B, T, C)
         ### BEGIN SOLUTION ch04
         ### TODO: scaled_dot_product_attention of q, k, v (attn_mask, is_causal, dropout_p=p,
         ###   rng=self._rng), keeping its cache in self._cache; merge the heads; out_proj
@@ -376,6 +410,12 @@ class SelfAttention(Module):
                 "backward: no forward to differentiate (a forward with a kv_cache is "
                 "inference-only, and each forward allows one backward)"
             )
+        if not isinstance(self._cache, AttentionCache):  # the forward ran flash's tiles
+            from .flash_attention import flash_attention_backward
+
+            cache, self._cache = self._cache, None
+            dy = split_heads(self.out_proj.backward(dy), self.n_heads)  # (B, H, T, d_k)
+            return flash_attention_backward(dy, cache)
         ### BEGIN SOLUTION ch04
         ### TODO: out_proj's backward, split the gradient into heads, then the attention's
         ###   backward with self._cache (and forget the cache)

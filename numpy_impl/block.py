@@ -79,6 +79,7 @@ class Block(Module):
         rope=None,
         rope_base=10000.0,
         *,
+        attn_impl="explicit",
         dtype=np.float32,
         rng=None,
     ):
@@ -92,8 +93,9 @@ class Block(Module):
 
         self.ln1 = make_norm()
         self.attn = SelfAttention(
-            d_model, n_heads, bias, dropout, rope, rope_base, dtype=dtype, rng=rng
-        )
+            d_model, n_heads, bias, dropout, rope, rope_base, attn_impl=attn_impl, dtype=dtype,
+            rng=rng,
+        )  # fmt: skip
         self.ln2 = make_norm()
         if ffn == "swiglu":
             self.ffn = SwiGLUFeedForward(d_model, d_ff, bias, dropout, dtype=dtype, rng=rng)

@@ -38,6 +38,7 @@ import numpy as np
 
 from .attention import check_qkv, check_scale
 from .masks import check_attn_mask, check_is_causal
+from .parallel import for_blocks, row_blocks
 
 
 def _check_tile(value, name: str) -> int:
@@ -129,11 +130,34 @@ def flash_attention(
     """
     lead, mask, tile_q, tile_k = _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k)
     check_scale(scale)
-    T_q, T_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    T_q, d_v = q.shape[-2], v.shape[-1]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     dtype = np.result_type(q, k, v)
     out = np.empty((*lead, T_q, d_v), dtype=dtype)
     lse = np.empty((*lead, T_q, 1), dtype=dtype)  # log-sum-exp per query row: all we keep
+
+    def run(b0: int, b1: int) -> None:  # batch rows b0 .. b1 - 1, every head
+        _forward_tiles(
+            q[b0:b1], k[b0:b1], v[b0:b1], None if mask is None else mask[b0:b1],
+            is_causal, scale, tile_q, tile_k, out[b0:b1], lse[b0:b1],
+        )  # fmt: skip
+
+    for_blocks(run, _batch_blocks(q, k, tile_q, tile_k), blas=True)  # the batch rows on every core
+    return out, (q, k, v, out, lse, mask, is_causal, scale, tile_q, tile_k)
+
+
+def _batch_blocks(q: np.ndarray, k: np.ndarray, tile_q: int, tile_k: int) -> list:
+    """Blocks of batch rows for the thread pool: about one score tile of
+    ``parallel.BLOCK_ELEMENTS`` elements per block (all heads of a row together)."""
+    heads = int(np.prod(q.shape[1:-2], dtype=np.int64))
+    return row_blocks(q.shape[0], heads * min(tile_q, q.shape[-2]) * min(tile_k, k.shape[-2]))
+
+
+def _forward_tiles(q, k, v, mask, is_causal, scale, tile_q, tile_k, out, lse) -> None:
+    """The tile loops of :func:`flash_attention` for one block of batch rows; fills out, lse."""
+    lead = q.shape[:-2]
+    T_q, T_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
+    dtype = out.dtype
     k_t = np.swapaxes(k, -1, -2)  # (..., d_k, T_k), a view
 
     for r0 in range(0, T_q, tile_q):
@@ -169,7 +193,6 @@ def flash_attention(
         np.divide(acc, np.where(dead, 1.0, l), out=out[..., r0:r1, :])
         with np.errstate(divide="ignore"):
             lse[..., r0:r1, :] = np.where(dead, np.inf, m + np.log(l))
-    return out, (q, k, v, out, lse, mask, is_causal, scale, tile_q, tile_k)
 
 
 def flash_attention_backward(
@@ -201,14 +224,31 @@ def flash_attention_backward(
     q, k, v, out, lse, mask, is_causal, scale, tile_q, tile_k = cache
     if dout.shape != out.shape:
         raise ValueError(f"dout: expected shape {out.shape}, got {dout.shape}")
-    lead = out.shape[:-2]
+    dq, dk, dv = (
+        np.empty(q.shape, out.dtype),
+        np.empty(k.shape, out.dtype),
+        np.empty(v.shape, out.dtype),
+    )
+
+    def run(b0: int, b1: int) -> None:  # batch rows b0 .. b1 - 1, every head
+        _backward_tiles(
+            dout[b0:b1], q[b0:b1], k[b0:b1], v[b0:b1], out[b0:b1], lse[b0:b1],
+            None if mask is None else mask[b0:b1], is_causal, scale, tile_q, tile_k,
+            dq[b0:b1], dk[b0:b1], dv[b0:b1],
+        )  # fmt: skip
+
+    for_blocks(run, _batch_blocks(q, k, tile_q, tile_k), blas=True)  # the batch rows on every core
+    return dq, dk, dv
+
+
+def _backward_tiles(
+    dout, q, k, v, out, lse, mask, is_causal, scale, tile_q, tile_k, dq, dk, dv
+) -> None:
+    """The tile loops of :func:`flash_attention_backward` for one block of batch rows."""
     T_q, T_k = q.shape[-2], k.shape[-2]
-    dtype = out.dtype
     q_s = q * scale  # (..., T_q, d_k): scaled once, used by every tile
     D = np.sum(dout * out, axis=-1, keepdims=True)  # (..., T_q, 1)
-    dq = np.zeros((*lead, T_q, q.shape[-1]), dtype=dtype)
-    dk = np.zeros((*lead, T_k, k.shape[-1]), dtype=dtype)
-    dv = np.zeros((*lead, T_k, v.shape[-1]), dtype=dtype)
+    dq[...], dk[...], dv[...] = 0.0, 0.0, 0.0  # sums over the tiles, below
 
     for c0 in range(0, T_k, tile_k):
         c1 = min(c0 + tile_k, T_k)
@@ -228,4 +268,3 @@ def flash_attention_backward(
             dp *= p  # dS = P * (dP - D), in place
             dq[..., r0:r1, :] += (dp @ k_j) * scale  # (..., Br, Bc) @ (..., Bc, d_k)
             dk[..., c0:c1, :] += np.swapaxes(dp, -1, -2) @ q_s[..., r0:r1, :]  # scale in q_s
-    return dq, dk, dv

@@ -152,6 +152,10 @@ class GPT(Module):
     Args:
         config: a :class:`GPTConfig`.
         seed: seed for the initial weights and the dropout masks (NumPy only).
+        attn_impl: ``"explicit"`` (the attention formula written out, chapters 03-04)
+            or ``"flash"`` (FlashAttention's tiles on every core, what ``labs train``
+            uses) for every block; see :class:`~numpy_impl.attention.SelfAttention`.
+            Settable later through the :attr:`attn_impl` property (NumPy only).
         dtype: float32 to train, float64 for parity tests (NumPy only).
 
     Shapes:
@@ -172,7 +176,7 @@ class GPT(Module):
             ``[0, kv_cache.length]`` or positions past ``block_size``.
     """
 
-    def __init__(self, config: GPTConfig, *, seed=None, dtype=np.float32):
+    def __init__(self, config: GPTConfig, *, seed=None, attn_impl="explicit", dtype=np.float32):
         self.config = config
         rng = np.random.default_rng(seed)
         c = config
@@ -195,6 +199,7 @@ class GPT(Module):
                 c.norm_position,
                 rope,
                 c.rope_base,
+                attn_impl=attn_impl,
                 dtype=dtype,
                 rng=rng,
             )
@@ -220,6 +225,16 @@ class GPT(Module):
         for _, mod in self.named_modules():
             if hasattr(mod, "_rng"):
                 mod._rng = self.dropout_rng
+
+    @property
+    def attn_impl(self) -> str:
+        """``"explicit"`` or ``"flash"``: the attention every block runs (assignable)."""
+        return self.blocks[0].attn.attn_impl
+
+    @attn_impl.setter
+    def attn_impl(self, value: str) -> None:
+        for block in self.blocks:
+            block.attn.attn_impl = value
 
     def _init_weights(self, rng: np.random.Generator) -> None:
         for _, mod in self.named_modules():

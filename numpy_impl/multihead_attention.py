@@ -35,6 +35,7 @@ class MultiHeadAttention(SelfAttention):
     Args:
         d_model, n_heads, bias: as in :class:`SelfAttention`.
         dropout: on the attention probabilities only (no dropout on the output).
+        attn_impl: ``"explicit"`` or ``"flash"``, as in :class:`SelfAttention`.
         dtype, rng: NumPy only.
 
     Shapes:
@@ -50,7 +51,10 @@ class MultiHeadAttention(SelfAttention):
             and T_k; the mask errors of :func:`scaled_dot_product_attention`.
     """
 
-    def __init__(self, d_model, n_heads, bias=True, dropout=0.0, *, dtype=np.float32, rng=None):
+    def __init__(
+        self, d_model, n_heads, bias=True, dropout=0.0, *, attn_impl="explicit", dtype=np.float32,
+        rng=None,
+    ):  # fmt: skip
         check_sizes(d_model, n_heads)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout: must lie in [0, 1), got {dropout}")
@@ -61,6 +65,7 @@ class MultiHeadAttention(SelfAttention):
         self.v_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
         self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
         self.rope = None
+        self.attn_impl = attn_impl  # "explicit" or "flash", as SelfAttention's
         self._rng = np.random.default_rng()
         self._cache = None
 

@@ -61,6 +61,14 @@ from parity_tests.tolerances import assert_close
 
 F64 = (np.float64,)  # the stacks are checked in float64 only (see the Decoder entry)
 ATTN_IMPLS = ("explicit", "sdpa")  # torch_impl's written-out attention, F.sdpa
+
+
+def _numpy_impl(c: dict) -> str:
+    """The NumPy attention paired with torch's ``c["impl"]``: the written-out formula
+    with torch's written-out one, FlashAttention's tiles with the fused kernel."""
+    return "flash" if c["impl"] == "sdpa" else "explicit"
+
+
 CPU_SDPA_BACKENDS = ("auto", "math", "flash")  # F.sdpa's CPU kernels; "auto": PyTorch's pick
 
 
@@ -462,7 +470,9 @@ register(
         "SelfAttention[causal]",
         "ch04",
         st.fixed_dictionaries({"bt": bt, "hc": heads_and_width(), "bias": st.booleans()}),
-        lambda c, dt: N.SelfAttention(_width(c), c["hc"][0], bias=c["bias"], dtype=dt),
+        lambda c, dt: N.SelfAttention(
+            _width(c), c["hc"][0], bias=c["bias"], attn_impl=_numpy_impl(c), dtype=dt
+        ),
         lambda c, dt: T.SelfAttention(
             _width(c), c["hc"][0], bias=c["bias"], attn_impl=c["impl"], dtype=dt
         ),
@@ -640,8 +650,14 @@ register(
             }
         ),
         lambda c, dt: N.Block(
-            _width(c), c["hc"][0], c["d_ff"], bias=c["bias"], gelu_approximate=c["gelu"], dtype=dt
-        ),
+            _width(c),
+            c["hc"][0],
+            c["d_ff"],
+            bias=c["bias"],
+            gelu_approximate=c["gelu"],
+            attn_impl=_numpy_impl(c),
+            dtype=dt,
+        ),  # fmt: skip
         lambda c, dt: T.Block(
             _width(c),
             c["hc"][0],
@@ -717,7 +733,7 @@ register(
             # backends (torch's reached 1.4e-12 against atol 1e-12 under a random dlogits;
             # LayerNorm over one feature: test_layernorm_single_feature)
             _with_ids(gpt_configs(min_width=2, tie_weights=tie, gelu_approximate=gelu)),
-            lambda c, dt: N.GPT(_gpt_config(N, c), dtype=dt),
+            lambda c, dt: N.GPT(_gpt_config(N, c), attn_impl=_numpy_impl(c), dtype=dt),
             lambda c, dt: T.GPT(_gpt_config(T, c), attn_impl=c["impl"], dtype=dt),
             _gpt_ids,
             outputs=("logits",),
@@ -744,7 +760,7 @@ register(
         "GPT[options]",
         ("ch13", "ch14"),
         _with_ids(gpt_option_configs()),
-        lambda c, dt: N.GPT(_gpt_config(N, c), dtype=dt),
+        lambda c, dt: N.GPT(_gpt_config(N, c), attn_impl=_numpy_impl(c), dtype=dt),
         lambda c, dt: T.GPT(_gpt_config(T, c), attn_impl=c["impl"], dtype=dt),
         _gpt_ids,
         outputs=("logits",),
@@ -882,8 +898,13 @@ register(
             }
         ),
         lambda c, dt: N.SelfAttention(
-            _width(c), c["hc"][0], bias=c["bias"], dtype=dt, rope=c["layout"]
-        ),
+            _width(c),
+            c["hc"][0],
+            bias=c["bias"],
+            rope=c["layout"],
+            attn_impl=_numpy_impl(c),
+            dtype=dt,
+        ),  # fmt: skip
         lambda c, dt: T.SelfAttention(
             _width(c), c["hc"][0], bias=c["bias"], attn_impl=c["impl"], dtype=dt, rope=c["layout"]
         ),
@@ -969,8 +990,14 @@ register(
             }
         ),
         lambda c, dt: N.Block(
-            _width(c), c["hc"][0], c["d_ff"], bias=c["bias"], dtype=dt, **c["options"]
-        ),
+            _width(c),
+            c["hc"][0],
+            c["d_ff"],
+            bias=c["bias"],
+            attn_impl=_numpy_impl(c),
+            dtype=dt,
+            **c["options"],
+        ),  # fmt: skip
         lambda c, dt: T.Block(
             _width(c),
             c["hc"][0],
@@ -1109,7 +1136,9 @@ register(
             f"SelfAttention[{kind}]",
             "ch15",
             st.fixed_dictionaries({"bt": bt, "hc": heads_and_width(), "bias": st.booleans()}),
-            lambda c, dt: N.SelfAttention(_width(c), c["hc"][0], bias=c["bias"], dtype=dt),
+            lambda c, dt: N.SelfAttention(
+                _width(c), c["hc"][0], bias=c["bias"], attn_impl=_numpy_impl(c), dtype=dt
+            ),
             lambda c, dt: T.SelfAttention(
                 _width(c), c["hc"][0], bias=c["bias"], attn_impl=c["impl"], dtype=dt
             ),
@@ -1321,7 +1350,9 @@ register(
         "SelfAttention[cross-attention]",
         "ch16",
         cross_configs,
-        lambda c, dt: N.SelfAttention(_width(c), c["hc"][0], bias=c["bias"], dtype=dt),
+        lambda c, dt: N.SelfAttention(
+            _width(c), c["hc"][0], bias=c["bias"], attn_impl=_numpy_impl(c), dtype=dt
+        ),
         lambda c, dt: T.SelfAttention(
             _width(c), c["hc"][0], bias=c["bias"], attn_impl=c["impl"], dtype=dt
         ),

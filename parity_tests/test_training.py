@@ -67,7 +67,9 @@ def test_adamw_training_runs_agree_step_by_step(tie, attn_impl):
     config = {**CONFIG, "tie_weights": tie}
     # GPT-2 initialisation drawn by the NumPy side from a fixed seed (torch's global
     # generator is never used: the test must be the same run every time), then copied
-    numpy_model = N.GPT(N.GPTConfig(**config), seed=0, dtype=np.float64)
+    # each side's written-out attention, or each side's fast one (NumPy's FlashAttention tiles)
+    numpy_impl = "flash" if attn_impl == "sdpa" else "explicit"
+    numpy_model = N.GPT(N.GPTConfig(**config), seed=0, attn_impl=numpy_impl, dtype=np.float64)
     torch_model = T.GPT(T.GPTConfig(**config), attn_impl=attn_impl, dtype=torch.float64)
     copy_weights_to_torch(numpy_model, torch_model)
 

@@ -18,7 +18,7 @@ import math
 import sys
 
 from .. import UserError
-from ..plumbing.backends import BACKENDS, make_backend
+from ..plumbing.backends import ATTN_IMPLS, BACKENDS, make_backend
 from ..plumbing.checkpoint_format import first_nonfinite
 from ..plumbing.tokenization import load_tokenizer
 from .shared import check_seed
@@ -55,7 +55,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold")
     p.add_argument("--seed", type=int, default=1337, help="sampling seed")
     p.add_argument(
-        "--attn-impl", choices=("sdpa", "explicit"), default="sdpa", help="torch attention"
+        "--attn-impl",
+        choices=ATTN_IMPLS,
+        default=None,
+        help="attention: the backend's fast path (default; 'sdpa' and 'flash' both name it) or "
+        "'explicit' (decoding with the KV cache runs the explicit formula in NumPy either way)",
     )
     p.add_argument(
         "--from-previous",

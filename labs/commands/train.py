@@ -52,7 +52,7 @@ import math
 from pathlib import Path
 
 from .. import UserError
-from ..plumbing.backends import BACKENDS
+from ..plumbing.backends import ATTN_IMPLS, BACKENDS
 from ..plumbing.checkpoint_format import expected_shapes
 from ..plumbing.data import DATA_ENV_VAR
 from ..plumbing.tokenization import KINDS
@@ -182,9 +182,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--attn-impl",
-        choices=("sdpa", "explicit"),
-        default="sdpa",
-        help="torch attention: fused sdpa or written out (numpy: always explicit)",
+        choices=ATTN_IMPLS,
+        default=None,
+        help="attention: the backend's fast path (the default; 'sdpa' and 'flash' both name "
+        "it: torch's fused kernel, NumPy's FlashAttention tiles) or 'explicit', the formula "
+        "written out",
     )
     g.add_argument(
         "--amp",

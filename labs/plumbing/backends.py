@@ -170,8 +170,9 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
         name: ``"numpy"`` or ``"torch"``.
         model_config, seed, **kwargs: passed to the backend (``train_config``,
             ``dtype``, ``attn_impl``, ``device``, ``amp``); ``device`` must be ``"cpu"``
-            and ``amp`` None for the NumPy backend, and ``attn_impl`` is ignored by the
-            NumPy backend, which has one attention, written out.
+            and ``amp`` None for the NumPy backend. ``attn_impl``: ``"explicit"`` (the
+            formula written out), or the backend's fast path, by either name or None:
+            torch's fused kernel (``"sdpa"``), NumPy's FlashAttention tiles (``"flash"``).
 
     Raises:
         ValueError: unknown name (and whatever the backend raises).
@@ -180,7 +181,7 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
     if name == "numpy":
         from .backends_numpy import NumpyBackend
 
-        kwargs.pop("attn_impl", None)
+        kwargs["attn_impl"] = _attn_impl(kwargs.get("attn_impl"), fast="flash")
         if kwargs.pop("device", "cpu") != "cpu":
             raise ValueError("device: the numpy backend runs on the CPU only")
         if kwargs.pop("amp", None) is not None:
@@ -192,5 +193,16 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
     if name == "torch":
         from .backends_torch import TorchBackend
 
+        kwargs["attn_impl"] = _attn_impl(kwargs.get("attn_impl"), fast="sdpa")
         return TorchBackend(model_config, seed, **kwargs)
     raise ValueError(f"backend: expected one of {BACKENDS}, got {name!r}")
+
+
+ATTN_IMPLS = ("sdpa", "flash", "explicit")  # what --attn-impl accepts, for either backend
+
+
+def _attn_impl(value: str | None, fast: str) -> str:
+    """``"explicit"``, or ``fast`` (the backend's fast path) for None, "sdpa" or "flash"."""
+    if value is not None and value not in ATTN_IMPLS:
+        raise ValueError(f"attn_impl: expected one of {ATTN_IMPLS}, got {value!r}")
+    return "explicit" if value == "explicit" else fast

@@ -31,6 +31,9 @@ class NumpyBackend:
         train_config: optimizer and schedule settings (keys of
             :data:`DEFAULT_TRAIN_CONFIG`; missing keys take those defaults).
         dtype: ``"float32"`` (training) or ``"float64"``.
+        attn_impl: ``"flash"`` (FlashAttention's tiles on every core, the default
+            here) or ``"explicit"`` (the formula of chapter 03 written out); see
+            :class:`numpy_impl.attention.SelfAttention`.
 
     Raises:
         ValueError: an invalid model config (the field is named), unknown
@@ -45,6 +48,7 @@ class NumpyBackend:
         seed: int = 0,
         train_config: dict | None = None,
         dtype: str = "float32",
+        attn_impl: str = "flash",
     ):
         from numpy_impl.gpt import GPT, GPTConfig
         from numpy_impl.loss import CrossEntropyLoss
@@ -52,7 +56,9 @@ class NumpyBackend:
 
         self.config = GPTConfig.from_dict(dict(model_config))
         self.train_config = tc = _train_config(train_config)
-        self.model = GPT(self.config, seed=seed, dtype=np.dtype(_check_dtype(dtype)))
+        dtype = np.dtype(_check_dtype(dtype))
+        self.model = GPT(self.config, seed=seed, attn_impl=attn_impl, dtype=dtype)
+        self.attn_impl = attn_impl
         self.loss_fn = CrossEntropyLoss()
         self.optimizer = AdamW(
             configure_param_groups(self.model, tc["weight_decay"]),

@@ -1,0 +1,181 @@
+"""Keep every core busy: the one place where NumPy work runs on several threads.
+
+NumPy's ufuncs and its BLAS calls release the GIL while they compute, so
+Python threads that each run NumPy on their own block of an array run at the
+same time. A layer that wants its elementwise pass (GELU, LayerNorm, the
+softmax and cross-entropy rows, AdamW) or its batched attention tiles on every
+core writes the formula once, as a function of one block of rows, and hands it
+to :func:`map_rows`::
+
+    y, t = map_rows(gelu_tanh, x)        # gelu_tanh(x_block) -> (y_block, t_block)
+
+The layer still reads as its formula; this module is plumbing, and it is the
+only place in ``numpy_impl`` that knows about threads. It has no twin:
+PyTorch runs its kernels on its own thread pool (``torch.get_num_threads()``).
+
+Blocks are cut by the array's shape alone (about :data:`BLOCK_ELEMENTS`
+elements each, whole rows), never by the thread count, and every block is
+computed by the same NumPy calls whichever thread runs it: the result is
+bit-identical with 1 thread or 16. Small blocks also keep a formula's chain of
+temporaries in the core's cache instead of streaming each one through memory
+("fewer passes over memory", the structure that makes FlashAttention fast).
+
+Threads and BLAS: a block that calls a matrix product (attention's tiles)
+would start BLAS's own threads inside each of ours, two pools fighting for
+the same cores. While the pool runs, BLAS is limited to one thread with
+threadpoolctl (the well-kept library for exactly this), and restored after.
+
+``set_num_threads(n)`` or the environment variable ``TWINFORMER_NUM_THREADS``
+chooses the thread count (default: the cores this process may use).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
+
+import numpy as np
+
+BLOCK_ELEMENTS = 32768  # per block: 128 KiB of float32, so a formula's temporaries stay in L2
+
+_pool: ThreadPoolExecutor | None = None
+_pool_threads = 0
+_num_threads: int | None = None
+_blas = None  # threadpoolctl's controller, made once (finding the libraries costs ~0.3 ms)
+_lock = threading.Lock()
+
+
+def _default_threads() -> int:
+    env = os.environ.get("TWINFORMER_NUM_THREADS")
+    if env is not None:
+        return _check_threads(int(env) if env.strip().isdigit() else env, "TWINFORMER_NUM_THREADS")
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process may run on
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def _check_threads(n, name: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise ValueError(f"{name}: expected a positive integer (a thread count), got {n!r}")
+    return int(n)
+
+
+def num_threads() -> int:
+    """How many threads :func:`map_rows` uses."""
+    global _num_threads
+    if _num_threads is None:
+        _num_threads = _default_threads()
+    return _num_threads
+
+
+def set_num_threads(n: int) -> None:
+    """Use ``n`` threads from now on (1: everything in the calling thread)."""
+    global _num_threads
+    _num_threads = _check_threads(n, "n")
+
+
+def _executor(n: int) -> ThreadPoolExecutor:
+    global _pool, _pool_threads
+    with _lock:
+        if _pool is None or _pool_threads != n:
+            if _pool is not None:
+                _pool.shutdown(wait=True)
+            # n - 1 pool threads: the calling thread works too
+            _pool = ThreadPoolExecutor(n - 1, thread_name_prefix="twinformer")
+            _pool_threads = n
+        return _pool
+
+
+def _blas_one_thread():
+    """A context manager: BLAS on one thread inside it (threadpoolctl)."""
+    global _blas
+    if _blas is None:
+        from threadpoolctl import ThreadpoolController
+
+        _blas = ThreadpoolController()
+    return _blas.limit(limits=1, user_api="blas")
+
+
+def row_blocks(n_rows: int, row_elements: int, block_elements: int = BLOCK_ELEMENTS) -> list:
+    """``[(start, stop), ...]``: ``n_rows`` rows cut into blocks of about
+    ``block_elements`` elements (at least one row each). Depends on the shape only."""
+    rows = max(1, block_elements // max(1, row_elements))
+    return [(r, min(r + rows, n_rows)) for r in range(0, n_rows, rows)]
+
+
+def map_rows(f: Callable, *arrays: np.ndarray, axes: int = 1, block_elements: int = BLOCK_ELEMENTS):
+    """``f`` applied to blocks of rows of ``arrays``, the blocks' results stitched together.
+
+    Every array is read as rows: its leading axes flattened, its last ``axes``
+    axes kept (``axes=1``: rows of the last axis, as a LayerNorm or a softmax
+    sees them; ``axes=2`` for ``(..., T, d)`` attention heads). All arrays must
+    have the same leading shape. ``f(*blocks)`` gets one block of each (same
+    rows) and returns an array, or a tuple of arrays, with one row per input row
+    (any trailing shape); the result has the inputs' leading shape.
+
+    ``f`` must treat rows independently (a row's output depends on that row
+    alone): then the result does not depend on how the rows were cut.
+    """
+    lead = arrays[0].shape[: arrays[0].ndim - axes]
+    for a in arrays[1:]:
+        if a.shape[: a.ndim - axes] != lead:
+            raise ValueError(f"map_rows: leading shapes differ: {arrays[0].shape} vs {a.shape}")
+    n = int(np.prod(lead, dtype=np.int64))
+    flat = [a.reshape(n, *a.shape[a.ndim - axes :]) for a in arrays]  # (N, ...)
+    blocks = row_blocks(n, int(np.prod(flat[0].shape[1:], dtype=np.int64)), block_elements)
+    if len(blocks) <= 1:
+        return _unflatten(f(*flat), lead)  # one block: no pool, no copies
+
+    # the outputs' row shapes and dtypes, from f on zero rows (microseconds)
+    probe = f(*(a[:0] for a in flat))
+    single = not isinstance(probe, tuple)
+    outs = [np.empty((n, *r.shape[1:]), dtype=r.dtype) for r in ((probe,) if single else probe)]
+
+    def run(lo: int, hi: int) -> None:
+        results = f(*(a[lo:hi] for a in flat))
+        for out, r in zip(outs, (results,) if single else results, strict=True):
+            out[lo:hi] = r
+
+    _run_blocks(run, blocks)
+    outs = tuple(o.reshape(*lead, *o.shape[1:]) for o in outs)
+    return outs[0] if single else outs
+
+
+def _unflatten(result, lead: tuple):
+    if isinstance(result, tuple):
+        return tuple(r.reshape(*lead, *r.shape[1:]) for r in result)
+    return result.reshape(*lead, *result.shape[1:])
+
+
+def for_blocks(run: Callable[[int, int], None], blocks: list, *, blas: bool = False) -> None:
+    """Call ``run(start, stop)`` for every block, on the pool; ``run`` writes its own output.
+
+    ``blas=True``: ``run`` calls matrix products; BLAS keeps to one thread meanwhile.
+    """
+    _run_blocks(run, blocks, blas)
+
+
+def _run_blocks(run: Callable[[int, int], None], blocks: list, blas: bool = False) -> None:
+    n = max(1, min(num_threads(), len(blocks)))
+
+    def worker(t: int) -> None:  # thread t takes blocks t, t + n, t + 2n, ...: one task each
+        for lo, hi in blocks[t::n]:
+            run(lo, hi)
+
+    # the blocks' small matrix products on one BLAS thread each, with 1 thread of ours too:
+    # a BLAS pool that wakes its threads for every small product loses more than it gains
+    with _blas_one_thread() if blas else contextlib.nullcontext():
+        if n == 1:
+            worker(0)
+            return
+        futures = [_executor(n).submit(worker, t) for t in range(1, n)]
+        try:
+            worker(0)  # the calling thread is one of the n
+        finally:
+            wait(futures)  # every block done (or failed) before the caller goes on
+        for fut in futures:
+            fut.result()  # re-raises a block's exception here, in the caller

@@ -1,0 +1,161 @@
+"""The thread pool of ``numpy_impl/parallel.py``: same answers, bit for bit, on any thread count.
+
+The pool cuts arrays into blocks by their shape alone, so the thread count
+can change who computes a block, never what it computes. These tests hold it
+to that: :func:`map_rows` against the function on the whole array,
+FlashAttention and whole training runs with 1, 2 and 3 threads compared with
+``np.array_equal`` (not a tolerance), errors raised in a block reaching the
+caller, and BLAS's own thread count restored after each parallel region.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numpy_impl import parallel
+from numpy_impl.attention import split_heads
+from numpy_impl.flash_attention import flash_attention, flash_attention_backward
+
+THREADS = (1, 2, 3)
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    before = parallel.num_threads()
+    yield
+    parallel.set_num_threads(before)
+
+
+def gelu_rows(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    t = np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x)))
+    return 0.5 * x * (1 + t), t
+
+
+def layernorm_rows(x: np.ndarray) -> np.ndarray:
+    return (x - x.mean(axis=-1, keepdims=True)) / np.sqrt(x.var(axis=-1, keepdims=True) + 1e-5)
+
+
+@given(
+    lead=st.lists(st.integers(0, 9), min_size=1, max_size=3),
+    width=st.integers(1, 40),
+    block=st.sampled_from([1, 7, 64, 1000, parallel.BLOCK_ELEMENTS]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_map_rows_is_the_function_on_the_whole_array(lead, width, block, dtype, seed):
+    x = np.random.default_rng(seed).standard_normal((*lead, width)).astype(dtype)
+    whole_y, whole_t = gelu_rows(x)
+    whole_norm = layernorm_rows(x)
+    for n in THREADS:
+        parallel.set_num_threads(n)
+        y, t = parallel.map_rows(gelu_rows, x, block_elements=block)
+        assert y.shape == t.shape == x.shape and y.dtype == dtype
+        # elementwise: the same bits however the rows were cut
+        assert np.array_equal(y, whole_y) and np.array_equal(t, whole_t), n
+        norm = parallel.map_rows(layernorm_rows, x, block_elements=block)
+        np.testing.assert_allclose(norm, whole_norm, rtol=1e-5 if dtype == np.float32 else 1e-12)
+        parallel.set_num_threads(1)
+        assert np.array_equal(norm, parallel.map_rows(layernorm_rows, x, block_elements=block))
+
+
+def test_map_rows_with_two_axes_per_row_and_several_arrays():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((5, 3, 4, 6)), rng.standard_normal((5, 3, 4, 2))
+    parallel.set_num_threads(2)
+    out = parallel.map_rows(lambda a, b: a[..., :2] * b, a, b, axes=2, block_elements=8)
+    assert np.array_equal(out, a[..., :2] * b)
+
+
+def test_map_rows_rejects_mismatched_rows():
+    with pytest.raises(ValueError, match="leading shapes differ"):
+        parallel.map_rows(np.add, np.zeros((3, 4)), np.zeros((2, 4)))
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.0, "2", None])
+def test_set_num_threads_names_the_argument(bad):
+    with pytest.raises(ValueError, match="n: expected a positive integer"):
+        parallel.set_num_threads(bad)
+
+
+@pytest.mark.parametrize("bad", ["0", "two", "-3", ""])
+def test_a_bad_environment_variable_is_named(monkeypatch, bad):
+    monkeypatch.setattr(parallel, "_num_threads", None)
+    monkeypatch.setenv("TWINFORMER_NUM_THREADS", bad)
+    with pytest.raises(ValueError, match="TWINFORMER_NUM_THREADS: expected a positive integer"):
+        parallel.num_threads()
+
+
+def test_an_error_in_a_block_reaches_the_caller_once_every_thread_stopped():
+    done = []
+
+    def run(lo, hi):
+        time.sleep(0.002)
+        done.append(lo)
+        if lo == 3:
+            raise ZeroDivisionError("block 3")
+
+    parallel.set_num_threads(2)
+    with pytest.raises(ZeroDivisionError, match="block 3"):
+        parallel.for_blocks(run, [(i, i + 1) for i in range(8)])
+    seen = list(done)
+    time.sleep(0.05)
+    assert done == seen, "a block still ran after the error reached the caller"
+    assert 0 in done and 3 in done
+
+
+def test_blas_gets_its_threads_back():
+    from threadpoolctl import threadpool_info
+
+    before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    parallel.set_num_threads(2)
+    seen = []
+
+    def run(lo, hi):  # inside the region BLAS runs on one thread
+        seen.extend(lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas")
+
+    parallel.for_blocks(run, [(0, 1)], blas=True)
+    after = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+    assert after == before
+    assert all(n == 1 for n in seen)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_flash_attention_is_bit_identical_for_any_thread_count(causal):
+    rng = np.random.default_rng(1)
+    B, H, T, d = 5, 3, 37, 8
+    qkv = rng.standard_normal((B, T, 3 * H * d)).astype(np.float32)
+    q, k, v = (split_heads(a, H) for a in np.split(qkv, 3, axis=-1))  # strided views
+    dout = rng.standard_normal((B, H, T, d)).astype(np.float32)
+    results = []
+    for n in THREADS:
+        parallel.set_num_threads(n)
+        out, cache = flash_attention(q, k, v, is_causal=causal, tile_q=16, tile_k=8)
+        results.append((out, *flash_attention_backward(dout, cache)))
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("attn_impl", ["flash", "explicit"])
+def test_training_losses_are_bit_identical_for_1_and_2_threads(attn_impl):
+    """The issue's promise: the same seed gives the same losses whatever the thread count."""
+    from labs.plumbing.backends import make_backend
+
+    config = {"vocab_size": 11, "block_size": 24, "n_layers": 2, "n_heads": 2, "d_model": 16}
+    rng = np.random.default_rng(0)
+    batches = [(rng.integers(0, 11, (6, 24)), rng.integers(0, 11, (6, 24))) for _ in range(4)]
+    runs = []
+    for n in (1, 2):
+        parallel.set_num_threads(n)
+        backend = make_backend("numpy", config, seed=3, attn_impl=attn_impl)
+        losses = [backend.train_step(x, y)["loss"] for x, y in batches]
+        runs.append((losses, backend.state_dict()))
+    assert runs[0][0] == runs[1][0]
+    for name, w in runs[0][1].items():
+        assert np.array_equal(w, runs[1][1][name]), name
