@@ -76,7 +76,7 @@ FENCES = {
         ]
     },
     "06": {
-        "activations.py": ["GELU.forward", "GELU.backward"],
+        "activations.py": ["GELU.forward", "GELU.backward", "gelu_tanh", "gelu_tanh_backward"],
         "ffn.py": ["FeedForward.forward", "FeedForward.backward"],
     },
     "07": {
@@ -91,7 +91,7 @@ FENCES = {
     "10": {"sampling.py": ["filter_logits", "generate"]},
     "11": {"tokenizer.py": ["merge", "BPETokenizer._bpe"]},
     "12": {
-        "flash_attention.py": ["flash_attention"],
+        "flash_attention.py": ["_forward_tiles"],
         "kv_cache.py": ["LayerKVCache.update"],
         "sampling.py": ["_cached_next_logits"],
     },
