@@ -14,12 +14,13 @@ the ``other`` row: the step time, measured around ``train_step``, minus the rest
 
 Rows are layer kinds, columns the phases: forward (loss included), backward
 (the loss's gradient included) and the optimizer (``zero_grad``, clipping,
-AdamW). Each cell is the median over the profiled steps, in milliseconds.
+AdamW), in milliseconds. The numbers are those of the median step (the one
+whose time is the median of the profiled steps), so that the rows add up to
+it exactly; medians taken cell by cell would not, on a busy machine.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -133,7 +134,8 @@ def profile_numpy_step(B: int, T: int, iters: int, warmup: int, seed: int = 0) -
 
     Returns:
         a JSON-ready dict: ``batch_size``, ``block_size``, ``iters``,
-        ``step_ms`` (the median step, measured around ``train_step``),
+        ``step_ms`` (the median step, measured around ``train_step``; the rows
+        are its breakdown),
         ``rows`` (one per layer kind: ``kind``, ``ms`` per phase, ``total_ms``,
         ``pct`` of ``step_ms``), ``phases`` (``phase``, ``ms``, ``pct``) and
         ``attn_impl`` (the NumPy backend's, None if it has no such setting).
@@ -159,9 +161,11 @@ def profile_numpy_step(B: int, T: int, iters: int, warmup: int, seed: int = 0) -
                 steps.append(seen)
                 totals.append(total)
 
-    step_ms = statistics.median(totals) * 1e3
-    keys = {key for s in steps for key in s}
-    cell = {key: statistics.median(s.get(key, 0.0) for s in steps) * 1e3 for key in keys}
+    # The median step's own breakdown: its rows add up to it exactly (medians taken cell by
+    # cell would not, when a busy machine makes some steps slow in some layers).
+    median = sorted(range(len(totals)), key=totals.__getitem__)[(len(totals) - 1) // 2]
+    step_ms = totals[median] * 1e3
+    cell = {key: seconds * 1e3 for key, seconds in steps[median].items()}
     rows = []
     for kind in KINDS:
         ms = {phase: cell[kind, phase] for phase in PHASES if (kind, phase) in cell}
@@ -194,8 +198,8 @@ def format_profile(profile: dict) -> list[str]:
     B, T = profile["batch_size"], profile["block_size"]
     cols = PHASES[:3]
     lines = [
-        f"where one NumPy step's time goes, B={B} T={T} (median of {profile['iters']} "
-        f"steps, self time in ms; step {profile['step_ms']:.1f} ms):",
+        f"where one NumPy step's time goes, B={B} T={T} (the median of {profile['iters']} "
+        f"steps, {profile['step_ms']:.1f} ms; self time in ms):",
         f"  {'kind':<30}" + "".join(f"{c:>11}" for c in cols) + f"{'total':>11}{'share':>8}",
     ]
     for row in profile["rows"]:
