@@ -135,7 +135,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--train-args",
-        default="",
+        default=None,
         metavar="ARGS",
         help="more options for the --train-iters runs, one string (e.g. "
         "'--eval-batches 5 --sample-tokens 0')",
@@ -444,7 +444,7 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(
             f"--train-iters must be >= 0 (0 skips the training runs), got {args.train_iters}"
         )
-    if (args.data is not None or args.train_args) and args.train_iters == 0:
+    if (args.data is not None or args.train_args is not None) and args.train_iters == 0:
         given = "--data" if args.data is not None else "--train-args"
         raise UserError(f"{given} is for the training runs: give --train-iters N too")
     parse_sizes(args.sizes)

@@ -46,7 +46,7 @@ def prepare_training(args: argparse.Namespace) -> dict:
     from ..plumbing.data import CorpusUnavailableError, resolve_corpus
 
     try:
-        extra = shlex.split(args.train_args)
+        extra = shlex.split(args.train_args or "")
     except ValueError as e:
         raise UserError(f"--train-args: {e} in {args.train_args!r}") from e
     for option in extra:
