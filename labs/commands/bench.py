@@ -1,22 +1,60 @@
 """``python -m labs bench``: how much slower is NumPy than PyTorch, and why.
 
-One training step (forward, backward, AdamW update) is timed on each backend
-at two sizes: nanoGPT's CPU default (B=12, T=64) and a larger one (B=64,
-T=256), where attention's T^2 terms start to dominate. Batches are random
-tokens from a 65-character vocabulary, so no corpus is needed.
+One training step (forward, backward, AdamW update) is timed at two sizes:
+nanoGPT's CPU default (B=12, T=64) and a larger one (B=64, T=256), where
+attention's T^2 terms start to dominate. The model is GPTConfig's default
+(4 layers, 4 heads, d_model 128) with a 65-character vocabulary; batches are
+random tokens, so no corpus is needed. Three rows per size:
 
-Each (backend, size) runs in a fresh subprocess (``bench --worker``), so one
+* ``numpy``: the NumPy backend with its default attention;
+* ``torch``: the PyTorch backend as the project trains it (biases, tanh GELU,
+  ``F.scaled_dot_product_attention``);
+* ``torch-nanogpt``: nanoGPT's configuration, the fastest eager PyTorch
+  reference: no biases, exact GELU, ``scaled_dot_product_attention``.
+
+Each (variant, size) runs in a fresh subprocess (``bench --worker``), so one
 measurement's memory and thread pools cannot leak into the next. Reported:
 
-* the median step time over ``--iters`` steps (a quarter as many at the larger
-  size), after ``--warmup`` untimed ones;
+* the median step time over ``--iters`` steps (a quarter as many, at least 3,
+  at the larger size), after ``--warmup`` untimed ones, and tokens/s;
+* the model's FLOPs per step, by PaLM's estimate (Chowdhery et al. 2022,
+  appendix B; nanoGPT's ``estimate_mfu``)::
+
+      flops = B T (6 N + 12 n_layers d_model T)
+
+  6 N per token for the matrix products (2 in the forward, 4 in the backward),
+  where N counts every matrix a GEMM multiplies: the weights of the Linear
+  layers, attention's and the FFN's, plus the LM head's (V x d_model) even when
+  tied to the embedding (the head is a real GEMM; the embedding lookups, the
+  position table, biases and norm gains are not). The second term is
+  attention's QK^T and PV, forward and backward, counted for all T^2 pairs as
+  nanoGPT does (the causal mask would halve the useful ones). Achieved GFLOP/s
+  is flops / median step;
+* sgemm GFLOP/s: float32 matrix products of the step's shapes, timed in the
+  same worker, before the steps, with the same threads, by the backend's own
+  library (``np.matmul`` or ``torch.matmul``): (BT, C) @ (C, 3C) (q, k, v),
+  (BT, C) @ (C, C) (attention's output), (BT, C) @ (C, d_ff) and
+  (BT, d_ff) @ (d_ff, C) (the FFN), each n_layers times, and (BT, C) @ (C, V)
+  (the head) once; the rate is their total FLOPs over their total time (each
+  shape's median call). MFU is achieved GFLOP/s over this rate: the fraction of
+  what this machine's GEMM delivers at these shapes that the whole step
+  achieves, not a fraction of the hardware's peak;
 * peak RSS growth: resident memory before the first step (from
   ``/proc/self/statm``) subtracted from the peak afterwards
   (``getrusage(RUSAGE_SELF).ru_maxrss``): activations, gradients, optimizer
   moments and allocator slack;
 * for NumPy, the ``tracemalloc`` peak of one extra step (NumPy reports its
   buffers to tracemalloc; PyTorch does not), measured after the timed steps
-  so its bookkeeping does not slow them.
+  so its bookkeeping does not slow them;
+* each worker's threads (torch's ``get_num_threads``; NumPy's BLAS threads, from
+  ``threadpoolctl``) and the attention implementation that ran.
+
+``--profile`` adds where one NumPy step's time goes, layer kind by phase, at
+each size (``bench_profile.py``). ``--train-iters N`` (default 0: skipped) adds
+the whole run: ``python -m labs train --max-iters N`` on each backend, in a
+fresh temporary directory, with its wall time next to its training steps' time
+(``bench_train.py``), so the share of start-up, evaluation, checkpoints and the
+final sample shows.
 
 Run it on an idle machine: PyTorch's thread pool waits for all its threads at
 every operation, so another process on one core can slow a two-thread step
@@ -38,12 +76,23 @@ import time
 import numpy as np
 
 from .. import UserError
-from ..plumbing.backends import BACKENDS, make_backend
 
 SIZES = ((12, 64), (64, 256))  # (batch, block): the default, and a larger one
-RATIO_KEYS = ("numpy_over_torch_step_ratio", "numpy_over_torch_step_ratio_b64_t256")
 VOCAB = 65  # Tiny Shakespeare's character count
 MiB = 1024 * 1024
+#: variant -> (backend, GPTConfig fields over the defaults, backend keyword arguments)
+VARIANTS: dict[str, tuple[str, dict, dict]] = {
+    "numpy": ("numpy", {}, {}),  # the backend's default attention
+    "torch": ("torch", {}, {}),
+    "torch-nanogpt": (
+        "torch",
+        {"bias": False, "gelu_approximate": "none"},
+        {"attn_impl": "sdpa"},
+    ),
+}
+#: the table's and the ratios' rows: numpy over each torch variant
+RATIO_PREFIXES = {"torch": "numpy_over_torch", "torch-nanogpt": "numpy_over_torch_nanogpt"}
+SGEMM_REPS = 5  # timed repetitions of each GEMM shape (the median is kept)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -63,13 +112,141 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="threads for torch and for NumPy's BLAS (default: each library's own choice)",
     )
-    # Internal: one measurement, run by the parent in a subprocess.
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="also break one NumPy step down by layer kind and phase (forward, backward, "
+        "optimizer), at each size",
+    )
+    p.add_argument(
+        "--train-iters",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run `labs train --max-iters N` on each backend (in a temporary "
+        "directory, removed afterwards) and compare the whole run's wall time with its "
+        "training steps' time (default 0: skip)",
+    )
+    p.add_argument(
+        "--data",
+        metavar="PATH",
+        help="the corpus for --train-iters (default: as `labs train` finds it: "
+        "$TWINFORMER_DATA, the cache, or a download)",
+    )
+    p.add_argument(
+        "--train-args",
+        default=None,
+        metavar="ARGS",
+        help="more options for the --train-iters runs, one string (e.g. "
+        "'--eval-batches 5 --sample-tokens 0')",
+    )
+    # Internal: the sizes (tests use tiny ones), and one measurement, run by the parent
+    # in a subprocess.
+    p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--backend", choices=BACKENDS, help=argparse.SUPPRESS)
+    p.add_argument("--variant", choices=tuple(VARIANTS), help=argparse.SUPPRESS)
     p.add_argument("--batch-size", type=int, default=12, help=argparse.SUPPRESS)
     p.add_argument("--block-size", type=int, default=64, help=argparse.SUPPRESS)
 
 
+# -- the model's arithmetic -----------------------------------------------------------------
+def _config(model_config: dict):
+    """The full GPTConfig (defaults filled in) of ``model_config``."""
+    from numpy_impl.gpt import GPTConfig
+
+    return GPTConfig.from_dict(dict(model_config))
+
+
+def matmul_parameters(model_config: dict) -> int:
+    """N of the FLOP estimate: the entries of every matrix a GEMM multiplies.
+
+    Per block: q, k, v and the output projection (4 d_model^2) and the FFN's two
+    matrices (three for SwiGLU) of d_model x d_ff; plus the LM head (V x d_model),
+    counted even when tied to the token embedding. Biases, norm gains and the
+    embedding lookups are not matrix products and are left out.
+    """
+    c = _config(model_config)
+    C = c.d_model
+    d_ff = c.d_ff if c.d_ff is not None else 4 * C
+    ffn_matrices = 3 if c.ffn == "swiglu" else 2
+    return c.n_layers * (4 * C * C + ffn_matrices * C * d_ff) + C * c.vocab_size
+
+
+def model_flops_per_step(model_config: dict, B: int, T: int) -> int:
+    """FLOPs of one training step (forward and backward) on a (B, T) batch.
+
+    ``B T (6 N + 12 n_layers d_model T)``, N from :func:`matmul_parameters`
+    (PaLM's appendix B, as in nanoGPT's ``estimate_mfu``). The optimizer's
+    elementwise work is not counted.
+    """
+    c = _config(model_config)
+    N = matmul_parameters(model_config)
+    return B * T * (6 * N + 12 * c.n_layers * c.d_model * T)
+
+
+def gemm_shapes(model_config: dict, B: int, T: int) -> list[tuple[int, int, int, int]]:
+    """``(count, M, K, N)``: the forward GEMMs of one step, (M, K) @ (K, N), and how
+    many times each runs (the backward's have the same FLOPs, operands transposed)."""
+    c = _config(model_config)
+    C, M, L = c.d_model, B * T, c.n_layers
+    d_ff = c.d_ff if c.d_ff is not None else 4 * C
+    return [
+        (L, M, C, 3 * C),  # qkv_proj
+        (L, M, C, C),  # out_proj
+        (L, M, C, d_ff),  # fc1
+        (L, M, d_ff, C),  # fc2
+        (1, M, C, c.vocab_size),  # the head
+    ]
+
+
+def measure_sgemm(shapes, library: str, seed: int = 0) -> dict:
+    """Float32 GEMM throughput at ``shapes`` (from :func:`gemm_shapes`).
+
+    Each shape: one untimed call, then :data:`SGEMM_REPS` timed repetitions of
+    enough calls to last about 2 ms; its time is the median repetition per call.
+
+    Returns:
+        ``{"sgemm_gflops": total FLOPs / total time, counts included,
+        "sgemm_shapes": [{"m", "k", "n", "count", "gflops"}, ...]}``.
+    """
+    rng = np.random.default_rng(seed)
+    if library == "torch":
+        import torch
+
+        def operands(M, K, N):
+            a = torch.from_numpy(rng.standard_normal((M, K), dtype=np.float32))
+            b = torch.from_numpy(rng.standard_normal((K, N), dtype=np.float32))
+            out = torch.empty(M, N)
+            return lambda: torch.matmul(a, b, out=out)
+    else:
+
+        def operands(M, K, N):
+            a = rng.standard_normal((M, K), dtype=np.float32)
+            b = rng.standard_normal((K, N), dtype=np.float32)
+            out = np.empty((M, N), np.float32)
+            return lambda: np.matmul(a, b, out=out)
+
+    total_flops = total_time = 0.0
+    per_shape = []
+    for count, M, K, N in shapes:
+        call = operands(M, K, N)
+        t0 = time.perf_counter()
+        call()
+        calls = max(1, min(1000, round(2e-3 / max(time.perf_counter() - t0, 1e-7))))
+        reps = []
+        for _ in range(SGEMM_REPS):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                call()
+            reps.append((time.perf_counter() - t0) / calls)
+        seconds, flops = statistics.median(reps), 2.0 * M * K * N
+        total_flops += count * flops
+        total_time += count * seconds
+        per_shape.append({"m": M, "k": K, "n": N, "count": count, "gflops": flops / seconds / 1e9})
+    return {"sgemm_gflops": total_flops / total_time / 1e9, "sgemm_shapes": per_shape}
+
+
+# -- one measurement (in a worker process) ------------------------------------------------
 def _rss_bytes() -> int:
     """Current resident set size, from /proc/self/statm (field 2, in pages)."""
     with open("/proc/self/statm") as f:
@@ -82,16 +259,37 @@ def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def measure(backend_name: str, B: int, T: int, iters: int, warmup: int, seed: int = 0) -> dict:
+def thread_pools() -> list[dict]:
+    """This process's native thread pools (BLAS, OpenMP), as ``threadpoolctl`` sees them."""
+    from threadpoolctl import threadpool_info
+
+    keys = ("user_api", "internal_api", "num_threads")
+    return [{k: pool.get(k) for k in keys} for pool in threadpool_info()]
+
+
+def _blas_threads(pools: list[dict]) -> int | None:
+    return next((p["num_threads"] for p in pools if p["user_api"] == "blas"), None)
+
+
+def measure(variant: str, B: int, T: int, iters: int, warmup: int, seed: int = 0) -> dict:
     """Time ``iters`` training steps of a default-sized GPT at batch B, block T.
 
+    Args:
+        variant: a key of :data:`VARIANTS` (``"numpy"``, ``"torch"``, ``"torch-nanogpt"``).
+
     Returns:
-        a JSON-serialisable dict: ``median_step_s``, ``min_step_s``,
-        ``tokens_per_s``, ``rss_before_mib``, ``peak_rss_growth_mib``,
-        ``tracemalloc_peak_mib`` (NumPy only, else None), ``threads``.
+        a JSON-serialisable dict: ``backend``, ``variant``, ``median_step_s``,
+        ``min_step_s``, ``tokens_per_s``, ``model_flops_per_step``,
+        ``achieved_gflops``, ``sgemm_gflops``, ``mfu``, ``rss_before_mib``,
+        ``peak_rss_growth_mib``, ``tracemalloc_peak_mib`` (NumPy only, else None),
+        ``threads``, ``thread_pools``, ``attn_impl``, ``model_config``...
     """
-    model_config = {"vocab_size": VOCAB, "block_size": T}  # other fields: GPTConfig defaults
-    backend = make_backend(backend_name, model_config, seed=seed)
+    from ..plumbing.backends import make_backend
+
+    backend_name, overrides, kwargs = VARIANTS[variant]
+    model_config = {"vocab_size": VOCAB, "block_size": T, **overrides}  # the rest: defaults
+    backend = make_backend(backend_name, model_config, seed=seed, **kwargs)
+    sgemm = measure_sgemm(gemm_shapes(model_config, B, T), backend_name, seed)
     rng = np.random.default_rng(seed)
     batches = [
         (rng.integers(0, VOCAB, (B, T)), rng.integers(0, VOCAB, (B, T)))
@@ -115,123 +313,266 @@ def measure(backend_name: str, B: int, T: int, iters: int, warmup: int, seed: in
         traced_peak = tracemalloc.get_traced_memory()[1] / MiB
         tracemalloc.stop()
 
+    pools = thread_pools()
     if backend_name == "torch":
         import torch
 
         threads = torch.get_num_threads()
+        attn_impl = backend.model.attn_impl
     else:
-        threads = None  # NumPy's BLAS picks its own (OPENBLAS_NUM_THREADS, ...)
+        threads = _blas_threads(pools)  # NumPy's own: BLAS (OPENBLAS_NUM_THREADS, ...)
+        attn_impl = getattr(backend, "attn_impl", None)  # None: one attention, no setting
     median = statistics.median(times)
+    flops = model_flops_per_step(model_config, B, T)
+    achieved = flops / median / 1e9
     return {
         "backend": backend_name,
+        "variant": "default" if variant == backend_name else variant.split("-", 1)[1],
+        "name": variant,
         "batch_size": B,
         "block_size": T,
         "iters": iters,
         "median_step_s": median,
         "min_step_s": min(times),
         "tokens_per_s": B * T / median,
+        "model_flops_per_step": flops,
+        "achieved_gflops": achieved,
+        **sgemm,
+        "mfu": achieved / sgemm["sgemm_gflops"],
         "rss_before_mib": rss_before / MiB,
         "peak_rss_growth_mib": peak_growth / MiB,
         "tracemalloc_peak_mib": traced_peak,
         "threads": threads,
+        "thread_pools": pools,
+        "attn_impl": attn_impl,
+        "model_config": model_config,
         "num_parameters": backend.num_parameters(),
     }
 
 
-def _run_worker(backend: str, B: int, T: int, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, "-m", "labs", "bench", "--worker", "--backend", backend]
-    iters = args.iters if (B, T) == SIZES[0] else max(3, args.iters // 4)  # big steps are slow
-    cmd += ["--batch-size", str(B), "--block-size", str(T), "--iters", str(iters)]
-    cmd += ["--warmup", str(args.warmup), "--seed", str(args.seed)]
+# -- the parent: workers, ratios, table ---------------------------------------------------
+def parse_sizes(text: str | None) -> tuple[tuple[int, int], ...]:
+    """``"12x64,64x256"`` -> ``((12, 64), (64, 256))``; None -> :data:`SIZES`.
+
+    Raises:
+        UserError: naming ``--sizes`` and the expected form.
+    """
+    if text is None:
+        return SIZES
+    sizes = []
+    for part in text.split(","):
+        b, sep, t = part.strip().lower().partition("x")
+        if not (sep and b.isdigit() and t.isdigit() and int(b) > 0 and int(t) > 0):
+            raise UserError(
+                f"--sizes: expected BxT[,BxT...] with positive integers (e.g. 12x64,64x256), "
+                f"got {text!r}"
+            )
+        sizes.append((int(b), int(t)))
+    return tuple(sizes)
+
+
+def size_key(B: int, T: int) -> str:
+    return f"b{B}_t{T}"
+
+
+def _iters_at(args: argparse.Namespace, index: int) -> int:
+    """``--iters`` at the first size; a quarter (at least 3, at most --iters) beyond it."""
+    return args.iters if index == 0 else min(args.iters, max(3, args.iters // 4))
+
+
+def _worker_env(args: argparse.Namespace) -> dict:
     env = dict(os.environ)
     if args.threads is not None:
         # Read by the thread pools when they start, so set before the worker imports numpy.
         for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(args.threads)
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    return env
+
+
+def _run_worker(variant: str, B: int, T: int, iters: int, args, profile: bool = False) -> dict:
+    cmd = [sys.executable, "-m", "labs", "bench", "--worker", "--variant", variant]
+    cmd += ["--batch-size", str(B), "--block-size", str(T), "--iters", str(iters)]
+    cmd += ["--warmup", str(args.warmup), "--seed", str(args.seed)]
+    if profile:
+        cmd.append("--profile")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=_worker_env(args))
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        return {"backend": backend, "batch_size": B, "block_size": T, "error": last}
+        backend = VARIANTS[variant][0]
+        return {
+            "backend": backend,
+            "name": variant,
+            "batch_size": B,
+            "block_size": T,
+            "error": last,
+        }
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _ratio(results: list[dict], B: int, T: int) -> float | None:
-    by_backend = {
-        r["backend"]: r
-        for r in results
-        if (r["batch_size"], r["block_size"]) == (B, T) and "error" not in r
-    }
-    if set(by_backend) != set(BACKENDS):
+def _result(results: list[dict], name: str, B: int, T: int) -> dict | None:
+    for r in results:
+        if (r["name"], r["batch_size"], r["block_size"]) == (name, B, T) and "error" not in r:
+            return r
+    return None
+
+
+def _ratio(results: list[dict], other: str, B: int, T: int) -> float | None:
+    numpy_, torch_ = _result(results, "numpy", B, T), _result(results, other, B, T)
+    if numpy_ is None or torch_ is None:
         return None
-    return by_backend["numpy"]["median_step_s"] / by_backend["torch"]["median_step_s"]
+    return numpy_["median_step_s"] / torch_["median_step_s"]
+
+
+def ratio_key(prefix: str, index: int, B: int, T: int) -> str:
+    """The first size's ratio is unsuffixed (``numpy_over_torch_step_ratio``), the
+    others name their size (``numpy_over_torch_step_ratio_b64_t256``)."""
+    return f"{prefix}_step_ratio" + ("" if index == 0 else f"_{size_key(B, T)}")
 
 
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def main(args: argparse.Namespace) -> int:
-    if args.iters < 1 or args.warmup < 0:
-        raise UserError("--iters must be >= 1 and --warmup >= 0")
+def _check_args(args: argparse.Namespace) -> None:
+    if args.iters < 1:
+        raise UserError(f"--iters must be >= 1, got {args.iters}")
+    if args.warmup < 0:
+        raise UserError(f"--warmup must be >= 0, got {args.warmup}")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
-    if args.worker:
-        if args.backend is None:
-            raise UserError("bench --worker needs --backend")
-        result = measure(
-            args.backend, args.batch_size, args.block_size, args.iters, args.warmup, args.seed
+    if args.train_iters < 0:
+        raise UserError(
+            f"--train-iters must be >= 0 (0 skips the training runs), got {args.train_iters}"
         )
+    if (args.data is not None or args.train_args is not None) and args.train_iters == 0:
+        given = "--data" if args.data is not None else "--train-args"
+        raise UserError(f"{given} is for the training runs: give --train-iters N too")
+    parse_sizes(args.sizes)
+
+
+def main(args: argparse.Namespace) -> int:
+    _check_args(args)
+    if args.worker:
+        if args.variant is None:
+            raise UserError("bench --worker needs --variant")
+        B, T = args.batch_size, args.block_size
+        if args.profile:
+            from .bench_profile import profile_numpy_step
+
+            result = profile_numpy_step(B, T, args.iters, args.warmup, args.seed)
+        else:
+            result = measure(args.variant, B, T, args.iters, args.warmup, args.seed)
         print(json.dumps(result))
         return 0
 
+    sizes = parse_sizes(args.sizes)
+    train_setup = None
+    if args.train_iters:
+        from .bench_train import prepare_training
+
+        train_setup = prepare_training(args)  # bad --data or --train-args: before any timing
+
+    def say(message: str) -> None:
+        if not args.json:
+            print(message, file=sys.stderr, flush=True)
+
     load_before = os.getloadavg()[0]
     results = []
-    for B, T in SIZES:
-        for backend in BACKENDS:
-            if not args.json:
-                print(f"measuring {backend} at B={B}, T={T} ...", file=sys.stderr, flush=True)
-            results.append(_run_worker(backend, B, T, args))
+    for index, (B, T) in enumerate(sizes):
+        for variant in VARIANTS:
+            say(f"measuring {variant} at B={B}, T={T} ...")
+            results.append(_run_worker(variant, B, T, _iters_at(args, index), args))
+    profiles = {}
+    if args.profile:
+        for index, (B, T) in enumerate(sizes):
+            say(f"profiling a numpy step at B={B}, T={T} ...")
+            profiles[size_key(B, T)] = _run_worker(
+                "numpy", B, T, _iters_at(args, index), args, profile=True
+            )
+    train = None
+    if train_setup is not None:
+        from .bench_train import run_training
+
+        train = run_training(train_setup, args, _worker_env(args), say)
 
     import torch
 
-    summary = {
-        "results": results,
-        **{key: _ratio(results, B, T) for key, (B, T) in zip(RATIO_KEYS, SIZES, strict=True)},
-        "machine": {
-            "cpus": os.cpu_count(),
-            "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-            "python": sys.version.split()[0],
-            "numpy": np.__version__,
-            "torch": torch.__version__,
-        },
+    summary: dict = {"results": results}
+    for prefix_of in ("torch", "torch-nanogpt"):
+        for index, (B, T) in enumerate(sizes):
+            key = ratio_key(RATIO_PREFIXES[prefix_of], index, B, T)
+            summary[key] = _ratio(results, prefix_of, B, T)
+    for name in VARIANTS:
+        mfus = {}
+        for B, T in sizes:
+            r = _result(results, name, B, T)
+            mfus[size_key(B, T)] = None if r is None else r["mfu"]
+        summary[f"{name.replace('-', '_')}_mfu"] = mfus
+    if args.profile:
+        summary["profile"] = profiles
+    if train is not None:
+        summary.update(train)
+    summary["machine"] = {
+        "cpus": os.cpu_count(),
+        "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
+        "python": sys.version.split()[0],
+        "numpy": np.__version__,
+        "torch": torch.__version__,
     }
     if args.json:
-        print(json.dumps(summary))
+        print(json.dumps(summary, allow_nan=False))
         return 0
+    _print_table(summary, sizes, load_before)
+    return 0
 
+
+def _print_table(summary: dict, sizes, load_before: float) -> None:
     header = (
-        f"{'size':<14}{'backend':<9}{'median step':>13}{'tokens/s':>11}"
-        f"{'peak RSS +':>12}{'tracemalloc':>13}"
+        f"{'size':<14}{'variant':<15}{'median step':>13}{'tokens/s':>11}{'GFLOP/s':>9}"
+        f"{'sgemm':>8}{'MFU':>7}{'peak RSS +':>12}{'tracemalloc':>13}"
     )
     print(header)
     print("-" * len(header))
-    for r in results:
+    for r in summary["results"]:
         size = f"B={r['batch_size']} T={r['block_size']}"
         if "error" in r:
-            print(f"{size:<14}{r['backend']:<9}  failed: {r['error']}")
+            print(f"{size:<14}{r['name']:<15}  failed: {r['error']}")
             continue
         traced = r["tracemalloc_peak_mib"]
         traced = "-" if traced is None else f"{traced:.0f} MiB"
         print(
-            f"{size:<14}{r['backend']:<9}{r['median_step_s'] * 1e3:>10.1f} ms"
-            f"{r['tokens_per_s']:>11,.0f}{r['peak_rss_growth_mib']:>8.0f} MiB{traced:>13}"
+            f"{size:<14}{r['name']:<15}{r['median_step_s'] * 1e3:>10.1f} ms"
+            f"{r['tokens_per_s']:>11,.0f}{r['achieved_gflops']:>9.1f}{r['sgemm_gflops']:>8.1f}"
+            f"{r['mfu']:>7.0%}{r['peak_rss_growth_mib']:>8.0f} MiB{traced:>13}"
         )
-    for key, (B, T) in zip(RATIO_KEYS, SIZES, strict=True):
-        print(f"numpy / torch step time at B={B}, T={T}: {_fmt(summary[key], '.2f')}x")
+    flops = {(r["batch_size"], r["block_size"]): r for r in summary["results"] if "error" not in r}
+    for B, T in sizes:
+        if (B, T) in flops:
+            print(
+                f"model FLOPs per step at B={B}, T={T}: "
+                f"{flops[B, T]['model_flops_per_step'] / 1e9:.2f} GFLOP"
+            )
+    for prefix_of, label in (("torch", "torch"), ("torch-nanogpt", "torch-nanogpt")):
+        for index, (B, T) in enumerate(sizes):
+            key = ratio_key(RATIO_PREFIXES[prefix_of], index, B, T)
+            print(f"numpy / {label} step time at B={B}, T={T}: {_fmt(summary[key], '.2f')}x")
+    if "profile" in summary:
+        from .bench_profile import format_profile
+
+        for key, profile in summary["profile"].items():
+            print()
+            if "error" in profile:
+                print(f"profile {key} failed: {profile['error']}")
+            else:
+                print("\n".join(format_profile(profile)))
+    if "train" in summary:
+        from .bench_train import format_training
+
+        print()
+        print("\n".join(format_training(summary)))
     if load_before > 0.5 * (os.cpu_count() or 1):
         print(
             f"warning: the machine was busy before the benchmark (load average {load_before:.1f} "
             f"on {os.cpu_count()} cores). Multi-threaded torch suffers most from sharing cores: "
             "rerun on an idle machine, or compare with --threads 1."
         )
-    return 0

@@ -1,0 +1,212 @@
+"""``python -m labs bench``: its report, on tiny sizes (``--sizes``, a hidden option).
+
+Benchmarks print ratios, tests never time anything: these check that every
+number the command claims is there, finite and consistent (the FLOP formula,
+MFU, the profile's rows adding up to the step, the training runs), and that bad
+options fail with ``error: ...`` naming the option.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from labs.__main__ import main
+from labs.commands import bench, bench_profile
+
+VARIANTS = ("numpy", "torch", "torch-nanogpt")
+SIZES = ((2, 16), (3, 8))
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def report():
+    code, out, err = run_cli(
+        "bench", "--json", "--iters", "1", "--warmup", "0", "--threads", "1",
+        "--sizes", "2x16,3x8", "--profile",
+    )  # fmt: skip
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.slow  # the report: 8 worker processes, ~15 s on a 2-core box
+def test_every_variant_and_size_reports_flops_sgemm_and_mfu(report):
+    results = report["results"]
+    assert [(r["name"], r["batch_size"], r["block_size"]) for r in results] == [
+        (v, B, T) for B, T in SIZES for v in VARIANTS
+    ]
+    for r in results:
+        assert "error" not in r, r
+        for key in ("median_step_s", "tokens_per_s", "achieved_gflops", "sgemm_gflops", "mfu"):
+            assert math.isfinite(r[key]) and r[key] > 0, (key, r)
+        assert r["model_flops_per_step"] == bench.model_flops_per_step(
+            r["model_config"], r["batch_size"], r["block_size"]
+        )
+        assert r["achieved_gflops"] == pytest.approx(
+            r["model_flops_per_step"] / r["median_step_s"] / 1e9
+        )
+        assert r["mfu"] == pytest.approx(r["achieved_gflops"] / r["sgemm_gflops"])
+        assert len(r["sgemm_shapes"]) == 5
+        assert r["threads"] == 1  # --threads 1: torch's, or NumPy's BLAS (threadpoolctl)
+        assert any(p["user_api"] == "blas" for p in r["thread_pools"])
+    by_name = {r["name"]: r for r in results if r["batch_size"] == 2}
+    assert (by_name["numpy"]["backend"], by_name["numpy"]["variant"]) == ("numpy", "default")
+    assert by_name["numpy"]["tracemalloc_peak_mib"] > 0
+    assert (by_name["torch"]["backend"], by_name["torch"]["variant"]) == ("torch", "default")
+    assert by_name["torch"]["attn_impl"] == "sdpa"
+    nano = by_name["torch-nanogpt"]
+    assert (nano["backend"], nano["variant"], nano["attn_impl"]) == ("torch", "nanogpt", "sdpa")
+    assert nano["model_config"]["bias"] is False
+    assert nano["model_config"]["gelu_approximate"] == "none"
+
+
+@pytest.mark.slow  # the report: 8 worker processes, ~15 s on a 2-core box
+def test_top_level_keys(report):
+    for prefix in ("numpy_over_torch", "numpy_over_torch_nanogpt"):
+        for key in (f"{prefix}_step_ratio", f"{prefix}_step_ratio_b3_t8"):
+            assert report[key] > 0, key  # the first size unsuffixed, as at the default sizes
+    for key in ("numpy_mfu", "torch_mfu", "torch_nanogpt_mfu"):
+        assert set(report[key]) == {"b2_t16", "b3_t8"}
+        assert all(math.isfinite(v) and v > 0 for v in report[key].values()), report[key]
+    assert set(report["profile"]) == {"b2_t16", "b3_t8"}
+    assert {"cpus", "load_avg_1min", "numpy", "torch"} <= set(report["machine"])
+
+
+def test_default_sizes_keep_the_historical_ratio_keys():
+    keys = [bench.ratio_key("numpy_over_torch", i, B, T) for i, (B, T) in enumerate(bench.SIZES)]
+    assert keys == ["numpy_over_torch_step_ratio", "numpy_over_torch_step_ratio_b64_t256"]
+    assert bench.size_key(*bench.SIZES[1]) == "b64_t256"
+
+
+def test_model_flops_formula_for_the_default_model():
+    config = {"vocab_size": 65, "block_size": 64}  # 4 layers, d_model 128, d_ff 512
+    N = 4 * (3 * 128 * 128 + 128 * 128 + 2 * 128 * 512) + 128 * 65
+    assert bench.matmul_parameters(config) == N == 794_752
+    assert bench.model_flops_per_step(config, 12, 64) == 12 * 64 * (6 * N + 12 * 4 * 128 * 64)
+    # bias and GELU change no GEMM: the nanoGPT-style model has the same FLOPs
+    nano = {**config, "bias": False, "gelu_approximate": "none"}
+    assert bench.model_flops_per_step(nano, 12, 64) == bench.model_flops_per_step(config, 12, 64)
+
+
+def test_matmul_parameters_are_the_models_linear_weights():
+    """N counts every Linear's weight, the tied head included, and nothing else."""
+    from numpy_impl.gpt import GPT, GPTConfig
+    from numpy_impl.linear import Linear
+
+    config = {"vocab_size": 11, "block_size": 8, "n_layers": 2, "d_model": 16, "d_ff": 24}
+    model = GPT(GPTConfig(**config), seed=0)
+    weights = sum(m.weight.data.size for _, m in model.named_modules() if isinstance(m, Linear))
+    assert bench.matmul_parameters(config) == weights
+    shapes = bench.gemm_shapes(config, 2, 8)
+    flops = sum(2 * count * M * K * N for count, M, K, N in shapes)
+    assert 3 * flops == 6 * weights * 2 * 8  # forward GEMMs x 3 = the 6 N per token
+
+
+def test_measure_sgemm_both_libraries():
+    shapes = bench.gemm_shapes({"vocab_size": 7, "n_layers": 1, "d_model": 8}, 2, 4)
+    for library in ("numpy", "torch"):
+        got = bench.measure_sgemm(shapes, library)
+        assert math.isfinite(got["sgemm_gflops"]) and got["sgemm_gflops"] > 0
+        assert [(s["m"], s["k"], s["n"]) for s in got["sgemm_shapes"]] == [
+            (M, K, N) for _, M, K, N in shapes
+        ]
+
+
+def test_profile_rows_add_up_to_the_step():
+    profile = bench_profile.profile_numpy_step(B=2, T=16, iters=5, warmup=1)
+    kinds = [row["kind"] for row in profile["rows"]]
+    for kind in (
+        "embedding", "layernorm", "attention qkv projection", "attention core",
+        "attention out projection", "ffn linear", "gelu", "head", "loss",
+        "zero_grad", "gradient clipping", "AdamW update", "other",
+    ):  # fmt: skip
+        assert kind in kinds, kind
+    total = sum(row["total_ms"] for row in profile["rows"])
+    assert total == pytest.approx(profile["step_ms"])  # the median step's own breakdown
+    assert sum(p["ms"] for p in profile["phases"]) == pytest.approx(total)
+    other = next(row for row in profile["rows"] if row["kind"] == "other")
+    assert 0 <= other["total_ms"] < 0.5 * profile["step_ms"]  # the wrappers see most of it
+    assert {p["phase"] for p in profile["phases"]} == {"forward", "backward", "optimizer", "other"}
+
+
+def test_profile_wrappers_are_removed_afterwards():
+    from labs.plumbing.backends import make_backend
+
+    backend = make_backend("numpy", {"vocab_size": 5, "block_size": 4, "n_layers": 1}, seed=0)
+    timer = bench_profile._Timer()
+    with bench_profile._instrumented(backend, timer):
+        x = np.zeros((1, 4), dtype=np.int64)
+        backend.train_step(x, x)
+    assert timer.totals[("attention core", "forward")] > 0
+    for _, mod in backend.model.named_modules():
+        assert "forward" not in vars(mod) and "backward" not in vars(mod)
+    assert "step" not in vars(backend.optimizer)
+    import numpy_impl.optim
+
+    assert numpy_impl.optim.clip_grad_norm_.__name__ == "clip_grad_norm_"
+
+
+@pytest.mark.slow  # the report: 8 worker processes, ~15 s on a 2-core box
+def test_profile_in_the_report(report):
+    profile = report["profile"]["b2_t16"]
+    assert "error" not in profile, profile
+    assert profile["iters"] == 1
+    assert sum(row["total_ms"] for row in profile["rows"]) == pytest.approx(profile["step_ms"])
+
+
+@pytest.mark.slow
+def test_train_iters_runs_both_backends(tmp_path, monkeypatch):
+    corpus = tmp_path / "tiny.txt"
+    corpus.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n" * 40)
+    monkeypatch.chdir(tmp_path)  # nothing may be written here (runs/ least of all)
+    code, out, err = run_cli(
+        "bench", "--json", "--iters", "1", "--warmup", "0", "--threads", "1", "--sizes", "2x8",
+        "--train-iters", "2", "--data", str(corpus),
+        "--train-args", "--eval-batches 1 --eval-batch-size 2 --sample-tokens 0",
+    )  # fmt: skip
+    assert code == 0, err
+    summary = json.loads(out)
+    runs = {r["backend"]: r for r in summary["train"]}
+    assert set(runs) == {"numpy", "torch"}
+    for r in runs.values():
+        assert "error" not in r, r
+        assert r["max_iters"] == 2
+        assert 0 < r["train_steps_s"] <= r["loop_s"] <= r["wall_s"]
+        assert r["eval_checkpoint_s"] == pytest.approx(r["loop_s"] - r["train_steps_s"])
+    assert summary["numpy_over_torch_train_wall_ratio"] == pytest.approx(
+        runs["numpy"]["wall_s"] / runs["torch"]["wall_s"]
+    )
+    assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["tiny.txt"]
+
+
+@pytest.mark.parametrize(
+    "argv, option",
+    [
+        (("--iters", "0"), "--iters"),
+        (("--warmup", "-1"), "--warmup"),
+        (("--threads", "0"), "--threads"),
+        (("--train-iters", "-1"), "--train-iters"),
+        (("--data", "x.txt"), "--data"),
+        (("--profile", "--sizes", "12by64"), "--sizes"),
+        (("--sizes", "0x16"), "--sizes"),
+        (("--train-iters", "1", "--train-args", "--out runs/x"), "--train-args"),
+        (("--train-iters", "1", "--train-args", "'unclosed"), "--train-args"),
+        (("--train-iters", "1", "--data", "/nonexistent/corpus.txt"), "corpus"),
+    ],
+)
+def test_bad_options_are_clean_errors(argv, option):
+    code, out, err = run_cli("bench", *argv)
+    assert code == 2 and out == ""
+    assert err.startswith("error: ") and option in err, err
