@@ -40,6 +40,8 @@ from .attention import check_qkv, check_scale
 from .masks import check_attn_mask, check_is_causal
 from .parallel import for_blocks, row_blocks
 
+FLASH_BLOCK_ELEMENTS = 131072  # score-tile elements per block of batch rows (512 KiB float32)
+
 
 def _check_tile(value, name: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -150,7 +152,8 @@ def _batch_blocks(q: np.ndarray, k: np.ndarray, tile_q: int, tile_k: int) -> lis
     """Blocks of batch rows for the thread pool: about one score tile of
     ``parallel.BLOCK_ELEMENTS`` elements per block (all heads of a row together)."""
     heads = int(np.prod(q.shape[1:-2], dtype=np.int64))
-    return row_blocks(q.shape[0], heads * min(tile_q, q.shape[-2]) * min(tile_k, k.shape[-2]))
+    per_row = heads * min(tile_q, q.shape[-2]) * min(tile_k, k.shape[-2])  # one score tile
+    return row_blocks(q.shape[0], per_row, FLASH_BLOCK_ELEMENTS)
 
 
 def _forward_tiles(q, k, v, mask, is_causal, scale, tile_q, tile_k, out, lse) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from .module import Module, Parameter, check_float, check_last_dim
+from .parallel import map_rows
 
 
 class LayerNorm(Module):
@@ -52,35 +55,54 @@ class LayerNorm(Module):
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_float(x, "x", self.weight.dtype)
         check_last_dim(x, self.d_model, "x", "d_model")
-        ### BEGIN SOLUTION ch07
-        ### TODO: x (..., C) -> y (..., C): per row, xhat = (x - mean) * rstd with
-        ###   rstd = 1 / sqrt(var + eps) (..., 1), then y = xhat * weight + bias (bias may be None);
-        ###   cache xhat and rstd in self._xhat, self._rstd. Hint: var is biased (divides by C)
-        mean = x.mean(axis=-1, keepdims=True)  # (..., C) -> (..., 1)
-        var = x.var(axis=-1, keepdims=True)  # (..., 1), biased: divides by C
-        rstd = 1.0 / np.sqrt(var + self.eps)  # (..., 1)
-        xhat = (x - mean) * rstd  # (..., C)
-        self._xhat, self._rstd = xhat, rstd
-        y = xhat * self.weight.data
-        return y if self.bias is None else y + self.bias.data
-        ### END SOLUTION
+        b = None if self.bias is None else self.bias.data
+        rows = functools.partial(layer_norm, weight=self.weight.data, bias=b, eps=self.eps)
+        y, self._xhat, self._rstd = map_rows(rows, x)  # row blocks on every core: parallel.py
+        return y
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
+        xhat, rstd, C = self._xhat, self._rstd, self.d_model
         ### BEGIN SOLUTION ch07
         ### TODO: ADD dweight = sum of dout * xhat and dbias = sum of dout over every row, (C,),
-        ###   into .grad; return dx (..., C) = rstd / C * (C dxhat - sum(dxhat) - xhat sum(dxhat
-        ###   xhat)) with dxhat = dout * weight. Hint: the two row sums keep their axis (keepdims)
-        xhat, rstd, C = self._xhat, self._rstd, self.d_model
+        ###   into .grad (the bias may be None)
         self.weight.grad += (dout * xhat).reshape(-1, C).sum(axis=0)  # (N, C) -> (C,)
         if self.bias is not None:
             self.bias.grad += dout.reshape(-1, C).sum(axis=0)  # (N, C) -> (C,)
-        dxhat = dout * self.weight.data  # (..., C)
-        sum_dxhat = dxhat.sum(axis=-1, keepdims=True)  # (..., 1)
-        sum_dxhat_xhat = (dxhat * xhat).sum(axis=-1, keepdims=True)  # (..., 1)
-        dx = rstd / C * (C * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)  # (..., C)
-        self._xhat = self._rstd = None
-        return dx
         ### END SOLUTION
+        rows = functools.partial(layer_norm_backward, weight=self.weight.data)
+        self._xhat = self._rstd = None
+        return map_rows(rows, dout, xhat, rstd)  # dx (..., C)
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float):
+    """LayerNorm of each row of x (..., C): returns y (..., C) and the backward's cache,
+    xhat (..., C) and rstd = 1 / sqrt(var + eps) (..., 1) (Ba et al. 2016, eqs. 3-4)."""
+    ### BEGIN SOLUTION ch07
+    ### TODO: per row, xhat = (x - mean) * rstd with rstd = 1 / sqrt(var + eps) (..., 1), then
+    ###   y = xhat * weight + bias (bias may be None); return y, xhat, rstd. Hint: var is
+    ###   biased (divides by C)
+    mean = x.mean(axis=-1, keepdims=True)  # (..., C) -> (..., 1)
+    var = x.var(axis=-1, keepdims=True)  # (..., 1), biased: divides by C
+    rstd = 1.0 / np.sqrt(var + eps)  # (..., 1)
+    xhat = (x - mean) * rstd  # (..., C)
+    y = xhat * weight
+    return (y if bias is None else y + bias), xhat, rstd
+    ### END SOLUTION
+
+
+def layer_norm_backward(
+    dout: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, weight: np.ndarray
+) -> np.ndarray:
+    """dx (..., C) of :func:`layer_norm`, row by row, from its cache xhat, rstd."""
+    ### BEGIN SOLUTION ch07
+    ### TODO: dx = rstd / C * (C dxhat - sum(dxhat) - xhat sum(dxhat xhat)) with
+    ###   dxhat = dout * weight. Hint: the two row sums keep their axis (keepdims)
+    C = xhat.shape[-1]
+    dxhat = dout * weight  # (..., C)
+    sum_dxhat = dxhat.sum(axis=-1, keepdims=True)  # (..., 1)
+    sum_dxhat_xhat = (dxhat * xhat).sum(axis=-1, keepdims=True)  # (..., 1)
+    return rstd / C * (C * dxhat - sum_dxhat - xhat * sum_dxhat_xhat)  # (..., C)
+    ### END SOLUTION
 
 
 class RMSNorm(Module):
