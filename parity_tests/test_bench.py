@@ -20,7 +20,7 @@ import pytest
 from labs.__main__ import main
 from labs.commands import bench, bench_profile
 
-VARIANTS = ("numpy", "torch", "torch-nanogpt")
+VARIANTS = ("numpy", "numpy-explicit", "torch", "torch-nanogpt")
 SIZES = ((2, 16), (3, 8))
 
 
@@ -64,6 +64,12 @@ def test_every_variant_and_size_reports_flops_sgemm_and_mfu(report):
     by_name = {r["name"]: r for r in results if r["batch_size"] == 2}
     assert (by_name["numpy"]["backend"], by_name["numpy"]["variant"]) == ("numpy", "default")
     assert by_name["numpy"]["tracemalloc_peak_mib"] > 0
+    assert by_name["numpy"]["attn_impl"] == "flash"  # labs train's attention
+    assert by_name["numpy"]["numpy_pool_threads"] == 1  # --threads 1 reaches parallel.py
+    assert (by_name["numpy-explicit"]["variant"], by_name["numpy-explicit"]["attn_impl"]) == (
+        "explicit",
+        "explicit",
+    )
     assert (by_name["torch"]["backend"], by_name["torch"]["variant"]) == ("torch", "default")
     assert by_name["torch"]["attn_impl"] == "sdpa"
     nano = by_name["torch-nanogpt"]

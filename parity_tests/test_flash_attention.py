@@ -163,3 +163,45 @@ def test_flash_fully_masked_rows_give_zeros_and_zero_gradients():
     assert np.all(out[:, :, [1, 3]] == 0.0) and np.all(dq[:, :, [1, 3]] == 0.0)
     assert all(np.all(np.isfinite(g)) for g in (dq, dk, dv))
     assert np.all(np.isinf(cache[4][:, :, [1, 3]])), "a dead row's log-sum-exp should be +inf"
+
+
+# -- the GPT's attention by tiles: attn_impl="flash" ------------------------------------------
+def _attention_pair(attn_impl: str, dropout: float = 0.0):
+    rng = SeededRng(3)
+    layer = N.SelfAttention(8, 2, dropout=dropout, attn_impl=attn_impl, dtype=np.float64)
+    return layer, rng.normal((2, 6, 8))
+
+
+def test_flash_self_attention_is_the_explicit_one():
+    """Same weights, same x: the tiles give the explicit formula's output and gradients."""
+    flash, x = _attention_pair("flash")
+    explicit, _ = _attention_pair("explicit")
+    explicit.load_state_dict(flash.state_dict())
+    dout = SeededRng(4).normal(x.shape)
+    outs = []
+    for layer in (flash, explicit):
+        layer.zero_grad()
+        y = layer(x, is_causal=True)
+        outs.append((y, layer.backward(dout), layer.qkv_proj.weight.grad.copy()))
+    for name, a, b in zip(("out", "dx", "qkv_proj.weight.grad"), *outs, strict=True):
+        assert_close(f"flash vs explicit SelfAttention: {name}", a, b)
+
+
+def test_flash_runs_the_explicit_path_where_tiles_do_not_apply():
+    layer, x = _attention_pair("flash", dropout=0.5)
+    layer(x, is_causal=True)  # training with attention dropout: explicit, like torch's dispatch
+    assert isinstance(layer._cache, N.attention.AttentionCache)
+    layer.eval()
+    layer(x, is_causal=True)  # evaluation: no dropout, the tiles
+    assert not isinstance(layer._cache, N.attention.AttentionCache)
+    _, weights = layer.attend(*layer.project(x), is_causal=True, need_weights=True)
+    assert weights.shape == (2, 2, 6, 6)  # the weights need the explicit probabilities
+
+
+@pytest.mark.parametrize("bad", ["sdpa", "Flash", None, 1])
+def test_an_unknown_attn_impl_is_named(bad):
+    with pytest.raises(ValueError, match="attn_impl: expected one of"):
+        N.SelfAttention(8, 2, attn_impl=bad)
+    model = N.GPT(N.GPTConfig(vocab_size=5, n_layers=1, n_heads=1, d_model=4))
+    with pytest.raises(ValueError, match="attn_impl: expected one of"):
+        model.attn_impl = bad

@@ -4,9 +4,13 @@ One training step (forward, backward, AdamW update) is timed at two sizes:
 nanoGPT's CPU default (B=12, T=64) and a larger one (B=64, T=256), where
 attention's T^2 terms start to dominate. The model is GPTConfig's default
 (4 layers, 4 heads, d_model 128) with a 65-character vocabulary; batches are
-random tokens, so no corpus is needed. Three rows per size:
+random tokens, so no corpus is needed. Four rows per size:
 
-* ``numpy``: the NumPy backend with its default attention;
+* ``numpy``: the NumPy backend as ``labs train`` runs it: FlashAttention's
+  tiles (``attn_impl="flash"``) and the row blocks of ``numpy_impl/parallel.py``
+  on every core;
+* ``numpy-explicit``: the same with the attention formula written out
+  (``attn_impl="explicit"``, the learner's reading path of chapters 03-04);
 * ``torch``: the PyTorch backend as the project trains it (biases, tanh GELU,
   ``F.scaled_dot_product_attention``);
 * ``torch-nanogpt``: nanoGPT's configuration, the fastest eager PyTorch
@@ -82,7 +86,8 @@ VOCAB = 65  # Tiny Shakespeare's character count
 MiB = 1024 * 1024
 #: variant -> (backend, GPTConfig fields over the defaults, backend keyword arguments)
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
-    "numpy": ("numpy", {}, {}),  # the backend's default attention
+    "numpy": ("numpy", {}, {}),  # the backend's default attention: FlashAttention's tiles
+    "numpy-explicit": ("numpy", {}, {"attn_impl": "explicit"}),  # the learner's reading path
     "torch": ("torch", {}, {}),
     "torch-nanogpt": (
         "torch",
@@ -344,10 +349,18 @@ def measure(variant: str, B: int, T: int, iters: int, warmup: int, seed: int = 0
         "tracemalloc_peak_mib": traced_peak,
         "threads": threads,
         "thread_pools": pools,
+        "numpy_pool_threads": _numpy_pool_threads() if backend_name == "numpy" else None,
         "attn_impl": attn_impl,
         "model_config": model_config,
         "num_parameters": backend.num_parameters(),
     }
+
+
+def _numpy_pool_threads() -> int:
+    """The threads of ``numpy_impl/parallel.py`` (row blocks, attention tiles)."""
+    from numpy_impl import parallel
+
+    return parallel.num_threads()
 
 
 # -- the parent: workers, ratios, table ---------------------------------------------------
@@ -384,7 +397,10 @@ def _worker_env(args: argparse.Namespace) -> dict:
     env = dict(os.environ)
     if args.threads is not None:
         # Read by the thread pools when they start, so set before the worker imports numpy.
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        # TWINFORMER_NUM_THREADS: numpy_impl/parallel.py's pool (row blocks, attention tiles)
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") + (
+            "TWINFORMER_NUM_THREADS",
+        ):
             env[var] = str(args.threads)
     return env
 
