@@ -29,8 +29,10 @@ from .rope import RotaryEmbedding
 
 ATTN_IMPLS = ("explicit", "flash")
 # FlashAttention's tiles in training: 128 queries x 128 keys, a 64 KiB float32 score tile
-# per head; a block of the thread pool holds about 2 of them (numpy_impl/parallel.py), and
-# with causal masking a T = 256 sequence computes 3 of its 4 tiles (the fourth is all future)
+# per head; a block of the thread pool holds about two per head (numpy_impl/flash_attention.py),
+# and with causal masking a T = 256 sequence computes 3 of its 4 tiles (the fourth is all
+# future). Keys that fit in one tile need no tiling: one tile of FlashAttention is the
+# explicit formula, which runs then (at the default T = 64 it is also the faster of the two).
 FLASH_TILE = 128
 
 
@@ -260,8 +262,10 @@ class SelfAttention(Module):
         attn_impl: ``"explicit"`` (the formula above, the reading path of chapters 03
             and 04) or ``"flash"`` (the same function by FlashAttention's tiles,
             ``numpy_impl/flash_attention.py``: no ``(T, T)`` matrices, the batch rows
-            on every core). Like PyTorch's fused kernel dispatch, ``"flash"`` runs the
-            explicit path where the tiles do not apply: attention dropout in training,
+            on every core, ``flash_tile`` (128) queries and keys per tile). Like
+            PyTorch's fused kernel dispatch, ``"flash"`` runs the explicit path where
+            the tiles do not apply or do not pay: keys that fit in one tile (one tile
+            of FlashAttention is the explicit formula), attention dropout in training,
             a KV cache, ``need_weights``, a mask together with ``is_causal``. NumPy
             only; can be reassigned later.
         dtype, rng: parameter dtype and the generator of the default init (NumPy only).
@@ -303,6 +307,7 @@ class SelfAttention(Module):
         self.rope = None if rope is None else RotaryEmbedding(self.d_k, rope, rope_base)
         self._rng = np.random.default_rng()  # the GPT replaces it with its own (dropout masks)
         self.attn_impl = attn_impl
+        self.flash_tile = FLASH_TILE  # queries and keys per tile with attn_impl="flash"
         self._cache = self._inputs = None
 
     @property
@@ -377,11 +382,12 @@ class SelfAttention(Module):
             k, v, attn_mask, is_causal = self.use_cache(k, v, start_pos, kv_cache)
         p = self.dropout if self.training else 0.0
         tiles = self.attn_impl == "flash" and p == 0.0 and kv_cache is None and not need_weights
-        if tiles and (attn_mask is None or not is_causal):  # the same function, by tiles
+        tiles = tiles and (attn_mask is None or not is_causal) and k.shape[-2] > self.flash_tile
+        if tiles:  # the same function, by tiles
             from .flash_attention import flash_attention  # (it imports this module)
 
             y, self._cache = flash_attention(
-                q, k, v, attn_mask, is_causal, tile_q=FLASH_TILE, tile_k=FLASH_TILE
+                q, k, v, attn_mask, is_causal, tile_q=self.flash_tile, tile_k=self.flash_tile
             )  # (B, H, T, d_k)
             return self.out_proj(merge_heads(y)), None  # (B, T, C)
         ### BEGIN SOLUTION ch04

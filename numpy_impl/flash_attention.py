@@ -150,7 +150,7 @@ def flash_attention(
 
 def _batch_blocks(q: np.ndarray, k: np.ndarray, tile_q: int, tile_k: int) -> list:
     """Blocks of batch rows for the thread pool: about one score tile of
-    ``parallel.BLOCK_ELEMENTS`` elements per block (all heads of a row together)."""
+    :data:`FLASH_BLOCK_ELEMENTS` elements per block (all heads of a row together)."""
     heads = int(np.prod(q.shape[1:-2], dtype=np.int64))
     per_row = heads * min(tile_q, q.shape[-2]) * min(tile_k, k.shape[-2])  # one score tile
     return row_blocks(q.shape[0], per_row, FLASH_BLOCK_ELEMENTS)

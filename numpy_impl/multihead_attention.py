@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .attention import SelfAttention, check_sizes, merge_heads, split_heads
+from .attention import FLASH_TILE, SelfAttention, check_sizes, merge_heads, split_heads
 from .linear import Linear
 
 
@@ -66,6 +66,7 @@ class MultiHeadAttention(SelfAttention):
         self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
         self.rope = None
         self.attn_impl = attn_impl  # "explicit" or "flash", as SelfAttention's
+        self.flash_tile = FLASH_TILE
         self._rng = np.random.default_rng()
         self._cache = None
 

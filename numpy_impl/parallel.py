@@ -40,6 +40,10 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 
 BLOCK_ELEMENTS = 32768  # per block: 128 KiB of float32, so a formula's temporaries stay in L2
+# Below this many elements an array is one block: handing out blocks costs a few microseconds
+# of Python each, more than a small array's whole formula (the default model's LayerNorm
+# inputs, (12 * 64, 128), run faster in one piece)
+PARALLEL_MIN_ELEMENTS = 1 << 19
 
 _pool: ThreadPoolExecutor | None = None
 _pool_threads = 0
@@ -107,7 +111,13 @@ def row_blocks(n_rows: int, row_elements: int, block_elements: int = BLOCK_ELEME
     return [(r, min(r + rows, n_rows)) for r in range(0, n_rows, rows)]
 
 
-def map_rows(f: Callable, *arrays: np.ndarray, axes: int = 1, block_elements: int = BLOCK_ELEMENTS):
+def map_rows(
+    f: Callable,
+    *arrays: np.ndarray,
+    axes: int = 1,
+    block_elements: int | None = None,
+    min_elements: int | None = None,
+):
     """``f`` applied to blocks of rows of ``arrays``, the blocks' results stitched together.
 
     Every array is read as rows: its leading axes flattened, its last ``axes``
@@ -118,7 +128,9 @@ def map_rows(f: Callable, *arrays: np.ndarray, axes: int = 1, block_elements: in
     (any trailing shape); the result has the inputs' leading shape.
 
     ``f`` must treat rows independently (a row's output depends on that row
-    alone): then the result does not depend on how the rows were cut.
+    alone): then the result does not depend on how the rows were cut. An array
+    of fewer than ``min_elements`` elements goes to ``f`` whole (defaults:
+    :data:`BLOCK_ELEMENTS`, :data:`PARALLEL_MIN_ELEMENTS`).
     """
     lead = arrays[0].shape[: arrays[0].ndim - axes]
     for a in arrays[1:]:
@@ -126,8 +138,10 @@ def map_rows(f: Callable, *arrays: np.ndarray, axes: int = 1, block_elements: in
             raise ValueError(f"map_rows: leading shapes differ: {arrays[0].shape} vs {a.shape}")
     n = int(np.prod(lead, dtype=np.int64))
     flat = [a.reshape(n, *a.shape[a.ndim - axes :]) for a in arrays]  # (N, ...)
-    blocks = row_blocks(n, int(np.prod(flat[0].shape[1:], dtype=np.int64)), block_elements)
-    if len(blocks) <= 1:
+    row_elements = int(np.prod(flat[0].shape[1:], dtype=np.int64))
+    blocks = row_blocks(n, row_elements, block_elements or BLOCK_ELEMENTS)
+    least = PARALLEL_MIN_ELEMENTS if min_elements is None else min_elements
+    if len(blocks) <= 1 or n * row_elements < least:
         return _unflatten(f(*flat), lead)  # one block: no pool, no copies
 
     # the outputs' row shapes and dtypes, from f on zero rows (microseconds)

@@ -63,6 +63,16 @@ F64 = (np.float64,)  # the stacks are checked in float64 only (see the Decoder e
 ATTN_IMPLS = ("explicit", "sdpa")  # torch_impl's written-out attention, F.sdpa
 
 
+def _tiled(module):
+    """FlashAttention's tiles at the drawn (short) lengths: 4 queries and keys per tile,
+    so ``attn_impl="flash"`` runs several tiles, the causal skip included (at the default
+    128, every sequence drawn here fits in one tile, where the explicit formula runs)."""
+    for _, m in module.named_modules():
+        if isinstance(m, N.SelfAttention):
+            m.flash_tile = 4
+    return module
+
+
 def _numpy_impl(c: dict) -> str:
     """The NumPy attention paired with torch's ``c["impl"]``: the written-out formula
     with torch's written-out one, FlashAttention's tiles with the fused kernel."""
@@ -470,8 +480,10 @@ register(
         "SelfAttention[causal]",
         "ch04",
         st.fixed_dictionaries({"bt": bt, "hc": heads_and_width(), "bias": st.booleans()}),
-        lambda c, dt: N.SelfAttention(
-            _width(c), c["hc"][0], bias=c["bias"], attn_impl=_numpy_impl(c), dtype=dt
+        lambda c, dt: _tiled(
+            N.SelfAttention(
+                _width(c), c["hc"][0], bias=c["bias"], attn_impl=_numpy_impl(c), dtype=dt
+            )
         ),
         lambda c, dt: T.SelfAttention(
             _width(c), c["hc"][0], bias=c["bias"], attn_impl=c["impl"], dtype=dt
@@ -649,14 +661,16 @@ register(
                 "gelu": gelu_forms,
             }
         ),
-        lambda c, dt: N.Block(
-            _width(c),
-            c["hc"][0],
-            c["d_ff"],
-            bias=c["bias"],
-            gelu_approximate=c["gelu"],
-            attn_impl=_numpy_impl(c),
-            dtype=dt,
+        lambda c, dt: _tiled(
+            N.Block(
+                _width(c),
+                c["hc"][0],
+                c["d_ff"],
+                bias=c["bias"],
+                gelu_approximate=c["gelu"],
+                attn_impl=_numpy_impl(c),
+                dtype=dt,
+            )
         ),  # fmt: skip
         lambda c, dt: T.Block(
             _width(c),
@@ -733,7 +747,7 @@ register(
             # backends (torch's reached 1.4e-12 against atol 1e-12 under a random dlogits;
             # LayerNorm over one feature: test_layernorm_single_feature)
             _with_ids(gpt_configs(min_width=2, tie_weights=tie, gelu_approximate=gelu)),
-            lambda c, dt: N.GPT(_gpt_config(N, c), attn_impl=_numpy_impl(c), dtype=dt),
+            lambda c, dt: _tiled(N.GPT(_gpt_config(N, c), attn_impl=_numpy_impl(c), dtype=dt)),
             lambda c, dt: T.GPT(_gpt_config(T, c), attn_impl=c["impl"], dtype=dt),
             _gpt_ids,
             outputs=("logits",),
@@ -760,7 +774,7 @@ register(
         "GPT[options]",
         ("ch13", "ch14"),
         _with_ids(gpt_option_configs()),
-        lambda c, dt: N.GPT(_gpt_config(N, c), attn_impl=_numpy_impl(c), dtype=dt),
+        lambda c, dt: _tiled(N.GPT(_gpt_config(N, c), attn_impl=_numpy_impl(c), dtype=dt)),
         lambda c, dt: T.GPT(_gpt_config(T, c), attn_impl=c["impl"], dtype=dt),
         _gpt_ids,
         outputs=("logits",),
@@ -897,13 +911,15 @@ register(
                 "start_pos": st.one_of(st.just(0), start_positions),
             }
         ),
-        lambda c, dt: N.SelfAttention(
-            _width(c),
-            c["hc"][0],
-            bias=c["bias"],
-            rope=c["layout"],
-            attn_impl=_numpy_impl(c),
-            dtype=dt,
+        lambda c, dt: _tiled(
+            N.SelfAttention(
+                _width(c),
+                c["hc"][0],
+                bias=c["bias"],
+                rope=c["layout"],
+                attn_impl=_numpy_impl(c),
+                dtype=dt,
+            )
         ),  # fmt: skip
         lambda c, dt: T.SelfAttention(
             _width(c), c["hc"][0], bias=c["bias"], attn_impl=c["impl"], dtype=dt, rope=c["layout"]
@@ -989,14 +1005,16 @@ register(
                 "is_causal": st.booleans(),  # decoder or encoder block
             }
         ),
-        lambda c, dt: N.Block(
-            _width(c),
-            c["hc"][0],
-            c["d_ff"],
-            bias=c["bias"],
-            attn_impl=_numpy_impl(c),
-            dtype=dt,
-            **c["options"],
+        lambda c, dt: _tiled(
+            N.Block(
+                _width(c),
+                c["hc"][0],
+                c["d_ff"],
+                bias=c["bias"],
+                attn_impl=_numpy_impl(c),
+                dtype=dt,
+                **c["options"],
+            )
         ),  # fmt: skip
         lambda c, dt: T.Block(
             _width(c),
@@ -1136,8 +1154,10 @@ register(
             f"SelfAttention[{kind}]",
             "ch15",
             st.fixed_dictionaries({"bt": bt, "hc": heads_and_width(), "bias": st.booleans()}),
-            lambda c, dt: N.SelfAttention(
-                _width(c), c["hc"][0], bias=c["bias"], attn_impl=_numpy_impl(c), dtype=dt
+            lambda c, dt: _tiled(
+                N.SelfAttention(
+                    _width(c), c["hc"][0], bias=c["bias"], attn_impl=_numpy_impl(c), dtype=dt
+                )
             ),
             lambda c, dt: T.SelfAttention(
                 _width(c), c["hc"][0], bias=c["bias"], attn_impl=c["impl"], dtype=dt
@@ -1350,8 +1370,10 @@ register(
         "SelfAttention[cross-attention]",
         "ch16",
         cross_configs,
-        lambda c, dt: N.SelfAttention(
-            _width(c), c["hc"][0], bias=c["bias"], attn_impl=_numpy_impl(c), dtype=dt
+        lambda c, dt: _tiled(
+            N.SelfAttention(
+                _width(c), c["hc"][0], bias=c["bias"], attn_impl=_numpy_impl(c), dtype=dt
+            )
         ),
         lambda c, dt: T.SelfAttention(
             _width(c), c["hc"][0], bias=c["bias"], attn_impl=c["impl"], dtype=dt

@@ -169,6 +169,7 @@ def test_flash_fully_masked_rows_give_zeros_and_zero_gradients():
 def _attention_pair(attn_impl: str, dropout: float = 0.0):
     rng = SeededRng(3)
     layer = N.SelfAttention(8, 2, dropout=dropout, attn_impl=attn_impl, dtype=np.float64)
+    layer.flash_tile = 4  # T = 6: two tiles (at the default 128 the explicit formula runs)
     return layer, rng.normal((2, 6, 8))
 
 
@@ -196,6 +197,9 @@ def test_flash_runs_the_explicit_path_where_tiles_do_not_apply():
     assert not isinstance(layer._cache, N.attention.AttentionCache)
     _, weights = layer.attend(*layer.project(x), is_causal=True, need_weights=True)
     assert weights.shape == (2, 2, 6, 6)  # the weights need the explicit probabilities
+    layer.flash_tile = 6
+    layer(x, is_causal=True)  # the keys fit in one tile: the explicit formula is that tile
+    assert isinstance(layer._cache, N.attention.AttentionCache)
 
 
 @pytest.mark.parametrize("bad", ["sdpa", "Flash", None, 1])

@@ -54,21 +54,24 @@ def test_map_rows_is_the_function_on_the_whole_array(lead, width, block, dtype, 
     whole_norm = layernorm_rows(x)
     for n in THREADS:
         parallel.set_num_threads(n)
-        y, t = parallel.map_rows(gelu_rows, x, block_elements=block)
+        y, t = parallel.map_rows(gelu_rows, x, block_elements=block, min_elements=0)
         assert y.shape == t.shape == x.shape and y.dtype == dtype
         # elementwise: the same bits however the rows were cut
         assert np.array_equal(y, whole_y) and np.array_equal(t, whole_t), n
-        norm = parallel.map_rows(layernorm_rows, x, block_elements=block)
+        norm = parallel.map_rows(layernorm_rows, x, block_elements=block, min_elements=0)
         np.testing.assert_allclose(norm, whole_norm, rtol=1e-5 if dtype == np.float32 else 1e-12)
         parallel.set_num_threads(1)
-        assert np.array_equal(norm, parallel.map_rows(layernorm_rows, x, block_elements=block))
+        again = parallel.map_rows(layernorm_rows, x, block_elements=block, min_elements=0)
+        assert np.array_equal(norm, again)
 
 
 def test_map_rows_with_two_axes_per_row_and_several_arrays():
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((5, 3, 4, 6)), rng.standard_normal((5, 3, 4, 2))
     parallel.set_num_threads(2)
-    out = parallel.map_rows(lambda a, b: a[..., :2] * b, a, b, axes=2, block_elements=8)
+    out = parallel.map_rows(
+        lambda a, b: a[..., :2] * b, a, b, axes=2, block_elements=8, min_elements=0
+    )
     assert np.array_equal(out, a[..., :2] * b)
 
 
@@ -143,9 +146,13 @@ def test_flash_attention_is_bit_identical_for_any_thread_count(causal):
 
 
 @pytest.mark.parametrize("attn_impl", ["flash", "explicit"])
-def test_training_losses_are_bit_identical_for_1_and_2_threads(attn_impl):
-    """The issue's promise: the same seed gives the same losses whatever the thread count."""
+def test_training_losses_are_bit_identical_for_1_and_2_threads(attn_impl, monkeypatch):
+    """The same seed gives the same losses whatever the thread count (the model is
+    small, so blocks are made small too: every GELU and LayerNorm runs in blocks)."""
     from labs.plumbing.backends import make_backend
+
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(parallel, "BLOCK_ELEMENTS", 256)
 
     config = {"vocab_size": 11, "block_size": 24, "n_layers": 2, "n_heads": 2, "d_model": 16}
     rng = np.random.default_rng(0)
@@ -154,6 +161,8 @@ def test_training_losses_are_bit_identical_for_1_and_2_threads(attn_impl):
     for n in (1, 2):
         parallel.set_num_threads(n)
         backend = make_backend("numpy", config, seed=3, attn_impl=attn_impl)
+        for block in backend.model.blocks:
+            block.attn.flash_tile = 8  # T = 24: three tiles
         losses = [backend.train_step(x, y)["loss"] for x, y in batches]
         runs.append((losses, backend.state_dict()))
     assert runs[0][0] == runs[1][0]
