@@ -443,7 +443,8 @@ def _train(this: Run, resumed, init, say) -> dict:
     if init is not None and resumed is None:
         load_init_weights(this, init, say)
     say(
-        f"{backend.name} backend, {backend.num_parameters():,} parameters, "
+        f"{backend.name} backend ({_how_it_runs(backend)}), "
+        f"{backend.num_parameters():,} parameters, "
         f"vocab {data.tokenizer.vocab_size}, {len(data.train_ids):,} train / "
         f"{len(data.val_ids):,} val tokens from {data.corpus_path}; writing to {out}/"
         + (
@@ -461,6 +462,20 @@ def _train(this: Run, resumed, init, say) -> dict:
     if this.rank == 0:
         summarize(this, wall)
     return {**this.metrics, "wall_s": round(wall, 3)}
+
+
+def _how_it_runs(backend) -> str:
+    """``attention flash, 2 threads``: the attention the model runs and the CPU threads."""
+    impl = getattr(backend.model, "attn_impl", None)
+    if backend.name == "numpy":
+        from numpy_impl import parallel
+
+        threads = parallel.num_threads()
+    else:
+        import torch
+
+        threads = torch.get_num_threads()
+    return f"attention {impl}, {threads} thread{'s' if threads != 1 else ''}"
 
 
 def main(args: argparse.Namespace) -> int:

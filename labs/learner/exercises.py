@@ -43,6 +43,7 @@ from .exercises_workspace import (
     _show,
     add_stubs,
     workspace_dir,
+    workspace_flag,
 )
 from .invocation import labs_command
 
@@ -101,7 +102,8 @@ def _start(args: argparse.Namespace) -> int:
         f"each stub sits between '### BEGIN SOLUTION ch{chapter}' and '### END SOLUTION' and "
         "raises NotImplementedError until you replace it"
     )
-    print(f"read {folder}/README.md, then run: {labs_command('check', chapter)}")
+    check = labs_command("check", chapter, *workspace_flag(ws))
+    print(f"read {folder}/README.md, then run: {check}")
     return 0
 
 

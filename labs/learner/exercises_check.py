@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import UserError
 from .exercises_fences import CHAPTERS, REPO, Reference
-from .exercises_workspace import WORKSPACE_ENV, Workspace, _now, _show
+from .exercises_workspace import WORKSPACE_ENV, Workspace, _now, _show, workspace_flag
 from .invocation import labs_command
 
 #: Read by parity_tests/conftest.py too: write this report.
@@ -437,16 +437,17 @@ def _print_summary(ws: Workspace, run: Run, passed: bool, problems) -> None:
     where = ", ".join(_show(ws.package / f) for f in files)
     if n_run == 0 and not problems:
         return
+    flag = workspace_flag(ws)  # the learner's --workspace, so the commands work as typed
     if passed and run.partial:
-        print(f"next, the whole chapter: {labs_command('check', chapter)}")
+        print(f"next, the whole chapter: {labs_command('check', chapter, *flag)}")
     elif passed:
         following = next((c for c in sorted(CHAPTERS) if c > chapter), None)
         if following is not None:
-            print(f"next: {labs_command('start', following)}")
+            print(f"next: {labs_command('start', following, *flag)}")
         else:
             print(f"that was the last chapter: {labs_command('train', '--backend', 'numpy')}")
     else:
-        print(f"next: edit {where}, then: {labs_command('check', chapter)}")
+        print(f"next: edit {where}, then: {labs_command('check', chapter, *flag)}")
 
 
 def _main_hints(t: dict, chapter: str, tests: list[dict]) -> list[str]:

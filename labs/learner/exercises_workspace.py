@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +35,14 @@ STATE_FILE = "progress.json"  # in the workspace: started chapters and their las
 
 
 # -- the workspace -----------------------------------------------------------------------
+def workspace_flag(ws) -> tuple[str, ...]:
+    """``("--workspace", DIR)`` when ``ws`` is not the workspace a bare command would
+    find (so a printed "next" command works as typed), else ``()``."""
+    if ws.root == workspace_dir(None):
+        return ()
+    return ("--workspace", shlex.quote(str(ws.root)))
+
+
 def workspace_dir(option: str | None) -> Path:
     """``--workspace``, else ``$TWINFORMER_WORKSPACE``, else ``workspace/`` in the repository."""
     if option is not None and not option.strip():
