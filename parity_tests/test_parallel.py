@@ -168,3 +168,73 @@ def test_training_losses_are_bit_identical_for_1_and_2_threads(attn_impl, monkey
     assert runs[0][0] == runs[1][0]
     for name, w in runs[0][1].items():
         assert np.array_equal(w, runs[1][1][name]), name
+
+
+def test_map_rows_takes_0d_and_1d_arrays():  # GELU is elementwise: any shape, a scalar too
+    from numpy_impl.activations import GELU, gelu_tanh
+
+    for x in (np.array(1.5), np.array([0.5, -2.0, 3.0])):
+        y, t = parallel.map_rows(gelu_tanh, x)
+        assert y.shape == t.shape == x.shape
+        assert np.array_equal(y, gelu_tanh(x)[0])
+        gelu = GELU()
+        assert gelu(x).shape == x.shape and gelu.backward(np.ones_like(x)).shape == x.shape
+
+
+def test_map_rows_inside_a_block_does_not_wait_for_itself():
+    # a block whose function calls map_rows again (a layer inside a layer) used to wait for
+    # a pool whose every thread was busy waiting: a deadlock. Nested blocks run in place.
+    import threading
+
+    parallel.set_num_threads(2)
+    x = np.random.default_rng(0).standard_normal((64, 8))
+
+    def outer(rows):  # rows: (r, 8) -> (r, 8), through an inner map_rows on 8 blocks
+        wide = np.repeat(rows, 8, axis=0)  # (8r, 8)
+        inner = parallel.map_rows(lambda a: a * 2.0, wide, block_elements=8, min_elements=0)
+        return inner[::8]
+
+    result = []
+    worker = threading.Thread(
+        target=lambda: result.append(
+            parallel.map_rows(outer, x, block_elements=64, min_elements=0)
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "map_rows inside map_rows deadlocked"
+    assert np.array_equal(result[0], x * 2.0)
+
+
+def test_blas_gets_its_threads_back_after_overlapping_callers():
+    # the BLAS limit is process-wide: two callers whose blocks overlap in time must leave
+    # BLAS with its original thread count (restoring each one's own saved count did not)
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    parallel.set_num_threads(1)
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first(lo, hi):  # enters first, leaves while the second caller is still inside
+        first_in.set()
+        assert second_in.wait(5)
+
+    def second(lo, hi):
+        assert first_in.wait(5)
+        second_in.set()
+        assert first_out.wait(5)
+
+    other = threading.Thread(
+        target=parallel.for_blocks, args=(second, [(0, 1)]), kwargs={"blas": True}
+    )
+    other.start()
+    parallel.for_blocks(first, [(0, 1)], blas=True)
+    first_out.set()
+    other.join(5)
+    assert blas_threads() == before
