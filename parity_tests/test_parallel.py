@@ -238,3 +238,21 @@ def test_blas_gets_its_threads_back_after_overlapping_callers():
     first_out.set()
     other.join(5)
     assert blas_threads() == before
+
+
+def test_a_bad_environment_variable_stops_train_before_out_is_touched(
+    monkeypatch, tmp_path, capsys
+):
+    # the pool reads the variable at its first use, deep in a step: the command line checks it
+    # first, so a typo is one line naming it, and --out is neither created nor locked
+    from labs.__main__ import main
+
+    monkeypatch.setattr(parallel, "_num_threads", None)
+    monkeypatch.setenv("TWINFORMER_NUM_THREADS", "0")
+    out = tmp_path / "run"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("to be or not to be, that is the question\n" * 40)
+    argv = ["train", "--backend", "numpy", "--data", str(corpus), "--out", str(out)]
+    assert main([*argv, "--max-iters", "1", "--sample-tokens", "0"]) == 2
+    assert "TWINFORMER_NUM_THREADS" in capsys.readouterr().err
+    assert not out.exists()
