@@ -97,6 +97,20 @@ def _executor(n: int) -> ThreadPoolExecutor:
         return _pool
 
 
+def _forget_pool_after_fork() -> None:
+    """In a forked child: the pool's threads stayed in the parent. A pool object that
+    believes it still has them would queue every block for threads that never run it
+    (the child waits for ever), so the child starts a pool of its own when it needs one."""
+    global _pool, _pool_threads, _blas_limit, _blas_users, _lock
+    _pool, _pool_threads = None, 0
+    _blas_limit, _blas_users = None, 0
+    _lock = threading.Lock()  # it may have been held by a thread that is not here
+
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 @contextlib.contextmanager
 def _blas_one_thread():
     """BLAS on one thread inside the ``with`` (threadpoolctl).

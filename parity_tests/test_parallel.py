@@ -11,6 +11,8 @@ caller, and BLAS's own thread count restored after each parallel region.
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
 
 import numpy as np
@@ -256,3 +258,29 @@ def test_a_bad_environment_variable_stops_train_before_out_is_touched(
     assert main([*argv, "--max-iters", "1", "--sample-tokens", "0"]) == 2
     assert "TWINFORMER_NUM_THREADS" in capsys.readouterr().err
     assert not out.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_forked_child_gets_a_pool_of_its_own():
+    # the pool's threads stay in the parent: a child forked after the pool started (a test
+    # runner, multiprocessing's default start on Linux) queued its blocks for threads that
+    # never ran them, and waited for ever
+    parallel.set_num_threads(2)
+    x = np.random.default_rng(0).standard_normal((64, 8))
+    double = lambda a: a * 2.0  # noqa: E731
+    parallel.map_rows(double, x, block_elements=8, min_elements=0)  # the pool exists now
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the blocks ran and were right
+        ok = np.array_equal(parallel.map_rows(double, x, block_elements=8, min_elements=0), 2 * x)
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's map_rows never finished")
+    assert os.waitstatus_to_exitcode(status) == 0
