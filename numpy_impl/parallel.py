@@ -226,7 +226,10 @@ def _run_blocks(run: Callable[[int, int], None], blocks: list, blas: bool = Fals
         if n == 1:
             worker(0)
             return
-        futures = [_executor(n).submit(worker, t) for t in range(1, n)]
+        # one pool for the thread count, whatever this call's share of it: a pool sized to
+        # each call's blocks was shut down and started again whenever that number changed
+        pool = _executor(num_threads())
+        futures = [pool.submit(worker, t) for t in range(1, n)]
         try:
             worker(0)  # the calling thread is one of the n
         finally:

@@ -284,3 +284,24 @@ def test_a_forked_child_gets_a_pool_of_its_own():
         os.waitpid(pid, 0)
         pytest.fail("the forked child's map_rows never finished")
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_calls_with_different_block_counts_share_one_pool(monkeypatch):
+    # n = min(threads, blocks) threads work on a call; the pool used to be sized to n, so
+    # alternating 3-block and 16-block calls stopped and started threads on every call
+    made = []
+
+    class CountingPool(parallel.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            made.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(parallel, "ThreadPoolExecutor", CountingPool)
+    monkeypatch.setattr(parallel, "_pool", None)
+    monkeypatch.setattr(parallel, "_pool_threads", 0)
+    parallel.set_num_threads(8)
+    for rows in (3, 16, 3, 16, 5):
+        x = np.arange(rows * 8.0).reshape(rows, 8)
+        y = parallel.map_rows(np.negative, x, block_elements=8, min_elements=0)
+        assert np.array_equal(y, -x)
+    assert len(made) == 1
