@@ -185,6 +185,11 @@ def map_rows(
     def run(lo: int, hi: int) -> None:
         results = f(*(a[lo:hi] for a in flat))
         for out, r in zip(outs, (results,) if single else results, strict=True):
+            if r.shape != (hi - lo, *out.shape[1:]):  # out[lo:hi] = r would broadcast one row
+                raise ValueError(
+                    f"map_rows: f must return one row per input row; {hi - lo} rows gave "
+                    f"shape {r.shape}"
+                )
             out[lo:hi] = r
 
     _run_blocks(run, blocks)

@@ -305,3 +305,11 @@ def test_calls_with_different_block_counts_share_one_pool(monkeypatch):
         y = parallel.map_rows(np.negative, x, block_elements=8, min_elements=0)
         assert np.array_equal(y, -x)
     assert len(made) == 1
+
+
+def test_a_function_that_drops_rows_is_refused_not_broadcast():
+    # f must keep its rows; one that returned a single row per block was broadcast over
+    # the block's rows into the output, silently
+    x = np.arange(64.0).reshape(8, 8)
+    with pytest.raises(ValueError, match="one row per input row"):
+        parallel.map_rows(lambda a: a[:1], x, block_elements=16, min_elements=0)
