@@ -43,7 +43,7 @@ from .commands import (
 )
 from .commands.train_distributed import exit_worker
 from .learner import diff, docs, exercises, grade, notebook_export
-from .plumbing.runtime import tune_malloc
+from .plumbing.runtime import check_thread_env, tune_malloc
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -110,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what was given explicitly
     tune_malloc()  # see labs/plumbing/runtime.py: NumPy's temporaries stop page-faulting
     try:
+        check_thread_env()  # a bad TWINFORMER_NUM_THREADS, said before anything is written
         return args.func(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

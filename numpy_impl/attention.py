@@ -321,6 +321,18 @@ class SelfAttention(Module):
             raise ValueError(f"attn_impl: expected one of {ATTN_IMPLS}, got {value!r}")
         self._attn_impl = value
 
+    @property
+    def flash_tile(self) -> int:
+        """Queries and keys per tile with ``attn_impl="flash"`` (keys that fit in one tile
+        run the explicit formula)."""
+        return self._flash_tile
+
+    @flash_tile.setter
+    def flash_tile(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+            raise ValueError(f"flash_tile: expected a positive int (a tile length), got {value!r}")
+        self._flash_tile = int(value)
+
     def forward(
         self,
         x: np.ndarray,

@@ -49,7 +49,10 @@ _pool: ThreadPoolExecutor | None = None
 _pool_threads = 0
 _num_threads: int | None = None
 _blas = None  # threadpoolctl's controller, made once (finding the libraries costs ~0.3 ms)
+_blas_limit = None  # the limit in force while any caller's blocks run (threadpoolctl's limiter)
+_blas_users = 0  # how many callers are inside the BLAS-on-one-thread region now
 _lock = threading.Lock()
+_inside = threading.local()  # .busy: this thread is running a block (the pool's or the caller's)
 
 
 def _default_threads() -> int:
@@ -94,14 +97,44 @@ def _executor(n: int) -> ThreadPoolExecutor:
         return _pool
 
 
-def _blas_one_thread():
-    """A context manager: BLAS on one thread inside it (threadpoolctl)."""
-    global _blas
-    if _blas is None:
-        from threadpoolctl import ThreadpoolController
+def _forget_pool_after_fork() -> None:
+    """In a forked child: the pool's threads stayed in the parent. A pool object that
+    believes it still has them would queue every block for threads that never run it
+    (the child waits for ever), so the child starts a pool of its own when it needs one."""
+    global _pool, _pool_threads, _blas_limit, _blas_users, _lock
+    _pool, _pool_threads = None, 0
+    _blas_limit, _blas_users = None, 0
+    _lock = threading.Lock()  # it may have been held by a thread that is not here
 
-        _blas = ThreadpoolController()
-    return _blas.limit(limits=1, user_api="blas")
+
+if hasattr(os, "register_at_fork"):  # POSIX
+    os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
+@contextlib.contextmanager
+def _blas_one_thread():
+    """BLAS on one thread inside the ``with`` (threadpoolctl).
+
+    The limit is process-wide, so callers in several threads share it: the
+    first one in sets it, the last one out restores the original count (each
+    restoring its own would leave BLAS on one thread after overlapping calls)."""
+    global _blas, _blas_limit, _blas_users
+    with _lock:
+        if _blas is None:
+            from threadpoolctl import ThreadpoolController
+
+            _blas = ThreadpoolController()
+        if _blas_users == 0:
+            _blas_limit = _blas.limit(limits=1, user_api="blas")
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                _blas_limit.restore_original_limits()
+                _blas_limit = None
 
 
 def row_blocks(n_rows: int, row_elements: int, block_elements: int = BLOCK_ELEMENTS) -> list:
@@ -132,12 +165,12 @@ def map_rows(
     of fewer than ``min_elements`` elements goes to ``f`` whole (defaults:
     :data:`BLOCK_ELEMENTS`, :data:`PARALLEL_MIN_ELEMENTS`).
     """
-    lead = arrays[0].shape[: arrays[0].ndim - axes]
+    lead = arrays[0].shape[: max(0, arrays[0].ndim - axes)]  # () for a 0-d or 1-d array
     for a in arrays[1:]:
-        if a.shape[: a.ndim - axes] != lead:
+        if a.shape[: max(0, a.ndim - axes)] != lead:
             raise ValueError(f"map_rows: leading shapes differ: {arrays[0].shape} vs {a.shape}")
     n = int(np.prod(lead, dtype=np.int64))
-    flat = [a.reshape(n, *a.shape[a.ndim - axes :]) for a in arrays]  # (N, ...)
+    flat = [a.reshape(n, *a.shape[len(lead) :]) for a in arrays]  # (N, ...); 0-d: (1,)
     row_elements = int(np.prod(flat[0].shape[1:], dtype=np.int64))
     blocks = row_blocks(n, row_elements, block_elements or BLOCK_ELEMENTS)
     least = PARALLEL_MIN_ELEMENTS if min_elements is None else min_elements
@@ -152,17 +185,22 @@ def map_rows(
     def run(lo: int, hi: int) -> None:
         results = f(*(a[lo:hi] for a in flat))
         for out, r in zip(outs, (results,) if single else results, strict=True):
+            if r.shape != (hi - lo, *out.shape[1:]):  # out[lo:hi] = r would broadcast one row
+                raise ValueError(
+                    f"map_rows: f must return one row per input row; {hi - lo} rows gave "
+                    f"shape {r.shape}"
+                )
             out[lo:hi] = r
 
     _run_blocks(run, blocks)
-    outs = tuple(o.reshape(*lead, *o.shape[1:]) for o in outs)
+    outs = tuple(o.reshape((*lead, *o.shape[1:])) for o in outs)
     return outs[0] if single else outs
 
 
-def _unflatten(result, lead: tuple):
+def _unflatten(result, lead: tuple):  # a shape tuple, not *args: lead and the rest may be ()
     if isinstance(result, tuple):
-        return tuple(r.reshape(*lead, *r.shape[1:]) for r in result)
-    return result.reshape(*lead, *result.shape[1:])
+        return tuple(r.reshape((*lead, *r.shape[1:])) for r in result)
+    return result.reshape((*lead, *result.shape[1:]))
 
 
 def for_blocks(run: Callable[[int, int], None], blocks: list, *, blas: bool = False) -> None:
@@ -174,11 +212,18 @@ def for_blocks(run: Callable[[int, int], None], blocks: list, *, blas: bool = Fa
 
 
 def _run_blocks(run: Callable[[int, int], None], blocks: list, blas: bool = False) -> None:
-    n = max(1, min(num_threads(), len(blocks)))
+    # a block that itself calls map_rows (a layer inside a layer) runs its blocks in its own
+    # thread: waiting for the pool from inside the pool would wait for ever (all busy waiting)
+    nested = getattr(_inside, "busy", False)
+    n = 1 if nested else max(1, min(num_threads(), len(blocks)))
 
     def worker(t: int) -> None:  # thread t takes blocks t, t + n, t + 2n, ...: one task each
-        for lo, hi in blocks[t::n]:
-            run(lo, hi)
+        was, _inside.busy = getattr(_inside, "busy", False), True
+        try:
+            for lo, hi in blocks[t::n]:
+                run(lo, hi)
+        finally:
+            _inside.busy = was
 
     # the blocks' small matrix products on one BLAS thread each, with 1 thread of ours too:
     # a BLAS pool that wakes its threads for every small product loses more than it gains
@@ -186,7 +231,10 @@ def _run_blocks(run: Callable[[int, int], None], blocks: list, blas: bool = Fals
         if n == 1:
             worker(0)
             return
-        futures = [_executor(n).submit(worker, t) for t in range(1, n)]
+        # one pool for the thread count, whatever this call's share of it: a pool sized to
+        # each call's blocks was shut down and started again whenever that number changed
+        pool = _executor(num_threads())
+        futures = [pool.submit(worker, t) for t in range(1, n)]
         try:
             worker(0)  # the calling thread is one of the n
         finally:

@@ -209,3 +209,15 @@ def test_an_unknown_attn_impl_is_named(bad):
     model = N.GPT(N.GPTConfig(vocab_size=5, n_layers=1, n_heads=1, d_model=4))
     with pytest.raises(ValueError, match="attn_impl: expected one of"):
         model.attn_impl = bad
+
+
+@pytest.mark.parametrize("bad", [0, -3, "a", None, 2.5, True])
+def test_a_bad_flash_tile_is_refused_when_set_naming_it(bad):
+    # a plain attribute took anything, then failed at the next long enough forward, as a
+    # TypeError comparing with a string or a ValueError naming tile_q (an argument not given)
+    from numpy_impl.multihead_attention import MultiHeadAttention
+
+    for layer in (N.SelfAttention(8, 2), MultiHeadAttention(8, 2)):
+        with pytest.raises(ValueError, match="flash_tile: expected a positive int"):
+            layer.flash_tile = bad
+        assert layer.flash_tile == 128

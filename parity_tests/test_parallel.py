@@ -11,6 +11,8 @@ caller, and BLAS's own thread count restored after each parallel region.
 from __future__ import annotations
 
 import math
+import os
+import signal
 import time
 
 import numpy as np
@@ -168,3 +170,146 @@ def test_training_losses_are_bit_identical_for_1_and_2_threads(attn_impl, monkey
     assert runs[0][0] == runs[1][0]
     for name, w in runs[0][1].items():
         assert np.array_equal(w, runs[1][1][name]), name
+
+
+def test_map_rows_takes_0d_and_1d_arrays():  # GELU is elementwise: any shape, a scalar too
+    from numpy_impl.activations import GELU, gelu_tanh
+
+    for x in (np.array(1.5), np.array([0.5, -2.0, 3.0])):
+        y, t = parallel.map_rows(gelu_tanh, x)
+        assert y.shape == t.shape == x.shape
+        assert np.array_equal(y, gelu_tanh(x)[0])
+        gelu = GELU()
+        assert gelu(x).shape == x.shape and gelu.backward(np.ones_like(x)).shape == x.shape
+
+
+def test_map_rows_inside_a_block_does_not_wait_for_itself():
+    # a block whose function calls map_rows again (a layer inside a layer) used to wait for
+    # a pool whose every thread was busy waiting: a deadlock. Nested blocks run in place.
+    import threading
+
+    parallel.set_num_threads(2)
+    x = np.random.default_rng(0).standard_normal((64, 8))
+
+    def outer(rows):  # rows: (r, 8) -> (r, 8), through an inner map_rows on 8 blocks
+        wide = np.repeat(rows, 8, axis=0)  # (8r, 8)
+        inner = parallel.map_rows(lambda a: a * 2.0, wide, block_elements=8, min_elements=0)
+        return inner[::8]
+
+    result = []
+    worker = threading.Thread(
+        target=lambda: result.append(
+            parallel.map_rows(outer, x, block_elements=64, min_elements=0)
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "map_rows inside map_rows deadlocked"
+    assert np.array_equal(result[0], x * 2.0)
+
+
+def test_blas_gets_its_threads_back_after_overlapping_callers():
+    # the BLAS limit is process-wide: two callers whose blocks overlap in time must leave
+    # BLAS with its original thread count (restoring each one's own saved count did not)
+    import threading
+
+    from threadpoolctl import threadpool_info
+
+    def blas_threads():
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    before = blas_threads()
+    parallel.set_num_threads(1)
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first(lo, hi):  # enters first, leaves while the second caller is still inside
+        first_in.set()
+        assert second_in.wait(5)
+
+    def second(lo, hi):
+        assert first_in.wait(5)
+        second_in.set()
+        assert first_out.wait(5)
+
+    other = threading.Thread(
+        target=parallel.for_blocks, args=(second, [(0, 1)]), kwargs={"blas": True}
+    )
+    other.start()
+    parallel.for_blocks(first, [(0, 1)], blas=True)
+    first_out.set()
+    other.join(5)
+    assert blas_threads() == before
+
+
+def test_a_bad_environment_variable_stops_train_before_out_is_touched(
+    monkeypatch, tmp_path, capsys
+):
+    # the pool reads the variable at its first use, deep in a step: the command line checks it
+    # first, so a typo is one line naming it, and --out is neither created nor locked
+    from labs.__main__ import main
+
+    monkeypatch.setattr(parallel, "_num_threads", None)
+    monkeypatch.setenv("TWINFORMER_NUM_THREADS", "0")
+    out = tmp_path / "run"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("to be or not to be, that is the question\n" * 40)
+    argv = ["train", "--backend", "numpy", "--data", str(corpus), "--out", str(out)]
+    assert main([*argv, "--max-iters", "1", "--sample-tokens", "0"]) == 2
+    assert "TWINFORMER_NUM_THREADS" in capsys.readouterr().err
+    assert not out.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
+def test_a_forked_child_gets_a_pool_of_its_own():
+    # the pool's threads stay in the parent: a child forked after the pool started (a test
+    # runner, multiprocessing's default start on Linux) queued its blocks for threads that
+    # never ran them, and waited for ever
+    parallel.set_num_threads(2)
+    x = np.random.default_rng(0).standard_normal((64, 8))
+    double = lambda a: a * 2.0  # noqa: E731
+    parallel.map_rows(double, x, block_elements=8, min_elements=0)  # the pool exists now
+    pid = os.fork()
+    if pid == 0:  # the child: exit 0 only if the blocks ran and were right
+        ok = np.array_equal(parallel.map_rows(double, x, block_elements=8, min_elements=0), 2 * x)
+        os._exit(0 if ok else 1)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.01)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        pytest.fail("the forked child's map_rows never finished")
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_calls_with_different_block_counts_share_one_pool(monkeypatch):
+    # n = min(threads, blocks) threads work on a call; the pool used to be sized to n, so
+    # alternating 3-block and 16-block calls stopped and started threads on every call
+    made = []
+
+    class CountingPool(parallel.ThreadPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            made.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(parallel, "ThreadPoolExecutor", CountingPool)
+    monkeypatch.setattr(parallel, "_pool", None)
+    monkeypatch.setattr(parallel, "_pool_threads", 0)
+    parallel.set_num_threads(8)
+    for rows in (3, 16, 3, 16, 5):
+        x = np.arange(rows * 8.0).reshape(rows, 8)
+        y = parallel.map_rows(np.negative, x, block_elements=8, min_elements=0)
+        assert np.array_equal(y, -x)
+    assert len(made) == 1
+
+
+def test_a_function_that_drops_rows_is_refused_not_broadcast():
+    # f must keep its rows; one that returned a single row per block was broadcast over
+    # the block's rows into the output, silently
+    x = np.arange(64.0).reshape(8, 8)
+    with pytest.raises(ValueError, match="one row per input row"):
+        parallel.map_rows(lambda a: a[:1], x, block_elements=16, min_elements=0)

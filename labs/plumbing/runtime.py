@@ -1,4 +1,5 @@
-"""Process-level settings for training and benchmarking: the memory allocator.
+"""Process-level settings for training and benchmarking: the memory allocator, and the
+check of ``TWINFORMER_NUM_THREADS`` (NumPy's thread pool) before a command starts.
 
 A NumPy training step allocates and frees dozens of megabyte-sized
 temporaries. With glibc's defaults, blocks above the dynamic mmap threshold
@@ -38,3 +39,25 @@ def tune_malloc() -> bool:
     return bool(mallopt(_M_MMAP_THRESHOLD, 32 * MiB)) and bool(
         mallopt(_M_TRIM_THRESHOLD, 512 * MiB)
     )
+
+
+def check_thread_env() -> None:
+    """Refuse a bad ``TWINFORMER_NUM_THREADS`` before the command starts.
+
+    ``numpy_impl/parallel.py`` reads the variable when its pool is first used,
+    deep inside a training step: without this check a typo surfaced there as a
+    traceback, after ``--out`` was already taken.
+
+    Raises:
+        UserError: naming the variable and the value it holds.
+    """
+    if os.environ.get("TWINFORMER_NUM_THREADS") is None:
+        return  # nothing to check (and numpy_impl need not be imported)
+    from numpy_impl import parallel
+
+    from .. import UserError
+
+    try:
+        parallel.num_threads()
+    except ValueError as e:
+        raise UserError(str(e)) from None
