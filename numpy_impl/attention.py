@@ -16,23 +16,21 @@ Twin of ``torch_impl/attention.py``.
 from __future__ import annotations
 
 import math
-import numbers
 from typing import NamedTuple
 
 import numpy as np
 
+from .attention_checks import check_qkv, check_scale, check_sizes
 from .dropout import Dropout
+from .flash_attention import flash_attention, flash_attention_backward
 from .linear import Linear, linear, linear_backward
 from .masks import cached_attn_mask, check_attn_mask, check_is_causal, combine_attn_mask
 from .module import Module, check_float, check_last_dim
 from .rope import RotaryEmbedding
 
 ATTN_IMPLS = ("explicit", "flash")
-# FlashAttention's tiles in training: 128 queries x 128 keys, a 64 KiB float32 score tile
-# per head; a block of the thread pool holds about two per head (numpy_impl/flash_attention.py),
-# and with causal masking a T = 256 sequence computes 3 of its 4 tiles (the fourth is all
-# future). Keys that fit in one tile need no tiling: one tile of FlashAttention is the
-# explicit formula, which runs then (at the default T = 64 it is also the faster of the two).
+# flash's tile: 128 x 128 scores (64 KiB float32 per head); causal T = 256 computes 3 of 4
+# tiles. Keys within one tile run the explicit formula: one tile of FlashAttention is it.
 FLASH_TILE = 128
 
 
@@ -45,53 +43,6 @@ class AttentionCache(NamedTuple):
     probs: np.ndarray  # (B, H, T_q, T_k), the softmax probabilities (before dropout)
     keep: np.ndarray | None  # the dropout's scaled mask, or None
     scale: float
-
-
-def check_qkv(q: np.ndarray, k: np.ndarray, v: np.ndarray) -> None:
-    """q, k, v are 4-D with matching batch, heads, T_k and d_k, and one floating dtype.
-
-    Raises:
-        ValueError: a rank other than 4, mismatched shapes (a 3-D q, or a k of another
-            batch size, is a mistake, not something to broadcast), T_k = 0 or d_k = 0.
-        TypeError: mixed or non-floating dtypes (NumPy would upcast silently).
-    """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if t.ndim != 4:
-            raise ValueError(
-                f"{name}: expected shape (B, n_heads, T, d_k) (4 dimensions), got {t.shape}"
-            )
-    B, H, _, d_k = q.shape
-    T_k = k.shape[2]
-    if k.shape != (B, H, T_k, d_k):
-        raise ValueError(f"k: expected shape (B={B}, n_heads={H}, Tk, d_k={d_k}), got {k.shape}")
-    if d_k == 0:
-        raise ValueError(f"q: expected a head dimension d_k >= 1, got shape {q.shape}")
-    if T_k == 0:
-        raise ValueError(f"k: expected at least one key (T_k >= 1), got shape {k.shape}")
-    if v.shape[:3] != (B, H, T_k):
-        raise ValueError(f"v: expected shape (B={B}, n_heads={H}, Tk={T_k}, d_v), got {v.shape}")
-    if not (q.dtype == k.dtype == v.dtype and np.issubdtype(q.dtype, np.floating)):
-        raise TypeError(
-            f"q, k, v: expected one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
-        )
-
-
-def check_scale(scale) -> None:
-    """Raise ``ValueError`` unless ``scale`` is None or a finite number > 0."""
-    if scale is None:
-        return
-    number = isinstance(scale, numbers.Real) and not isinstance(scale, bool)  # np.float32 too
-    if not number or not 0 < scale < math.inf:
-        raise ValueError(f"scale: expected a finite number > 0 or None, got {scale!r}")
-
-
-def check_sizes(d_model, n_heads) -> None:
-    """Raise ``ValueError`` unless d_model and n_heads are positive and n_heads divides d_model."""
-    for name, value in (("d_model", d_model), ("n_heads", n_heads)):
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    if d_model % n_heads:
-        raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
 
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
@@ -323,8 +274,7 @@ class SelfAttention(Module):
 
     @property
     def flash_tile(self) -> int:
-        """Queries and keys per tile with ``attn_impl="flash"`` (keys that fit in one tile
-        run the explicit formula)."""
+        """Queries and keys per tile with ``attn_impl="flash"`` (fewer keys: explicit)."""
         return self._flash_tile
 
     @flash_tile.setter
@@ -396,8 +346,6 @@ class SelfAttention(Module):
         tiles = self.attn_impl == "flash" and p == 0.0 and kv_cache is None and not need_weights
         tiles = tiles and (attn_mask is None or not is_causal) and k.shape[-2] > self.flash_tile
         if tiles:  # the same function, by tiles
-            from .flash_attention import flash_attention  # (it imports this module)
-
             y, self._cache = flash_attention(
                 q, k, v, attn_mask, is_causal, tile_q=self.flash_tile, tile_k=self.flash_tile
             )  # (B, H, T, d_k)
@@ -429,8 +377,6 @@ class SelfAttention(Module):
                 "inference-only, and each forward allows one backward)"
             )
         if not isinstance(self._cache, AttentionCache):  # the forward ran flash's tiles
-            from .flash_attention import flash_attention_backward
-
             cache, self._cache = self._cache, None
             dy = split_heads(self.out_proj.backward(dy), self.n_heads)  # (B, H, T, d_k)
             return flash_attention_backward(dy, cache)

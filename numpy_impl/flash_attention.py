@@ -36,7 +36,7 @@ import math
 
 import numpy as np
 
-from .attention import check_qkv, check_scale
+from .attention_checks import check_qkv, check_scale
 from .masks import check_attn_mask, check_is_causal
 from .parallel import for_blocks, row_blocks
 

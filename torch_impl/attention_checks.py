@@ -1,0 +1,62 @@
+"""The input checks of attention: shapes, dtypes, scale and sizes, said once.
+
+Twin of ``numpy_impl/attention_checks.py``: the same errors with the same
+exception types (the fused kernel would raise its own RuntimeError otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import torch
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """q, k, v are 4-D with matching batch, heads, T_k and d_k, and one floating dtype.
+
+    Raises:
+        ValueError: a rank other than 4, mismatched shapes, T_k = 0 or d_k = 0.
+        TypeError: mixed or non-floating dtypes (the fused kernel would raise RuntimeError).
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name}: expected shape (B, n_heads, T, d_k) (4 dimensions), got {tuple(t.shape)}"
+            )
+    B, H, _, d_k = q.shape
+    T_k = k.shape[2]
+    if k.shape != (B, H, T_k, d_k):
+        raise ValueError(
+            f"k: expected shape (B={B}, n_heads={H}, Tk, d_k={d_k}), got {tuple(k.shape)}"
+        )
+    if d_k == 0:
+        raise ValueError(f"q: expected a head dimension d_k >= 1, got shape {tuple(q.shape)}")
+    if T_k == 0:
+        raise ValueError(f"k: expected at least one key (T_k >= 1), got shape {tuple(k.shape)}")
+    if v.shape[:3] != (B, H, T_k):
+        raise ValueError(
+            f"v: expected shape (B={B}, n_heads={H}, Tk={T_k}, d_v), got {tuple(v.shape)}"
+        )
+    if not (q.dtype == k.dtype == v.dtype and q.is_floating_point()):
+        raise TypeError(
+            f"q, k, v: expected one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
+
+
+def check_scale(scale) -> None:
+    """Raise ``ValueError`` unless ``scale`` is None or a finite number > 0."""
+    if scale is None:
+        return
+    number = isinstance(scale, numbers.Real) and not isinstance(scale, bool)
+    if not number or not 0 < scale < math.inf:
+        raise ValueError(f"scale: expected a finite number > 0 or None, got {scale!r}")
+
+
+def check_sizes(d_model, n_heads) -> None:
+    """Raise ``ValueError`` unless d_model and n_heads are positive and n_heads divides d_model."""
+    for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+            raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+    if d_model % n_heads:
+        raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
