@@ -22,7 +22,7 @@ import numpy as np
 
 from .attention_checks import check_qkv, check_scale, check_sizes
 from .dropout import Dropout
-from .flash_attention import flash_attention, flash_attention_backward
+from .flash_attention import check_tile, flash_attention, flash_attention_backward
 from .linear import Linear, linear, linear_backward
 from .masks import cached_attn_mask, check_attn_mask, check_is_causal, combine_attn_mask
 from .module import Module, check_float, check_last_dim
@@ -279,9 +279,7 @@ class SelfAttention(Module):
 
     @flash_tile.setter
     def flash_tile(self, value: int) -> None:
-        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-            raise ValueError(f"flash_tile: expected a positive int (a tile length), got {value!r}")
-        self._flash_tile = int(value)
+        self._flash_tile = check_tile(value, "flash_tile")  # flash_attention's own check
 
     def forward(
         self,

@@ -43,7 +43,8 @@ from .parallel import for_blocks, row_blocks
 FLASH_BLOCK_ELEMENTS = 131072  # score-tile elements per block of batch rows (512 KiB float32)
 
 
-def _check_tile(value, name: str) -> int:
+def check_tile(value, name: str) -> int:
+    """``value`` as an int tile length; ``ValueError`` naming ``name`` unless a positive int."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name}: expected a positive int (a tile length), got {value!r}")
     return int(value)
@@ -65,7 +66,7 @@ def _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k):
         check_attn_mask(attn_mask, target, q.dtype)
     if attn_mask is not None and is_causal:  # the tiles take one or the other
         raise ValueError("attn_mask: cannot be combined with is_causal=True")
-    tile_q, tile_k = _check_tile(tile_q, "tile_q"), _check_tile(tile_k, "tile_k")
+    tile_q, tile_k = check_tile(tile_q, "tile_q"), check_tile(tile_k, "tile_k")
     mask = None if attn_mask is None else np.broadcast_to(attn_mask, target)  # a view, no copy
     return lead, mask, tile_q, tile_k
 

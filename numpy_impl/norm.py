@@ -76,7 +76,11 @@ class LayerNorm(Module):
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float):
     """LayerNorm of each row of x (..., C): returns y (..., C) and the backward's cache,
-    xhat (..., C) and rstd = 1 / sqrt(var + eps) (..., 1) (Ba et al. 2016, eqs. 3-4)."""
+    xhat (..., C) and rstd = 1 / sqrt(var + eps) (..., 1) (Ba et al. 2016, eqs. 3-4).
+
+    weight, bias: ``(C,)`` (bias may be None). Raises nothing: :class:`LayerNorm`
+    checks x's width and dtype before it hands the rows over (``parallel.map_rows``).
+    """
     ### BEGIN SOLUTION ch07
     ### TODO: per row, xhat = (x - mean) * rstd with rstd = 1 / sqrt(var + eps) (..., 1), then
     ###   y = xhat * weight + bias (bias may be None); return y, xhat, rstd. Hint: var is
@@ -93,7 +97,10 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: 
 def layer_norm_backward(
     dout: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, weight: np.ndarray
 ) -> np.ndarray:
-    """dx (..., C) of :func:`layer_norm`, row by row, from its cache xhat, rstd."""
+    """dx (..., C) of :func:`layer_norm`, row by row, from its cache xhat (..., C) and
+    rstd (..., 1); weight ``(C,)``. The parameter gradients, sums over every row, are
+    :meth:`LayerNorm.backward`'s. Ba et al. 2016; the derivation is chapter 07's.
+    """
     ### BEGIN SOLUTION ch07
     ### TODO: dx = rstd / C * (C dxhat - sum(dxhat) - xhat sum(dxhat xhat)) with
     ###   dxhat = dout * weight. Hint: the two row sums keep their axis (keepdims)

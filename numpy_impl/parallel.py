@@ -72,7 +72,11 @@ def _check_threads(n, name: str) -> int:
 
 
 def num_threads() -> int:
-    """How many threads :func:`map_rows` uses."""
+    """How many threads :func:`map_rows` and :func:`for_blocks` use.
+
+    Raises:
+        ValueError: ``TWINFORMER_NUM_THREADS`` is set but not a positive integer (named).
+    """
     global _num_threads
     if _num_threads is None:
         _num_threads = _default_threads()
@@ -80,7 +84,11 @@ def num_threads() -> int:
 
 
 def set_num_threads(n: int) -> None:
-    """Use ``n`` threads from now on (1: everything in the calling thread)."""
+    """Use ``n`` threads from now on (1: everything in the calling thread).
+
+    Raises:
+        ValueError: ``n`` is not a positive integer (bools and floats included).
+    """
     global _num_threads
     _num_threads = _check_threads(n, "n")
 
@@ -164,6 +172,13 @@ def map_rows(
     alone): then the result does not depend on how the rows were cut. An array
     of fewer than ``min_elements`` elements goes to ``f`` whole (defaults:
     :data:`BLOCK_ELEMENTS`, :data:`PARALLEL_MIN_ELEMENTS`).
+
+    Shapes: arrays ``(*lead, *row)`` (``row`` the last ``axes`` axes, per array) ->
+    each result ``(*lead, *row_out)``.
+
+    Raises:
+        ValueError: the arrays' leading shapes differ, or ``f`` returns other than one
+            row per input row. Whatever ``f`` raises, in the caller.
     """
     lead = arrays[0].shape[: max(0, arrays[0].ndim - axes)]  # () for a 0-d or 1-d array
     for a in arrays[1:]:
@@ -207,6 +222,11 @@ def for_blocks(run: Callable[[int, int], None], blocks: list, *, blas: bool = Fa
     """Call ``run(start, stop)`` for every block, on the pool; ``run`` writes its own output.
 
     ``blas=True``: ``run`` calls matrix products; BLAS keeps to one thread meanwhile.
+    ``blocks`` is a list of ``(start, stop)`` pairs (:func:`row_blocks`).
+
+    Raises:
+        whatever ``run`` raised in a block, re-raised in the caller once every thread
+        has stopped.
     """
     _run_blocks(run, blocks, blas)
 
