@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import UserError
-from .exercises_check import run_check
+from .exercises_check import INSTALL_TEST_TOOLS, missing_test_tools, run_check
 from .exercises_fences import CHAPTERS, Reference, parse_chapter
 from .exercises_workspace import (
     WORKSPACE_ENV,
@@ -103,6 +103,10 @@ def _start(args: argparse.Namespace) -> int:
         "raises NotImplementedError until you replace it"
     )
     check = labs_command("check", chapter, *workspace_flag(ws))
+    if missing_test_tools():  # check would refuse: say the install step now
+        print(
+            f"the checks need the test tools once, from the repository root: {INSTALL_TEST_TOOLS}"
+        )
     print(f"read {folder}/README.md, then run: {check}")
     return 0
 

@@ -48,6 +48,16 @@ class Run:
     partial: bool  # -k or -m: some of the chapter's tests only
 
 
+INSTALL_TEST_TOOLS = '.venv/bin/pip install -e ".[learn]"'
+
+
+def missing_test_tools() -> str | None:
+    """The first of pytest, Hypothesis that is not installed (``check`` needs both)."""
+    import importlib.util
+
+    return next((m for m in ("pytest", "hypothesis") if importlib.util.find_spec(m) is None), None)
+
+
 def run_tests(
     ws: Workspace,
     chapter: str,
@@ -71,14 +81,12 @@ def run_tests(
     }
     if read_only:
         env.update({READ_ONLY_ENV: "1", "PYTHONDONTWRITEBYTECODE": "1"})
-    import importlib.util
-
-    for needed in ("pytest", "hypothesis"):
-        if importlib.util.find_spec(needed) is None:
-            raise UserError(
-                f"check runs the parity tests, which need {needed}: install the test tools "
-                'with  .venv/bin/pip install -e ".[learn]"  (the README\'s second command does too)'
-            )
+    needed = missing_test_tools()
+    if needed:
+        raise UserError(
+            f"check runs the parity tests, which need {needed}: install the test tools "
+            f"with  {INSTALL_TEST_TOOLS}  (the README's second command does too)"
+        )
     cmd = [sys.executable, *pytest_args(chapter, keyword, marker)]
     if junit is not None:
         cmd += [f"--junitxml={junit}", "-o", f"junit_suite_name=ch{chapter}"]
