@@ -62,6 +62,8 @@ class GELU(Module):
         ValueError: ``approximate`` is not ``"tanh"`` or ``"none"``.
     """
 
+    _caches = ("_x", "_cdf", "_tanh_u")  # what backward reads; dropped under no_grad()
+
     def __init__(self, approximate: str = "tanh"):
         if approximate not in ("tanh", "none"):
             raise ValueError(f"approximate: expected 'tanh' or 'none', got {approximate!r}")
@@ -142,6 +144,8 @@ class ReLU(Module):
     Shapes: any; elementwise.
     """
 
+    _caches = ("_positive",)  # what backward reads; dropped under no_grad()
+
     def __init__(self):
         self._positive = None
 
@@ -167,6 +171,8 @@ class SiLU(Module):
 
     Shapes: any; elementwise.
     """
+
+    _caches = ("_x", "_s")  # what backward reads; dropped under no_grad()
 
     def __init__(self):
         self._x = self._s = None

@@ -234,6 +234,8 @@ class SelfAttention(Module):
             together with ``kv_cache``; the errors of :func:`scaled_dot_product_attention`.
     """
 
+    _caches = ("_cache", "_inputs")  # what backward reads; dropped under no_grad()
+
     def __init__(
         self,
         d_model,

@@ -28,6 +28,8 @@ class Dropout(Module):
         TypeError: ``mask`` that is not a bool array.
     """
 
+    _caches = ("_keep",)  # what backward reads; dropped under no_grad()
+
     def __init__(self, p: float = 0.0, *, seed=None):
         if not 0.0 <= p < 1.0:
             raise ValueError(f"p: dropout probability must lie in [0, 1), got {p}")

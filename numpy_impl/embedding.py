@@ -33,6 +33,8 @@ class Embedding(Module):
             as NumPy indexing would).
     """
 
+    _caches = ("_idx",)  # what backward reads; dropped under no_grad()
+
     def __init__(self, num_embeddings, embedding_dim, *, dtype=np.float32, rng=None):
         if num_embeddings < 1 or embedding_dim < 1:
             raise ValueError(

@@ -118,6 +118,8 @@ class MeanPool(Module):
         TypeError: token_mask not boolean.
     """
 
+    _caches = ("_weights",)  # what backward reads; dropped under no_grad()
+
     def __init__(self):
         self._weights = None
 

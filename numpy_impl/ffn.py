@@ -117,6 +117,8 @@ class SwiGLUFeedForward(Module):
         ValueError: a non-positive ``d_ff`` or ``multiple_of``.
     """
 
+    _caches = ("_gate", "_up")  # what backward reads; dropped under no_grad()
+
     def __init__(
         self,
         d_model,

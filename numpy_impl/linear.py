@@ -99,6 +99,8 @@ class Linear(Module):
             of ``x`` is not ``in_features``.
     """
 
+    _caches = ("_x",)  # what backward reads; dropped under no_grad()
+
     def __init__(self, in_features, out_features, bias=True, *, dtype=np.float32, rng=None):
         if in_features < 1 or out_features < 1:
             raise ValueError(

@@ -50,6 +50,8 @@ class CrossEntropyLoss(Module):
             outside int64.
     """
 
+    _caches = ("_cache",)  # what backward reads; dropped under no_grad()
+
     def __init__(self, ignore_index: int = -100):
         self.ignore_index = check_ignore_index(ignore_index)
         self._cache = None

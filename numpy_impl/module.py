@@ -13,15 +13,47 @@ Contract for every layer (CS231n / llm.c style):
   parameter's ``.grad`` (never assigns), so a parameter used twice - the tied
   token embedding and LM head - collects both contributions. Zeroing is one
   explicit call, :meth:`Module.zero_grad`.
+* The attributes that hold those caches are named in the class's ``_caches``.
+  Inside ``with no_grad():`` (``torch.no_grad``'s counterpart: evaluation,
+  sampling) a layer drops them as soon as its forward returns, so each
+  layer's activations are freed while the next layer runs and an evaluation
+  holds one layer's arrays at a time, not the whole backward's.
 
 This file has no twin in ``torch_impl/``: PyTorch ships ``nn.Module``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 
 import numpy as np
+
+_grad_mode = threading.local()  # .enabled: False inside no_grad(), per thread as in torch
+
+
+def is_grad_enabled() -> bool:
+    """False inside :func:`no_grad` (``torch.is_grad_enabled``)."""
+    return getattr(_grad_mode, "enabled", True)
+
+
+@contextlib.contextmanager
+def no_grad():
+    """Forward passes inside the ``with`` keep no backward caches (``torch.no_grad``).
+
+    For evaluation and sampling: each layer drops what its backward would have
+    read (the attributes in its ``_caches``) as soon as its forward returns, so
+    there is nothing to differentiate afterwards: run the forward again outside
+    the ``with`` before a backward. Nests; restores the previous mode on the way
+    out, exceptions included. Results are those of a forward outside it.
+    """
+    was = is_grad_enabled()
+    _grad_mode.enabled = False
+    try:
+        yield
+    finally:
+        _grad_mode.enabled = was
 
 
 class Parameter:
@@ -70,9 +102,14 @@ class Module:
     """Base class: parameter discovery, train/eval mode, state dicts."""
 
     training: bool = True
+    _caches: tuple[str, ...] = ()  # the attributes forward fills for backward (see no_grad)
 
     def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
+        out = self.forward(*args, **kwargs)
+        if self._caches and not is_grad_enabled():
+            for name in self._caches:  # inference: nothing will differentiate this call
+                setattr(self, name, None)
+        return out
 
     def forward(self, *args, **kwargs):  # pragma: no cover - abstract
         raise NotImplementedError

@@ -42,6 +42,8 @@ class LayerNorm(Module):
             of ``x`` is not ``d_model``.
     """
 
+    _caches = ("_xhat", "_rstd")  # what backward reads; dropped under no_grad()
+
     def __init__(self, d_model, eps=1e-5, bias=True, *, dtype=np.float32):
         if d_model < 1:
             raise ValueError(f"d_model must be positive, got d_model={d_model}")
@@ -85,10 +87,10 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: 
     ### TODO: per row, xhat = (x - mean) * rstd with rstd = 1 / sqrt(var + eps) (..., 1), then
     ###   y = xhat * weight + bias (bias may be None); return y, xhat, rstd. Hint: var is
     ###   biased (divides by C)
-    mean = x.mean(axis=-1, keepdims=True)  # (..., C) -> (..., 1)
-    var = x.var(axis=-1, keepdims=True)  # (..., 1), biased: divides by C
+    xc = x - x.mean(axis=-1, keepdims=True)  # (..., C): each row minus its mean (..., 1)
+    var = (xc * xc).mean(axis=-1, keepdims=True)  # (..., 1), biased: divides by C
     rstd = 1.0 / np.sqrt(var + eps)  # (..., 1)
-    xhat = (x - mean) * rstd  # (..., C)
+    xhat = xc * rstd  # (..., C)
     y = xhat * weight
     return (y if bias is None else y + bias), xhat, rstd
     ### END SOLUTION
@@ -140,6 +142,8 @@ class RMSNorm(Module):
     Raises:
         ValueError: the last axis of ``x`` is not ``d_model``; ``eps <= 0``.
     """
+
+    _caches = ("_xhat", "_rrms")  # what backward reads; dropped under no_grad()
 
     def __init__(self, d_model, eps=1e-5, *, dtype=np.float32):
         if d_model < 1:  # as the torch twin

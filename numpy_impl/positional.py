@@ -58,6 +58,8 @@ class LearnedPositionalEmbedding(Module):
             ``start_pos < 0`` or ``start_pos + T > block_size``.
     """
 
+    _caches = ("_start_pos",)  # what backward reads; dropped under no_grad()
+
     def __init__(self, block_size, d_model, *, dtype=np.float32, rng=None):
         if block_size < 1 or d_model < 1:
             raise ValueError(

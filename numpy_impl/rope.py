@@ -223,6 +223,8 @@ class RotaryEmbedding(Module):
         TypeError: a non-integer ``start_pos``.
     """
 
+    _caches = ("_cos", "_sin")  # what backward reads; dropped under no_grad()
+
     def __init__(self, d_k, layout="interleaved", base=10000.0):
         _check_head_dim(d_k)
         _check_layout(layout)

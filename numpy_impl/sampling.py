@@ -6,7 +6,7 @@ import numbers
 
 import numpy as np
 
-from .module import Module, check_float, check_ids
+from .module import Module, check_float, check_ids, no_grad
 
 
 def _is_number(value) -> bool:
@@ -158,6 +158,7 @@ def _cached_next_logits(model: Module, idx: np.ndarray, cache) -> np.ndarray:
     ### END SOLUTION
 
 
+@no_grad()  # as the twin's @torch.no_grad(): each layer keeps no backward cache
 def generate(
     model: Module,
     idx: np.ndarray,

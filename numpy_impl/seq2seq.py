@@ -31,7 +31,7 @@ from .encoder import Encoder, check_model_sizes, check_sequence_ids, init_transf
 from .ffn import FeedForward
 from .linear import Linear
 from .masks import check_token_mask, key_padding_attn_mask
-from .module import Module, ModuleList
+from .module import Module, ModuleList, no_grad
 from .norm import LayerNorm
 from .positional import SinusoidalPositionalEncoding
 
@@ -259,6 +259,7 @@ class Seq2SeqTransformer(Module):
         dx = self.encoder.backward(dmemory)
         self.src_emb.backward(self.src_drop.backward(dx))
 
+    @no_grad()  # as the twin's @torch.no_grad(): each layer keeps no backward cache
     def generate(self, src, max_new_tokens: int, bos_id: int, src_mask=None, eos_id=None):
         """Greedy decoding: from ``[BOS]``, append the argmax token ``max_new_tokens`` times.
 

@@ -257,7 +257,12 @@ MISTAKES: list[Mistake] = [
         "the unbiased variance (ddof=1)",
         "norm.py",
         "layer_norm",
-        (("x.var(axis=-1, keepdims=True)", "x.var(axis=-1, keepdims=True, ddof=1)"),),
+        (
+            (
+                "(xc * xc).mean(axis=-1, keepdims=True)",
+                "(xc * xc).sum(axis=-1, keepdims=True) / (xc.shape[-1] - 1)",
+            ),
+        ),
         H.LAYERNORM_UNBIASED[:40],
         "LayerNorm and parity",
     ),

@@ -120,3 +120,56 @@ def test_gptstylemodel_maps_ids_to_logits():
     assert logits.shape == tuple(logits_t.shape) == (2, 64, 50257)
     assert logits.dtype == np.float32 and logits_t.dtype == torch.float32
     assert_close("logits of the GPTStyleModel example", logits, logits_t, np.float32)
+
+
+def _held_arrays(model) -> list[str]:
+    """Every private attribute of every layer that still holds an array (a cache)."""
+    held = []
+    for name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            values = value if isinstance(value, tuple) else (value,)
+            if attr.startswith("_") and any(isinstance(v, np.ndarray) for v in values):
+                held.append(f"{name or 'model'}.{attr}")
+    return held
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        {},
+        {"pos_emb": "rope", "norm": "rmsnorm", "ffn": "swiglu", "bias": False},
+        {"ffn": "relu", "norm_position": "post", "gelu_approximate": "none", "dropout": 0.1},
+    ],
+)
+@pytest.mark.parametrize("attn_impl", ["explicit", "flash"])
+def test_a_forward_under_no_grad_keeps_no_cache_and_gives_the_same_logits(variant, attn_impl):
+    # evaluation and sampling (torch.no_grad's counterpart): each layer drops what its
+    # backward would read as soon as it returns, and nothing else changes
+    config = dict(vocab_size=11, block_size=16, n_layers=2, n_heads=2, d_model=8, **variant)
+    model = N.GPT(N.GPTConfig(**config), seed=0, attn_impl=attn_impl, dtype=np.float64)
+    for _, layer in model.named_modules():
+        if hasattr(layer, "flash_tile"):
+            layer.flash_tile = 4  # several tiles at T = 16
+    model.eval()
+    idx = np.random.default_rng(0).integers(0, 11, (3, 16))
+    expected = model(idx)
+    assert _held_arrays(model), "the plain forward keeps its caches (the test's premise)"
+    from numpy_impl.module import no_grad
+
+    with no_grad():
+        logits = model(idx)
+    assert np.array_equal(logits, expected)
+    assert _held_arrays(model) == []
+    model.backward(np.ones_like(model(idx)))  # a forward outside no_grad: backward works again
+
+
+def test_no_grad_nests_and_restores_the_mode_after_an_error():
+    from numpy_impl.module import is_grad_enabled, no_grad
+
+    with pytest.raises(KeyError):
+        with no_grad():
+            with no_grad():
+                assert not is_grad_enabled()
+            assert not is_grad_enabled()
+            raise KeyError("inside")
+    assert is_grad_enabled()

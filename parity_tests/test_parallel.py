@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -313,3 +316,27 @@ def test_a_function_that_drops_rows_is_refused_not_broadcast():
     x = np.arange(64.0).reshape(8, 8)
     with pytest.raises(ValueError, match="one row per input row"):
         parallel.map_rows(lambda a: a[:1], x, block_elements=16, min_elements=0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator only")
+@pytest.mark.parametrize("setting", [None, "default"])
+def test_the_allocator_keeps_freed_memory_unless_told_not_to(setting):
+    # labs/plumbing/runtime.py: every labs command keeps freed blocks for the next step's
+    # temporaries; TWINFORMER_MALLOC=default leaves glibc as it is (to measure the difference)
+    env = {k: v for k, v in os.environ.items() if k != "TWINFORMER_MALLOC"}
+    if setting is not None:
+        env["TWINFORMER_MALLOC"] = setting
+    code = (
+        "import numpy as np; from labs.plumbing.runtime import tune_malloc; "
+        "applied = tune_malloc(); "
+        "x = np.arange(1 << 23, dtype=np.float32); "  # 32 MiB: above any mmap threshold
+        "print(applied, float((x * x).sum(dtype=np.float64)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    n = 1 << 23
+    expected_sum = (n - 1) * n * (2 * n - 1) / 6  # sum of k^2, k < n: exact in float64 here
+    applied = out[0] == "True"
+    assert applied == (setting is None and platform.libc_ver()[0] == "glibc")  # musl: nothing
+    assert math.isclose(float(out[1]), expected_sum, rel_tol=1e-6)  # results do not change

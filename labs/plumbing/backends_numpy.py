@@ -129,10 +129,14 @@ class NumpyBackend:
         return {"loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm)}
 
     def eval_loss(self, batches) -> float:
-        """Mean loss over ``batches`` (a list of ``(x, y)``), in eval mode."""
+        """Mean loss over ``batches`` (a list of ``(x, y)``), in eval mode, keeping no
+        backward caches (``no_grad``, as the torch backend's ``torch.no_grad``)."""
+        from numpy_impl.module import no_grad
+
         self.model.eval()
         try:
-            losses = [self.loss_fn.forward(self.model.forward(x), y) for x, y in batches]
+            with no_grad():
+                losses = [self.loss_fn(self.model(x), y) for x, y in batches]
         finally:
             self.model.train()
         return float(np.mean(losses))
