@@ -50,7 +50,9 @@ class GELU(Module):
                dy/dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx,
                du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 
-    Cache: x, and Phi(x) (exact) or tanh(u) (tanh form).
+    Cache: x (tanh form: all its backward reads, as in PyTorch: tanh(u) is
+    recomputed from x, which costs less than keeping a second array of x's size
+    alive until the backward), and Phi(x) (exact form).
 
     The exact form's erf is this module's :func:`erf`: scipy's when scipy is
     installed, else ``math.erf`` element by element; the default (tanh) form
@@ -62,20 +64,19 @@ class GELU(Module):
         ValueError: ``approximate`` is not ``"tanh"`` or ``"none"``.
     """
 
-    _caches = ("_x", "_cdf", "_tanh_u")  # what backward reads; dropped under no_grad()
+    _caches = ("_x", "_cdf")  # what backward reads; dropped under no_grad()
 
     def __init__(self, approximate: str = "tanh"):
         if approximate not in ("tanh", "none"):
             raise ValueError(f"approximate: expected 'tanh' or 'none', got {approximate!r}")
         self.approximate = approximate
-        self._x = self._cdf = self._tanh_u = None
+        self._x = self._cdf = None
 
     def forward(self, x: np.ndarray) -> np.ndarray:
         check_float(x)
         self._x = x
         if self.approximate == "tanh":  # in row blocks, on every core: numpy_impl/parallel.py
-            y, self._tanh_u = map_rows(gelu_tanh, x)
-            return y
+            return map_rows(gelu_tanh, x)
         ### BEGIN SOLUTION ch06
         ### TODO: the exact form, y = x Phi(x) with Phi = 0.5 (1 + erf(x / sqrt 2)); cache Phi
         ###   in self._cdf. Hint: erf(...) is this module's error function (scipy's when installed)
@@ -86,7 +87,7 @@ class GELU(Module):
     def backward(self, dout: np.ndarray) -> np.ndarray:
         x = self._x
         if self.approximate == "tanh":
-            dx = map_rows(gelu_tanh_backward, dout, x, self._tanh_u)
+            dx = map_rows(gelu_tanh_backward, dout, x)
         else:
             ### BEGIN SOLUTION ch06
             ### TODO: dx = dout * (Phi(x) + x phi(x)), phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
@@ -94,40 +95,48 @@ class GELU(Module):
                 pdf = np.exp(-0.5 * x**2) / math.sqrt(2 * math.pi)  # phi(x)
             dx = dout * (self._cdf + x * pdf)
             ### END SOLUTION
-        self._x = self._cdf = self._tanh_u = None
+        self._x = self._cdf = None
         return dx
 
 
-def gelu_tanh(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GELU's tanh form, y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
-    (Hendrycks & Gimpel 2016, sec. 2). Returns y and tanh(u), which the backward needs.
+    (Hendrycks & Gimpel 2016, sec. 2).
 
-    Shapes: x any -> (y, t), both x's shape and dtype. Elementwise: :class:`GELU`
-    hands it blocks of rows (``parallel.map_rows``). Raises nothing; past |x| ~ 7e12
-    in float32 the cube overflows to inf and tanh gives +-1, the right limit.
+    Shapes: x any -> y, x's shape and dtype. Elementwise: :class:`GELU` hands it
+    blocks of rows (``parallel.map_rows``). Raises nothing; past |x| ~ 7e12 in
+    float32 the cube overflows to inf and tanh gives +-1, the right limit.
     """
     ### BEGIN SOLUTION ch06
-    ### TODO: u, then t = tanh(u); return (y, t), both of x's shape
+    ### TODO: u, then y = 0.5 x (1 + tanh(u)), x's shape
     # x**3 written x * x * x, as PyTorch's kernel does: NumPy's x**3 calls pow(), ~200x
     # slower than two products. Beyond |x| ~ 7e12 float32 overflows: tanh = +-1, right.
     with np.errstate(over="ignore"):
         u = math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x))
-    t = np.tanh(u)
-    return 0.5 * x * (1 + t), t
+    return 0.5 * x * (1 + np.tanh(u))
     ### END SOLUTION
 
 
-def gelu_tanh_backward(dout: np.ndarray, x: np.ndarray, t: np.ndarray) -> np.ndarray:
-    """dx = dout * dy/dx for :func:`gelu_tanh`, with t = tanh(u):
+def gelu_tanh_backward(dout: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """dx = dout * dy/dx for :func:`gelu_tanh`, from the forward's input x alone:
 
-    dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,   du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+    dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,   t = tanh(u),
+    u = sqrt(2/pi) (x + 0.044715 x^3),   du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 
-    Shapes: dout, x, t one shape -> dx, that shape (Hendrycks & Gimpel 2016, sec. 2).
+    t is computed again here rather than kept from the forward (PyTorch's GELU
+    backward does the same): one tanh costs less than a second activation-sized
+    array held from forward to backward.
+
+    Shapes: dout, x one shape -> dx, that shape (Hendrycks & Gimpel 2016, sec. 2).
     Raises nothing: a new array, dout is never written.
     """
     ### BEGIN SOLUTION ch06
-    ### TODO: du/dx, dy/dx, then dout * dy/dx (a new array: never write into dout)
-    du_dx = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x**2)
+    ### TODO: u and t = tanh(u) again, du/dx, dy/dx, then dout * dy/dx (a new array: never
+    ###   write into dout)
+    with np.errstate(over="ignore"):
+        u = math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x))
+        du_dx = math.sqrt(2 / math.pi) * (1 + 3 * 0.044715 * x**2)
+    t = np.tanh(u)
     dy_dx = 0.5 * (1 + t) + 0.5 * x * (1 - t**2) * du_dx
     return dout * dy_dx
     ### END SOLUTION

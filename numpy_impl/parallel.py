@@ -7,7 +7,7 @@ softmax and cross-entropy rows, AdamW) or its batched attention tiles on every
 core writes the formula once, as a function of one block of rows, and hands it
 to :func:`map_rows`::
 
-    y, t = map_rows(gelu_tanh, x)        # gelu_tanh(x_block) -> (y_block, t_block)
+    y = map_rows(gelu_tanh, x)        # gelu_tanh(x_block) -> y_block, the same rows
 
 The layer still reads as its formula; this module is plumbing, and it is the
 only place in ``numpy_impl`` that knows about threads. It has no twin:

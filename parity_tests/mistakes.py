@@ -236,7 +236,7 @@ MISTAKES: list[Mistake] = [
         "the 0.5 of the tanh GELU left out",
         "activations.py",
         "gelu_tanh",
-        (("return 0.5 * x * (1 + t), t", "return x * (1 + t), t"),),
+        (("return 0.5 * x * (1 + np.tanh(u))", "return x * (1 + np.tanh(u))"),),
         H.GELU_NO_HALF,
         "GELU and parity",
     ),
