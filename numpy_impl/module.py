@@ -15,9 +15,11 @@ Contract for every layer (CS231n / llm.c style):
   explicit call, :meth:`Module.zero_grad`.
 * The attributes that hold those caches are named in the class's ``_caches``.
   Inside ``with no_grad():`` (``torch.no_grad``'s counterpart: evaluation,
-  sampling) a layer drops them as soon as its forward returns, so each
-  layer's activations are freed while the next layer runs and an evaluation
-  holds one layer's arrays at a time, not the whole backward's.
+  sampling) a layer drops them as soon as its forward returns (in
+  :meth:`Module.__call__`: call layers as ``layer(x)``, as every composite
+  layer here does; ``layer.forward(x)`` keeps them), so each layer's
+  activations are freed while the next layer runs and an evaluation holds one
+  layer's arrays at a time, not every layer's backward caches at once.
 
 This file has no twin in ``torch_impl/``: PyTorch ships ``nn.Module``.
 """
@@ -43,7 +45,8 @@ def no_grad():
     """Forward passes inside the ``with`` keep no backward caches (``torch.no_grad``).
 
     For evaluation and sampling: each layer drops what its backward would have
-    read (the attributes in its ``_caches``) as soon as its forward returns, so
+    read (the attributes in its ``_caches``) as soon as its forward returns
+    (``Module.__call__`` does it: call layers as ``layer(x)``), so
     there is nothing to differentiate afterwards: run the forward again outside
     the ``with`` before a backward. Nests; restores the previous mode on the way
     out, exceptions included. Results are those of a forward outside it.
