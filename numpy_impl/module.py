@@ -48,8 +48,10 @@ def no_grad():
     read (the attributes in its ``_caches``) as soon as its forward returns
     (``Module.__call__`` does it: call layers as ``layer(x)``), so
     there is nothing to differentiate afterwards: run the forward again outside
-    the ``with`` before a backward. Nests; restores the previous mode on the way
-    out, exceptions included. Results are those of a forward outside it.
+    the ``with`` before a backward (a backward before that raises ``RuntimeError``,
+    as PyTorch's does: the dropped attributes hold :data:`NO_FORWARD`). Nests;
+    restores the previous mode on the way out, exceptions included. Results are
+    those of a forward outside it.
     """
     was = is_grad_enabled()
     _grad_mode.enabled = False
@@ -57,6 +59,43 @@ def no_grad():
         yield
     finally:
         _grad_mode.enabled = was
+
+
+class _NoForward:
+    """What a layer's ``_caches`` attributes hold after a forward under :func:`no_grad`.
+
+    A backward that reads one gets a ``RuntimeError`` saying why (as PyTorch refuses
+    to differentiate a ``torch.no_grad`` result), not a ``TypeError`` about ``None``
+    from deep inside its formula, and never a silent result (a ``None`` mask reads as
+    "dropout was off"). Any arithmetic, indexing, unpacking or attribute on it raises.
+    """
+
+    __slots__ = ()
+    __array_ufunc__ = None  # NumPy's operators hand over to the reflected ones below
+
+    def _refuse(self, *args, **kwargs):
+        raise RuntimeError(
+            "backward: this layer's last forward ran under no_grad(), which keeps nothing "
+            "to differentiate; run the forward again outside no_grad() before backward"
+        )
+
+    def __getattr__(self, name):
+        if name.startswith("__"):  # protocol probes (copy, pickle, NumPy): absent
+            raise AttributeError(name)
+        self._refuse()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __matmul__ = __rmatmul__ = _refuse
+    __neg__ = __getitem__ = __iter__ = __array__ = _refuse
+
+    def __repr__(self) -> str:
+        return "NO_FORWARD"
+
+    def __reduce__(self) -> str:
+        return "NO_FORWARD"  # copies and pickles are this one object
+
+
+NO_FORWARD = _NoForward()
 
 
 class Parameter:
@@ -111,7 +150,7 @@ class Module:
         out = self.forward(*args, **kwargs)
         if self._caches and not is_grad_enabled():
             for name in self._caches:  # inference: nothing will differentiate this call
-                setattr(self, name, None)
+                setattr(self, name, NO_FORWARD)  # a backward now says so (see _NoForward)
         return out
 
     def forward(self, *args, **kwargs):  # pragma: no cover - abstract

@@ -173,3 +173,84 @@ def test_no_grad_nests_and_restores_the_mode_after_an_error():
             assert not is_grad_enabled()
             raise KeyError("inside")
     assert is_grad_enabled()
+
+
+def _layers_and_inputs():
+    """(label, layer, forward, backward) for every layer with a ``_caches`` list."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 5, 8))
+    ids = rng.integers(0, 11, (2, 5))
+    q = rng.standard_normal((2, 2, 5, 4))
+    kw = dict(dtype=np.float64)
+    ones = np.ones_like
+    cases = [
+        ("Linear", N.Linear(8, 4, **kw), lambda m: m(x), lambda m, y: m.backward(ones(y))),
+        ("LayerNorm", N.LayerNorm(8, **kw), lambda m: m(x), lambda m, y: m.backward(ones(y))),
+        ("RMSNorm", N.RMSNorm(8, **kw), lambda m: m(x), lambda m, y: m.backward(ones(y))),
+        ("GELU tanh", N.GELU(), lambda m: m(x), lambda m, y: m.backward(ones(y))),
+        ("GELU none", N.GELU("none"), lambda m: m(x), lambda m, y: m.backward(ones(y))),
+        ("ReLU", N.ReLU(), lambda m: m(x), lambda m, y: m.backward(ones(y))),
+        ("SiLU", N.SiLU(), lambda m: m(x), lambda m, y: m.backward(ones(y))),
+        ("Dropout", N.Dropout(0.5, seed=0), lambda m: m(x), lambda m, y: m.backward(ones(y))),
+        ("Dropout off", N.Dropout(0.0), lambda m: m(x), lambda m, y: m.backward(ones(y))),
+        (
+            "SwiGLU",
+            N.SwiGLUFeedForward(8, 16, **kw),
+            lambda m: m(x),
+            lambda m, y: m.backward(ones(y)),
+        ),
+        (
+            "SelfAttention",
+            N.SelfAttention(8, 2, **kw),
+            lambda m: m(x),
+            lambda m, y: m.backward(ones(y)),
+        ),
+        ("MeanPool", N.MeanPool(), lambda m: m(x), lambda m, y: m.backward(ones(y))),
+        ("Embedding", N.Embedding(11, 8, **kw), lambda m: m(ids), lambda m, y: m.backward(ones(y))),
+        (
+            "LearnedPositionalEmbedding",
+            N.LearnedPositionalEmbedding(16, 8, **kw),
+            lambda m: m(5),
+            lambda m, y: m.backward(ones(y)),
+        ),
+        ("RotaryEmbedding", N.RotaryEmbedding(4), lambda m: m(q, q), lambda m, y: m.backward(*y)),
+        (
+            "CrossEntropyLoss",
+            N.CrossEntropyLoss(),
+            lambda m: m(x, ids % 8),
+            lambda m, y: m.backward(),
+        ),
+    ]
+    return cases
+
+
+@pytest.mark.parametrize("case", _layers_and_inputs(), ids=lambda c: c[0])
+def test_a_backward_after_a_no_grad_forward_says_why_it_cannot_run(case):
+    # as torch refuses to differentiate a torch.no_grad result: a RuntimeError naming
+    # no_grad, never a TypeError about None, and never a silent gradient (Dropout's mask)
+    from numpy_impl.module import no_grad
+
+    _, layer, forward, backward = case
+    assert layer._caches, "every layer listed here keeps caches"
+    layer.train()
+    with no_grad():
+        out = forward(layer)
+    with pytest.raises(RuntimeError, match=r"no_grad\(\)"):
+        backward(layer, out)
+    backward(layer, forward(layer))  # a forward outside no_grad: backward works again
+
+
+def test_a_model_after_a_no_grad_forward_copies_and_refuses_backward():
+    import copy
+    import pickle
+
+    from numpy_impl.module import no_grad
+
+    model = N.GPT(N.GPTConfig(vocab_size=11, block_size=16, n_layers=1, n_heads=2, d_model=8))
+    idx = np.zeros((1, 4), dtype=np.int64)
+    with no_grad():
+        logits = model(idx)
+    for clone in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        with pytest.raises(RuntimeError, match=r"no_grad\(\)"):
+            clone.backward(np.ones_like(logits))
+        clone.backward(np.ones_like(clone(idx)))
