@@ -178,3 +178,37 @@ def test_seq2seq_cli_smoke(tmp_path, backend):
 def test_task_cli_errors_are_one_line():
     r = run_cli("seq2seq", "--backend", "numpy", "--min-len", "5", "--max-len", "3")
     assert r.returncode == 2 and r.stderr.startswith("error: --min-len (5) must not exceed")
+
+
+@pytest.mark.parametrize("kind", ["classifier", "seq2seq"])
+def test_predict_keeps_no_backward_cache_and_training_still_works(kind):
+    # evaluation (labs classify, labs seq2seq) runs under no_grad, as the torch side's
+    # inference_mode: afterwards no layer holds an activation, and the next step trains
+    from labs.plumbing.tasks import TaskModel
+
+    rng = np.random.default_rng(0)
+    sizes = {"n_heads": 2, "d_model": 8, "block_size": 8, "dropout": 0.1}
+    if kind == "classifier":
+        kwargs = {"vocab_size": 11, "num_classes": 3, "n_layers": 1, **sizes}
+        inputs = {"idx": rng.integers(0, 11, (2, 8)), "token_mask": np.ones((2, 8), bool)}
+        targets = np.array([0, 2])
+    else:
+        kwargs = {"src_vocab_size": 11, "tgt_vocab_size": 11, "n_encoder_layers": 1}
+        kwargs.update(n_decoder_layers=1, **sizes)
+        inputs = {"src": rng.integers(0, 11, (2, 8)), "tgt": rng.integers(0, 11, (2, 5))}
+        targets = rng.integers(0, 11, (2, 5))
+    model = TaskModel("numpy", kind, kwargs, dtype="float64")
+    model.train_step(inputs, targets)
+    model.predict(inputs)
+    held = [
+        f"{name}.{attr}"
+        for name, layer in model.model.named_modules()
+        for attr, value in vars(layer).items()
+        if attr.startswith("_")
+        and any(
+            isinstance(v, np.ndarray) for v in (value if isinstance(value, tuple) else (value,))
+        )
+    ]
+    assert held == []
+    assert model.model.training  # back in training mode
+    assert np.isfinite(model.train_step(inputs, targets))

@@ -168,11 +168,15 @@ class TaskModel:
             raise NonFiniteError(self.step, loss, grad_norm, _first_nonfinite(named_grads))
 
     def predict(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        """Logits in eval mode (no dropout), as a NumPy array."""
+        """Logits in eval mode (no dropout), as a NumPy array; no backward caches kept
+        (``no_grad``, as the torch side's ``inference_mode``)."""
         if self.backend == "numpy":
+            from numpy_impl.module import no_grad
+
             self.model.eval()
             try:
-                return self.model(**inputs)
+                with no_grad():
+                    return self.model(**inputs)
             finally:
                 self.model.train()
         torch = self.torch
