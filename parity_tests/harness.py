@@ -155,6 +155,19 @@ def assert_param_grads_close(
         assert_close(f"grad of {name}{suffix}", got, expected, dtype, hints=param_hints)
 
 
+def held_arrays(model) -> list[str]:
+    """``"layer.attr"`` for every private attribute of every layer of a NumPy ``model``
+    that still holds an array (directly or in a tuple): the caches a forward left
+    behind. Empty after a forward under ``no_grad()``."""
+    held = []
+    for name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            values = value if isinstance(value, tuple) else (value,)
+            if attr.startswith("_") and any(isinstance(v, np.ndarray) for v in values):
+                held.append(f"{name or 'model'}.{attr}")
+    return held
+
+
 def assert_unchanged(name: str, before: np.ndarray, after: np.ndarray) -> None:
     """NumPy layers must not write into arrays they were handed."""
     assert np.array_equal(before, after, equal_nan=True), (

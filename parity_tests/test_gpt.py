@@ -21,6 +21,7 @@ import numpy_impl as N
 import torch_impl as T
 from parity_tests.harness import (
     copy_weights,
+    held_arrays,
     randomize_,
     tensor,
     torch_dtype,
@@ -122,17 +123,6 @@ def test_gptstylemodel_maps_ids_to_logits():
     assert_close("logits of the GPTStyleModel example", logits, logits_t, np.float32)
 
 
-def _held_arrays(model) -> list[str]:
-    """Every private attribute of every layer that still holds an array (a cache)."""
-    held = []
-    for name, module in model.named_modules():
-        for attr, value in vars(module).items():
-            values = value if isinstance(value, tuple) else (value,)
-            if attr.startswith("_") and any(isinstance(v, np.ndarray) for v in values):
-                held.append(f"{name or 'model'}.{attr}")
-    return held
-
-
 @pytest.mark.parametrize(
     "variant",
     [
@@ -153,13 +143,13 @@ def test_a_forward_under_no_grad_keeps_no_cache_and_gives_the_same_logits(varian
     model.eval()
     idx = np.random.default_rng(0).integers(0, 11, (3, 16))
     expected = model(idx)
-    assert _held_arrays(model), "the plain forward keeps its caches (the test's premise)"
+    assert held_arrays(model), "the plain forward keeps its caches (the test's premise)"
     from numpy_impl.module import no_grad
 
     with no_grad():
         logits = model(idx)
     assert np.array_equal(logits, expected)
-    assert _held_arrays(model) == []
+    assert held_arrays(model) == []
     model.backward(np.ones_like(model(idx)))  # a forward outside no_grad: backward works again
 
 

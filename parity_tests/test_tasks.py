@@ -26,6 +26,7 @@ from labs.plumbing.tasks_speakers import (
     speaker_dataset,
 )
 from numpy_impl.char_tokenizer import CharTokenizer
+from parity_tests.harness import held_arrays
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -200,15 +201,6 @@ def test_predict_keeps_no_backward_cache_and_training_still_works(kind):
     model = TaskModel("numpy", kind, kwargs, dtype="float64")
     model.train_step(inputs, targets)
     model.predict(inputs)
-    held = [
-        f"{name}.{attr}"
-        for name, layer in model.model.named_modules()
-        for attr, value in vars(layer).items()
-        if attr.startswith("_")
-        and any(
-            isinstance(v, np.ndarray) for v in (value if isinstance(value, tuple) else (value,))
-        )
-    ]
-    assert held == []
+    assert held_arrays(model.model) == []
     assert model.model.training  # back in training mode
     assert np.isfinite(model.train_step(inputs, targets))
