@@ -166,10 +166,77 @@ def test_profile_wrappers_are_removed_afterwards():
 
 @pytest.mark.slow  # the report: 8 worker processes, ~15 s on a 2-core box
 def test_profile_in_the_report(report):
-    profile = report["profile"]["b2_t16"]
-    assert "error" not in profile, profile
-    assert profile["iters"] == 1
-    assert sum(row["total_ms"] for row in profile["rows"]) == pytest.approx(profile["step_ms"])
+    for key in ("b2_t16", "b3_t8"):
+        for name in ("profile", "profile_torch"):
+            profile = report[name][key]
+            assert "error" not in profile, profile
+            assert profile["iters"] == 1
+            total = sum(row["total_ms"] for row in profile["rows"])
+            assert total == pytest.approx(profile["step_ms"])
+        kinds = [row["kind"] for row in report["profile_comparison"][key]]
+        assert kinds == list(bench_profile.COMPARE_KINDS)
+
+
+_BW = "autograd::engine::evaluate_function: "  # the profiler's name for a backward node
+_LINEAR, _OPT, _GLUE = (
+    "linear layers (GEMM + bias)",
+    "optimizer (zero_grad, clipping, AdamW)",
+    "residual adds, dropout, glue, other",
+)
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("aten::linear", (_LINEAR, "forward")),
+        (_BW + "AddmmBackward0", (_LINEAR, "backward")),
+        ("aten::layer_norm", ("layernorm", "forward")),
+        (_BW + "NativeLayerNormBackward0", ("layernorm", "backward")),
+        ("aten::scaled_dot_product_attention", ("attention core", "forward")),
+        (_BW + "ScaledDotProductFlashAttentionForCpuBackward0", ("attention core", "backward")),
+        (_BW + "GeluBackward0", ("activation (GELU, ...)", "backward")),
+        ("Optimizer.step#AdamW.step", (_OPT, "optimizer")),
+        ("Optimizer.zero_grad#AdamW.zero_grad", (_OPT, "optimizer")),
+        ("gradient clipping", (_OPT, "optimizer")),
+        ("aten::add", (_GLUE, "forward")),
+        (_BW + "ViewBackward0", (_GLUE, "backward")),
+    ],
+)
+def test_torch_profiler_events_map_to_kinds(name, expected):
+    assert bench_profile.torch_kind(name) == expected
+
+
+def test_torch_profile_rows_add_up_and_compare_with_numpy():
+    import torch_impl.optim
+
+    clip = torch_impl.optim.clip_grad_norm_
+    torch_profile = bench_profile.profile_torch_step(B=2, T=16, iters=3, warmup=1)
+    assert torch_impl.optim.clip_grad_norm_ is clip  # the label is taken off again
+    total = sum(row["total_ms"] for row in torch_profile["rows"])
+    assert total == pytest.approx(torch_profile["step_ms"])
+    assert torch_profile["unprofiled_step_ms"] > 0
+    by_kind = {row["kind"]: row for row in torch_profile["rows"]}
+    for kind in bench_profile.COMPARE_KINDS:  # every kind seen, each in its own phases
+        assert by_kind[kind]["total_ms"] > 0, kind
+    assert set(by_kind["layernorm"]["ms"]) == {"forward", "backward"}
+    assert set(by_kind["optimizer (zero_grad, clipping, AdamW)"]["ms"]) == {"optimizer"}
+
+    numpy_profile = bench_profile.profile_numpy_step(B=2, T=16, iters=3, warmup=1)
+    rows = bench_profile.compare_profiles(numpy_profile, torch_profile)
+    assert [row["kind"] for row in rows] == list(bench_profile.COMPARE_KINDS)
+    numpy_rows = {row["kind"]: row["total_ms"] for row in numpy_profile["rows"]}
+    linear = next(row for row in rows if row["kind"] == "linear layers (GEMM + bias)")
+    assert linear["numpy_ms"] == pytest.approx(
+        sum(
+            numpy_rows[k]
+            for k in ("attention qkv projection", "attention out projection", "ffn linear", "head")
+        )
+    )  # NumPy's four linear rows merged, as torch's aten::linear cannot tell them apart
+    assert sum(row["numpy_ms"] for row in rows) == pytest.approx(numpy_profile["step_ms"])
+    for row in rows:
+        assert row["ratio"] == pytest.approx(row["numpy_ms"] / row["torch_ms"])
+    lines = bench_profile.format_comparison(numpy_profile, torch_profile)
+    assert len(lines) == 2 + len(rows) + 1 and "unprofiled" in lines[0]
 
 
 @pytest.mark.slow

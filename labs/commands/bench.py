@@ -53,8 +53,9 @@ measurement's memory and thread pools cannot leak into the next. Reported:
 * each worker's threads (torch's ``get_num_threads``; NumPy's BLAS threads, from
   ``threadpoolctl``) and the attention implementation that ran.
 
-``--profile`` adds where one NumPy step's time goes, layer kind by phase, at
-each size (``bench_profile.py``). ``--train-iters N`` (default 0: skipped) adds
+``--profile`` adds where one step's time goes, layer kind by phase, at each
+size, for NumPy (timing wrappers) and torch (``torch.profiler``), and the two
+side by side by kind (``bench_profile.py``). ``--train-iters N`` (default 0: skipped) adds
 the whole run: ``python -m labs train --max-iters N`` on each backend, in a
 fresh temporary directory, with its wall time next to its training steps' time
 (``bench_train.py``), so the share of start-up, evaluation, checkpoints and the
@@ -120,8 +121,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--profile",
         action="store_true",
-        help="also break one NumPy step down by layer kind and phase (forward, backward, "
-        "optimizer), at each size",
+        help="also break one step down by layer kind and phase (forward, backward, "
+        "optimizer), at each size, for NumPy and for torch (torch.profiler), and compare "
+        "the two kind by kind",
     )
     p.add_argument(
         "--train-iters",
@@ -473,9 +475,10 @@ def main(args: argparse.Namespace) -> int:
             raise UserError("bench --worker needs --variant")
         B, T = args.batch_size, args.block_size
         if args.profile:
-            from .bench_profile import profile_numpy_step
+            from .bench_profile import profile_numpy_step, profile_torch_step
 
-            result = profile_numpy_step(B, T, args.iters, args.warmup, args.seed)
+            profiler = profile_torch_step if args.variant == "torch" else profile_numpy_step
+            result = profiler(B, T, args.iters, args.warmup, args.seed)
         else:
             result = measure(args.variant, B, T, args.iters, args.warmup, args.seed)
         print(json.dumps(result))
@@ -498,13 +501,14 @@ def main(args: argparse.Namespace) -> int:
         for variant in VARIANTS:
             say(f"measuring {variant} at B={B}, T={T} ...")
             results.append(_run_worker(variant, B, T, _iters_at(args, index), args))
-    profiles = {}
+    profiles, torch_profiles = {}, {}
     if args.profile:
         for index, (B, T) in enumerate(sizes):
-            say(f"profiling a numpy step at B={B}, T={T} ...")
-            profiles[size_key(B, T)] = _run_worker(
-                "numpy", B, T, _iters_at(args, index), args, profile=True
-            )
+            for backend, found in (("numpy", profiles), ("torch", torch_profiles)):
+                say(f"profiling a {backend} step at B={B}, T={T} ...")
+                found[size_key(B, T)] = _run_worker(
+                    backend, B, T, _iters_at(args, index), args, profile=True
+                )
     train = None
     if train_setup is not None:
         from .bench_train import run_training
@@ -525,7 +529,15 @@ def main(args: argparse.Namespace) -> int:
             mfus[size_key(B, T)] = None if r is None else r["mfu"]
         summary[f"{name.replace('-', '_')}_mfu"] = mfus
     if args.profile:
+        from .bench_profile import compare_profiles
+
         summary["profile"] = profiles
+        summary["profile_torch"] = torch_profiles
+        summary["profile_comparison"] = {
+            key: compare_profiles(profiles[key], torch_profiles[key])
+            for key in profiles
+            if "error" not in profiles[key] and "error" not in torch_profiles[key]
+        }
     if train is not None:
         summary.update(train)
     summary["machine"] = {
@@ -573,14 +585,19 @@ def _print_table(summary: dict, sizes, load_before: float) -> None:
             key = ratio_key(RATIO_PREFIXES[prefix_of], index, B, T)
             print(f"numpy / {label} step time at B={B}, T={T}: {_fmt(summary[key], '.2f')}x")
     if "profile" in summary:
-        from .bench_profile import format_profile
+        from .bench_profile import format_comparison, format_profile
 
         for key, profile in summary["profile"].items():
-            print()
-            if "error" in profile:
-                print(f"profile {key} failed: {profile['error']}")
-            else:
-                print("\n".join(format_profile(profile)))
+            torch_profile = summary["profile_torch"][key]
+            for name, found in (("numpy", profile), ("torch", torch_profile)):
+                print()
+                if "error" in found:
+                    print(f"{name} profile {key} failed: {found['error']}")
+                else:
+                    print("\n".join(format_profile(found)))
+            if key in summary["profile_comparison"]:
+                print()
+                print("\n".join(format_comparison(profile, torch_profile)))
     if "train" in summary:
         from .bench_train import format_training
 
