@@ -117,9 +117,22 @@ def test_an_error_in_a_block_reaches_the_caller_once_every_thread_stopped():
     assert 0 in done and 3 in done
 
 
+def _wait_until_no_caller_holds_blas(timeout: float = 10.0) -> None:
+    """BLAS's thread count is process-wide: a thread another test left running a block
+    (one that ended on a timeout) could still hold it at one when this test reads the
+    count "before". Wait for it to leave the region first."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while parallel._blas_users and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert parallel._blas_users == 0, "a caller is still inside the BLAS-on-one-thread region"
+
+
 def test_blas_gets_its_threads_back():
     from threadpoolctl import threadpool_info
 
+    _wait_until_no_caller_holds_blas()
     before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
     parallel.set_num_threads(2)
     seen = []
@@ -222,6 +235,7 @@ def test_blas_gets_its_threads_back_after_overlapping_callers():
     def blas_threads():
         return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
 
+    _wait_until_no_caller_holds_blas()
     before = blas_threads()
     parallel.set_num_threads(1)
     first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
