@@ -53,6 +53,7 @@ import torch_impl as T
 from labs.plumbing.backends import make_backend
 from labs.plumbing.data import BatchSampler, train_val_split
 from numpy_impl.char_tokenizer import CharTokenizer
+from numpy_impl.module import no_grad
 from numpy_impl.sampling import softmax
 
 np.set_printoptions(precision=3, suppress=True)
@@ -237,7 +238,8 @@ if __name__ == "__main__":
 
     # how sure is the model? the next-character distribution after the prompt
     x = np.array([prompt_ids[-model_config["block_size"] :]])
-    next_logits = backend.model.forward(x)[:, -1, :]  # (1, V)
+    with no_grad():  # evaluation: no layer keeps its activations for a backward
+        next_logits = backend.model.forward(x)[:, -1, :]  # (1, V)
     temps = [0.25, 0.5, 0.8, 1.0, 1.5, 2.0]
     fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(11, 3.8))
     order = np.argsort(-next_logits[0])[:15]

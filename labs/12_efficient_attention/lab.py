@@ -40,6 +40,7 @@ import torch
 
 import numpy_impl as N
 import torch_impl as T
+from numpy_impl.module import no_grad
 from numpy_impl.sampling import generate
 
 np.set_printoptions(precision=4, suppress=True)
@@ -183,14 +184,15 @@ def timed_steps(use_cache: bool):
 
     idx, cache, times = prompt.copy(), model.new_kv_cache(), []
     model.eval()
-    for _ in range(n_new):
-        t0 = time.perf_counter()
-        if use_cache:
-            logits = _cached_next_logits(model, idx, cache)
-        else:
-            logits = model.forward(idx[:, -config.block_size :])[:, -1, :]
-        times.append(time.perf_counter() - t0)
-        idx = np.concatenate([idx, logits.argmax(axis=-1)[:, None]], axis=1)
+    with no_grad():  # as generate: no layer keeps its activations for a backward
+        for _ in range(n_new):
+            t0 = time.perf_counter()
+            if use_cache:
+                logits = _cached_next_logits(model, idx, cache)
+            else:
+                logits = model.forward(idx[:, -config.block_size :])[:, -1, :]
+            times.append(time.perf_counter() - t0)
+            idx = np.concatenate([idx, logits.argmax(axis=-1)[:, None]], axis=1)
     return idx, np.array(times)
 
 
