@@ -22,12 +22,18 @@ status 2; anything else is a bug and shows its traceback.
 
 from __future__ import annotations
 
-import argparse
-import sys
-from pathlib import Path
+from .plumbing import runtime
 
-from . import UserError
-from .commands import (
+# before the first import of NumPy, which loads OpenBLAS and fixes how long its idle
+# threads poll: labs/plumbing/runtime.py
+runtime.let_idle_blas_threads_sleep()
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from . import UserError  # noqa: E402
+from .commands import (  # noqa: E402
     bench,
     bench_attention,
     bench_generate,
@@ -41,9 +47,9 @@ from .commands import (
     seq2seq,
     train,
 )
-from .commands.train_distributed import exit_worker
-from .learner import diff, docs, exercises, grade, notebook_export
-from .plumbing.runtime import check_thread_env, tune_malloc
+from .commands.train_distributed import exit_worker  # noqa: E402
+from .learner import diff, docs, exercises, grade, notebook_export  # noqa: E402
+from .plumbing.runtime import check_thread_env, tune_malloc  # noqa: E402
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):

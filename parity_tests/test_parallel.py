@@ -354,3 +354,31 @@ def test_the_allocator_keeps_freed_memory_unless_told_not_to(setting):
     applied = out[0] == "True"
     assert applied == (setting is None and platform.libc_ver()[0] == "glibc")  # musl: nothing
     assert math.isclose(float(out[1]), expected_sum, rel_tol=1e-6)  # results do not change
+
+
+@pytest.mark.parametrize("preset", [None, "28"])
+def test_labs_lets_idle_blas_threads_sleep_unless_told_otherwise(preset):
+    # labs/plumbing/runtime.py: `python -m labs` sets OPENBLAS_THREAD_TIMEOUT before NumPy
+    # loads OpenBLAS (which reads it then), and keeps a value the user set
+    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    if preset is not None:
+        env["OPENBLAS_THREAD_TIMEOUT"] = preset
+    code = (
+        "import os, sys; import labs.__main__; "
+        "print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), 'numpy' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+    from labs.plumbing.runtime import BLAS_THREAD_TIMEOUT
+
+    assert out == [preset or BLAS_THREAD_TIMEOUT, "True"]  # set, and NumPy loaded after it
+
+
+def test_idle_blas_threads_setting_is_refused_once_numpy_is_loaded(monkeypatch):
+    from labs.plumbing import runtime
+
+    monkeypatch.delenv("OPENBLAS_THREAD_TIMEOUT", raising=False)
+    assert "numpy" in sys.modules  # as in this process: too late for OpenBLAS to read it
+    assert runtime.let_idle_blas_threads_sleep() is False
+    assert "OPENBLAS_THREAD_TIMEOUT" not in os.environ

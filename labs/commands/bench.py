@@ -546,6 +546,8 @@ def main(args: argparse.Namespace) -> int:
         "python": sys.version.split()[0],
         "numpy": np.__version__,
         "torch": torch.__version__,
+        # labs/plumbing/runtime.py: how long OpenBLAS's idle threads poll (2^N cycles)
+        "openblas_thread_timeout": os.environ.get("OPENBLAS_THREAD_TIMEOUT"),
     }
     if args.json:
         print(json.dumps(summary, allow_nan=False))

@@ -1,5 +1,6 @@
-"""Process-level settings for every ``python -m labs`` command: the memory allocator, and
-the check of ``TWINFORMER_NUM_THREADS`` (NumPy's thread pool) before a command starts.
+"""Process-level settings for every ``python -m labs`` command: the memory allocator,
+OpenBLAS's idle threads, and the check of ``TWINFORMER_NUM_THREADS`` (NumPy's thread
+pool) before a command starts.
 
 A NumPy training step allocates and frees dozens of megabyte-sized
 temporaries. With glibc's defaults, blocks above the mmap threshold (a size
@@ -27,6 +28,27 @@ until the command ends.
 labs/NN_topic/lab.py``), pytest, or your own script that imports
 ``numpy_impl`` runs with glibc's defaults unless it calls
 ``labs.plumbing.runtime.tune_malloc()`` itself.
+
+**OpenBLAS's idle threads.** After each matrix product, OpenBLAS's worker
+threads keep polling for the next one for 2^28 CPU cycles (about 0.1 s)
+before they sleep. In a NumPy step the product is followed by GELU, LayerNorm
+or attention's tiles running on ``numpy_impl/parallel.py``'s threads, one per
+core: a polling BLAS thread takes a core from them. Measured on a 2-core VM
+(``/proc/self/task/*/stat`` around 20 GELUs of a (16384, 512) array, each
+after a 2048 x 512 x 2048 product): the BLAS worker used 0.9 s of CPU for
+0.3 s of products, and the GELUs took 365-387 ms in all, against 0.3 s of
+CPU and 228-265 ms with the threads told to sleep at once.
+:func:`let_idle_blas_threads_sleep` sets ``OPENBLAS_THREAD_TIMEOUT`` (OpenBLAS
+reads it once, when NumPy loads it: ``python -m labs`` sets it before its
+first import of NumPy) to :data:`BLAS_THREAD_TIMEOUT`, 4: 2^4 cycles, so an
+idle thread sleeps at once and the next product wakes it. Whole steps, one
+process per setting, three rounds alternated on the same busy VM (median
+step of 6 at B=64, T=256; of 100 at the default size): OpenBLAS's default
+1823-1885 ms and 91-100 ms; 2^4 1323-1614 ms and 76-105 ms; 2^18, 2^20 and
+2^22 (0.1 to 2 ms of polling) 1348-1633 ms and 70-93 ms, no better. A
+value you set yourself is kept (28 is OpenBLAS's own default). It changes no
+result, only when an idle thread sleeps; other BLAS libraries (MKL,
+Accelerate) ignore it.
 """
 
 from __future__ import annotations
@@ -52,6 +74,21 @@ def tune_malloc() -> bool:
     # setting the trim threshold switches off glibc's dynamic mmap threshold; no mmap at all
     # (M_MMAP_MAX 0) also keeps the blocks above the threshold's 32 MiB ceiling for reuse
     return bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 1024 * MiB))
+
+
+BLAS_THREAD_TIMEOUT = "4"  # OPENBLAS_THREAD_TIMEOUT: idle BLAS threads poll 2^4 cycles
+
+
+def let_idle_blas_threads_sleep() -> bool:
+    """Set ``OPENBLAS_THREAD_TIMEOUT`` for this process unless already set (see above).
+
+    Returns True if set. Too late once NumPy is imported (OpenBLAS has read its
+    environment by then): returns False and changes nothing.
+    """
+    if "numpy" in sys.modules or os.environ.get("OPENBLAS_THREAD_TIMEOUT") is not None:
+        return False
+    os.environ["OPENBLAS_THREAD_TIMEOUT"] = BLAS_THREAD_TIMEOUT
+    return True
 
 
 def check_thread_env() -> None:
