@@ -150,9 +150,13 @@ def _blas_one_thread():
 
 
 def row_blocks(n_rows: int, row_elements: int, block_elements: int = BLOCK_ELEMENTS) -> list:
-    """``[(start, stop), ...]``: ``n_rows`` rows cut into blocks of about
-    ``block_elements`` elements (at least one row each). Depends on the shape only."""
-    rows = max(1, block_elements // max(1, row_elements))
+    """``[(start, stop), ...]``: ``n_rows`` rows cut into blocks of at most about
+    ``block_elements`` elements (at least one row each), as few as that allows and of
+    equal size but for the last (768 rows of which 512 fit a block: two of 384, so two
+    threads share the work evenly, not 512 and 256). Depends on the shape only."""
+    most = max(1, block_elements // max(1, row_elements))  # rows that fit in one block
+    n_blocks = -(-n_rows // most)  # ceil
+    rows = max(1, -(-n_rows // max(1, n_blocks)))  # the rows shared out evenly
     return [(r, min(r + rows, n_rows)) for r in range(0, n_rows, rows)]
 
 
