@@ -356,7 +356,7 @@ def test_the_allocator_keeps_freed_memory_unless_told_not_to(setting):
     assert math.isclose(float(out[1]), expected_sum, rel_tol=1e-6)  # results do not change
 
 
-@pytest.mark.parametrize("preset", [None, "28"])
+@pytest.mark.parametrize("preset", [None, "28", "", "  "])
 def test_labs_lets_idle_blas_threads_sleep_unless_told_otherwise(preset):
     # labs/plumbing/runtime.py: `python -m labs` sets OPENBLAS_THREAD_TIMEOUT before NumPy
     # loads OpenBLAS (which reads it then), and keeps a value the user set
@@ -372,7 +372,8 @@ def test_labs_lets_idle_blas_threads_sleep_unless_told_otherwise(preset):
     ).stdout.split()
     from labs.plumbing.runtime import BLAS_THREAD_TIMEOUT
 
-    assert out == [preset or BLAS_THREAD_TIMEOUT, "True"]  # set, and NumPy loaded after it
+    # set, and NumPy loaded after it; an empty value is OpenBLAS's default, as if unset: ours
+    assert out == [(preset or "").strip() or BLAS_THREAD_TIMEOUT, "True"]
 
 
 def test_idle_blas_threads_setting_is_refused_once_numpy_is_loaded(monkeypatch):

@@ -46,7 +46,8 @@ process per setting, three rounds alternated on the same busy VM (median
 step of 6 at B=64, T=256; of 100 at the default size): OpenBLAS's default
 1823-1885 ms and 91-100 ms; 2^4 1323-1614 ms and 76-105 ms; 2^18, 2^20 and
 2^22 (0.1 to 2 ms of polling) 1348-1633 ms and 70-93 ms, no better. A
-value you set yourself is kept (28 is OpenBLAS's own default). It changes no
+value you set yourself is kept (28 is OpenBLAS's own default; an empty one counts as
+unset, as OpenBLAS reads it). It changes no
 result, only when an idle thread sleeps; other BLAS libraries (MKL,
 Accelerate) ignore it.
 """
@@ -82,10 +83,15 @@ BLAS_THREAD_TIMEOUT = "4"  # OPENBLAS_THREAD_TIMEOUT: idle BLAS threads poll 2^4
 def let_idle_blas_threads_sleep() -> bool:
     """Set ``OPENBLAS_THREAD_TIMEOUT`` for this process unless already set (see above).
 
+    Set to an empty (or blank) string counts as not set: OpenBLAS reads such a
+    value as 0, which means its own default (2^28 cycles of polling), the same as
+    no variable at all, so ``OPENBLAS_THREAD_TIMEOUT= python -m labs ...`` gets
+    the short timeout too.
+
     Returns True if set. Too late once NumPy is imported (OpenBLAS has read its
     environment by then): returns False and changes nothing.
     """
-    if "numpy" in sys.modules or os.environ.get("OPENBLAS_THREAD_TIMEOUT") is not None:
+    if "numpy" in sys.modules or os.environ.get("OPENBLAS_THREAD_TIMEOUT", "").strip():
         return False
     os.environ["OPENBLAS_THREAD_TIMEOUT"] = BLAS_THREAD_TIMEOUT
     return True
