@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # what was given explicitly
     tune_malloc()  # see labs/plumbing/runtime.py: NumPy's temporaries stop page-faulting
     try:
-        check_thread_env()  # a bad TWINFORMER_NUM_THREADS, said before anything is written
+        check_thread_env()  # a bad thread variable, said before anything is written
         return args.func(args)
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)

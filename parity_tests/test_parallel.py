@@ -277,6 +277,24 @@ def test_a_bad_environment_variable_stops_train_before_out_is_touched(
     assert not out.exists()
 
 
+@pytest.mark.parametrize("value", ["abc", "-3", "4.5"])
+def test_a_bad_openblas_timeout_stops_train_before_out_is_touched(
+    value, monkeypatch, tmp_path, capsys
+):
+    # OpenBLAS reads a value that is not a whole number as 0 (its long default): said at once
+    from labs.__main__ import main
+
+    monkeypatch.setenv("OPENBLAS_THREAD_TIMEOUT", value)
+    out = tmp_path / "run"
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("to be or not to be, that is the question\n" * 40)
+    argv = ["train", "--backend", "numpy", "--data", str(corpus), "--out", str(out)]
+    assert main([*argv, "--max-iters", "1", "--sample-tokens", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "OPENBLAS_THREAD_TIMEOUT" in err and repr(value) in err
+    assert not out.exists()
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX only")
 def test_a_forked_child_gets_a_pool_of_its_own():
     # the pool's threads stay in the parent: a child forked after the pool started (a test

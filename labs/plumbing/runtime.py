@@ -1,6 +1,6 @@
 """Process-level settings for every ``python -m labs`` command: the memory allocator,
 OpenBLAS's idle threads, and the check of ``TWINFORMER_NUM_THREADS`` (NumPy's thread
-pool) before a command starts.
+pool) and ``OPENBLAS_THREAD_TIMEOUT`` before a command starts.
 
 A NumPy training step allocates and frees dozens of megabyte-sized
 temporaries. With glibc's defaults, blocks above the mmap threshold (a size
@@ -46,8 +46,9 @@ process per setting, three rounds alternated on the same busy VM (median
 step of 6 at B=64, T=256; of 100 at the default size): OpenBLAS's default
 1823-1885 ms and 91-100 ms; 2^4 1323-1614 ms and 76-105 ms; 2^18, 2^20 and
 2^22 (0.1 to 2 ms of polling) 1348-1633 ms and 70-93 ms, no better. A
-value you set yourself is kept (28 is OpenBLAS's own default; an empty one counts as
-unset, as OpenBLAS reads it). It changes no
+value you set yourself is kept (28 is OpenBLAS's own default); an empty one
+counts as unset, as OpenBLAS reads it, and anything but a whole number is
+refused before a command starts (:func:`check_thread_env`). It changes no
 result, only when an idle thread sleeps; other BLAS libraries (MKL,
 Accelerate) ignore it.
 """
@@ -98,20 +99,29 @@ def let_idle_blas_threads_sleep() -> bool:
 
 
 def check_thread_env() -> None:
-    """Refuse a bad ``TWINFORMER_NUM_THREADS`` before the command starts.
+    """Refuse a bad ``TWINFORMER_NUM_THREADS`` or ``OPENBLAS_THREAD_TIMEOUT`` before
+    the command starts.
 
-    ``numpy_impl/parallel.py`` reads the variable when its pool is first used,
+    ``numpy_impl/parallel.py`` reads the first when its pool is first used,
     deep inside a training step: without this check a typo surfaced there as a
-    traceback, after ``--out`` was already taken.
+    traceback, after ``--out`` was already taken. OpenBLAS reads anything but a
+    whole number as 0, its own default, so a typo in the second would silently
+    bring back the polling threads.
 
     Raises:
-        UserError: naming the variable and the value it holds.
+        UserError: naming the variable, the value it holds and what it expects.
     """
+    from .. import UserError
+
+    timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "").strip()
+    if timeout and not timeout.isdigit():
+        raise UserError(
+            f"OPENBLAS_THREAD_TIMEOUT: expected a whole number (idle BLAS threads poll "
+            f"2^N cycles; OpenBLAS takes 4 to 30), got {timeout!r}"
+        )
     if os.environ.get("TWINFORMER_NUM_THREADS") is None:
         return  # nothing to check (and numpy_impl need not be imported)
     from numpy_impl import parallel
-
-    from .. import UserError
 
     try:
         parallel.num_threads()
