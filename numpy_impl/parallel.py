@@ -2,21 +2,24 @@
 
 NumPy's ufuncs and its BLAS calls release the GIL while they compute, so
 Python threads that each run NumPy on their own block of an array run at the
-same time. A layer that wants its elementwise pass (GELU, LayerNorm, the
-softmax and cross-entropy rows, AdamW) or its batched attention tiles on every
-core writes the formula once, as a function of one block of rows, and hands it
-to :func:`map_rows`::
+same time. A layer that wants its elementwise pass on every core (GELU and
+LayerNorm, forward and backward) writes the formula once, as a function of
+one block of rows, and hands it to :func:`map_rows`::
 
     y = map_rows(gelu_tanh, x)        # gelu_tanh(x_block) -> y_block, the same rows
+
+FlashAttention hands its batch rows to :func:`for_blocks` (each block writes
+its own part of the output).
 
 The layer still reads as its formula; this module is plumbing, and it is the
 only place in ``numpy_impl`` that knows about threads. It has no twin:
 PyTorch runs its kernels on its own thread pool (``torch.get_num_threads()``).
 
-Blocks are cut by the array's shape alone (about :data:`BLOCK_ELEMENTS`
-elements each, whole rows), never by the thread count, and every block is
-computed by the same NumPy calls whichever thread runs it: the result is
-bit-identical with 1 thread or 16. Blocks of about 1 MiB (float32) keep each
+Blocks are cut by the array's shape alone (at most about
+:data:`BLOCK_ELEMENTS` elements each, whole rows, shared out evenly), never by
+the thread count, and every block is computed by the same NumPy calls
+whichever thread runs it: the result is bit-identical with 1 thread or 16.
+Blocks of up to 1 MiB (float32) keep each
 NumPy call long against the hand-offs between threads: every call of a
 formula gives the GIL up and takes it back, and smaller blocks mean more
 calls. On a 2-core VM, a GELU forward and backward over a (16384, 512) array
@@ -26,8 +29,9 @@ and 25-31 ms with 256 K; LayerNorm's over (16384, 128), 16-21 ms and 10-11 ms
 
 Threads and BLAS: a block that calls a matrix product (attention's tiles)
 would start BLAS's own threads inside each of ours, two pools fighting for
-the same cores. While the pool runs, BLAS is limited to one thread with
-threadpoolctl (the well-kept library for exactly this), and restored after.
+the same cores. While such blocks run (``for_blocks(..., blas=True)``), BLAS
+is limited to one thread with threadpoolctl (the well-kept library for exactly
+this), and restored after.
 
 ``set_num_threads(n)`` or the environment variable ``TWINFORMER_NUM_THREADS``
 chooses the thread count (default: the cores this process may use).

@@ -63,7 +63,8 @@ final sample shows.
 
 Run it on an idle machine: PyTorch's thread pool waits for all its threads at
 every operation, so another process on one core can slow a two-thread step
-tenfold (seen on a 2-core box), while NumPy suffered far less there.
+tenfold (seen on a 2-core box); NumPy's own pool (GELU, LayerNorm, attention's
+tiles) and its BLAS threads share the cores the same way.
 ``--threads 1`` levels the field; the JSON records the load average.
 """
 

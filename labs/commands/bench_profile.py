@@ -215,7 +215,9 @@ def _pct(ms: float, step_ms: float) -> float:
 def format_profile(profile: dict) -> list[str]:
     """The profile as table lines: one row per layer kind, a column per phase."""
     B, T = profile["batch_size"], profile["block_size"]
-    cols = PHASES[:3]
+    # "other": time no wrapper (NumPy) or no operator (torch) covers; its own column, so
+    # every row's cells add up to its total
+    cols = PHASES
     if profile.get("backend") == "torch":
         title = (
             f"where one torch step's time goes, B={B} T={T} (torch.profiler, the mean of "

@@ -48,7 +48,9 @@ step of 6 at B=64, T=256; of 100 at the default size): OpenBLAS's default
 2^22 (0.1 to 2 ms of polling) 1348-1633 ms and 70-93 ms, no better. A
 value you set yourself is kept (28 is OpenBLAS's own default); an empty one
 counts as unset, as OpenBLAS reads it, and anything but a whole number is
-refused before a command starts (:func:`check_thread_env`). It changes no
+refused before a command starts (:func:`check_thread_env`). As with the
+allocator, lab scripts, pytest and your own scripts keep OpenBLAS's default
+unless the variable is set before they start. It changes no
 result, only when an idle thread sleeps; other BLAS libraries (MKL,
 Accelerate) ignore it.
 """
