@@ -350,23 +350,29 @@ def test_a_function_that_drops_rows_is_refused_not_broadcast():
         parallel.map_rows(lambda a: a[:1], x, block_elements=16, min_elements=0)
 
 
+def _python_with(code: str, variable: str, value: str | None) -> list[str]:
+    """The words ``python -c code`` prints in a fresh process, with the environment
+    ``variable`` set to ``value`` (None: removed)."""
+    env = {k: v for k, v in os.environ.items() if k != variable}
+    if value is not None:
+        env[variable] = value
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator only")
 @pytest.mark.parametrize("setting", [None, "default"])
 def test_the_allocator_keeps_freed_memory_unless_told_not_to(setting):
     # labs/plumbing/runtime.py: every labs command keeps freed blocks for the next step's
     # temporaries; TWINFORMER_MALLOC=default leaves glibc as it is (to measure the difference)
-    env = {k: v for k, v in os.environ.items() if k != "TWINFORMER_MALLOC"}
-    if setting is not None:
-        env["TWINFORMER_MALLOC"] = setting
     code = (
         "import numpy as np; from labs.plumbing.runtime import tune_malloc; "
         "applied = tune_malloc(); "
         "x = np.arange(1 << 23, dtype=np.float32); "  # 32 MiB: above any mmap threshold
         "print(applied, float((x * x).sum(dtype=np.float64)))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
+    out = _python_with(code, "TWINFORMER_MALLOC", setting)
     n = 1 << 23
     expected_sum = (n - 1) * n * (2 * n - 1) / 6  # sum of k^2, k < n: exact in float64 here
     applied = out[0] == "True"
@@ -378,16 +384,11 @@ def test_the_allocator_keeps_freed_memory_unless_told_not_to(setting):
 def test_labs_lets_idle_blas_threads_sleep_unless_told_otherwise(preset):
     # labs/plumbing/runtime.py: `python -m labs` sets OPENBLAS_THREAD_TIMEOUT before NumPy
     # loads OpenBLAS (which reads it then), and keeps a value the user set
-    env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
-    if preset is not None:
-        env["OPENBLAS_THREAD_TIMEOUT"] = preset
     code = (
         "import os, sys; import labs.__main__; "
         "print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'), 'numpy' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
-    ).stdout.split()
+    out = _python_with(code, "OPENBLAS_THREAD_TIMEOUT", preset)
     from labs.plumbing.runtime import BLAS_THREAD_TIMEOUT
 
     # set, and NumPy loaded after it; an empty value is OpenBLAS's default, as if unset: ours
