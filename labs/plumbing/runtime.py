@@ -50,9 +50,8 @@ value you set yourself is kept (28 is OpenBLAS's own default); an empty one
 counts as unset, as OpenBLAS reads it, and anything but a whole number is
 refused before a command starts (:func:`check_thread_env`). As with the
 allocator, lab scripts, pytest and your own scripts keep OpenBLAS's default
-unless the variable is set before they start. It changes no
-result, only when an idle thread sleeps; other BLAS libraries (MKL,
-Accelerate) ignore it.
+unless the variable is set before they start. It changes no result, only
+when an idle thread sleeps; other BLAS libraries (MKL, Accelerate) ignore it.
 """
 
 from __future__ import annotations
@@ -86,10 +85,9 @@ BLAS_THREAD_TIMEOUT = "4"  # OPENBLAS_THREAD_TIMEOUT: idle BLAS threads poll 2^4
 def let_idle_blas_threads_sleep() -> bool:
     """Set ``OPENBLAS_THREAD_TIMEOUT`` for this process unless already set (see above).
 
-    Set to an empty (or blank) string counts as not set: OpenBLAS reads such a
-    value as 0, which means its own default (2^28 cycles of polling), the same as
-    no variable at all, so ``OPENBLAS_THREAD_TIMEOUT= python -m labs ...`` gets
-    the short timeout too.
+    An empty (or blank) value counts as not set: OpenBLAS reads such a value as
+    0, its own default (2^28 cycles of polling), the same as no variable at all,
+    so ``OPENBLAS_THREAD_TIMEOUT= python -m labs ...`` gets the short timeout too.
 
     Returns True if set. Too late once NumPy is imported (OpenBLAS has read its
     environment by then): returns False and changes nothing.
