@@ -114,12 +114,15 @@ def test_one_process_then_two_ranks_is_one_process_throughout(corpus, straight, 
     assert_same_run(out, straight, "1 process for 3 steps, then 2 ranks")
 
 
-def test_numpy_backend_under_torchrun_is_refused(corpus, monkeypatch):
+def test_numpy_backend_under_torchrun_is_refused(corpus, monkeypatch, tmp_path):
     from labs import UserError
     from labs.__main__ import build_parser
     from labs.commands import train
 
-    args = build_parser().parse_args(["train", "--backend", "numpy", "--data", str(corpus)])
+    # --out in tmp_path, not train's default runs/numpy, which the README's own run may hold
+    out = str(tmp_path / "run")
+    argv = ["train", "--backend", "numpy", "--data", str(corpus), "--out", out]
+    args = build_parser().parse_args(argv)
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(UserError, match="needs --backend torch"):
         train.run(args)
