@@ -27,6 +27,7 @@ This file has no twin in ``torch_impl/``: PyTorch ships ``nn.Module``.
 from __future__ import annotations
 
 import contextlib
+import copy
 import threading
 from collections.abc import Iterator
 
@@ -250,6 +251,50 @@ class Module:
         for k, v in state_dict.items():
             if k in own:
                 own[k].data[...] = np.asarray(v, dtype=own[k].dtype)
+
+
+def replicate(module: Module) -> Module:
+    """A copy of ``module`` that shares its arrays: ``torch.nn.parallel.replicate``'s
+    counterpart, for running another shard of a batch at the same time.
+
+    Every module in the copy is a new object whose attributes are the original's
+    values (a shallow copy), except that sub-modules are copies made the same way,
+    each parameter is a new :class:`Parameter` holding the same ``data`` array
+    with a gradient of its own (unallocated: zeros when first used), and each
+    random generator is a copy of its own. So the copy's forward caches its own
+    activations (a layer rebinds its cache attributes, never writes into the
+    original's), its backward adds into its own gradients, and an update of the
+    weights is seen by both. A module or parameter used twice in ``module`` (the
+    tied token embedding and LM head) is one object in the copy too. Settings are
+    copied as they are now: replicate again after changing the original's.
+    """
+    twins: dict[int, object] = {}  # id(original) -> its copy: what is shared stays shared
+
+    def twin(value):
+        if isinstance(value, (Module, Parameter, np.random.Generator)):
+            if id(value) not in twins:
+                twins[id(value)] = _twin_of(value, twin)
+            return twins[id(value)]
+        if isinstance(value, (list, tuple)) and any(
+            isinstance(v, (Module, Parameter)) for v in value
+        ):  # ModuleList's list of layers
+            return type(value)(twin(v) for v in value)
+        return value  # arrays, numbers, settings: the same object
+
+    return twin(module)
+
+
+def _twin_of(value, twin):
+    if isinstance(value, np.random.Generator):
+        return copy.deepcopy(value)  # the same state; DataParallel reseeds it
+    if isinstance(value, Parameter):
+        p = Parameter.__new__(Parameter)
+        p.data, p._grad = value.data, None
+        return p
+    mod = object.__new__(type(value))
+    for name, attr in vars(value).items():
+        mod.__dict__[name] = twin(attr)  # no property setter runs: a copy, not a change
+    return mod
 
 
 class ModuleList(Module):

@@ -9,7 +9,12 @@ one block of rows, and hands it to :func:`map_rows`::
     y = map_rows(gelu_tanh, x)        # gelu_tanh(x_block) -> y_block, the same rows
 
 FlashAttention hands its batch rows to :func:`for_blocks` (each block writes
-its own part of the output).
+its own part of the output). :class:`DataParallel` goes one level up, as
+``torch.nn.DataParallel`` does across GPUs: the training step's batch cut in
+two shards, each shard's whole forward and backward on a thread of its own
+(on a copy of the model that shares its weights), the gradients summed. That
+is the main use of the second core at small sizes, where one array per NumPy
+call is too short to share out.
 
 The layer still reads as its formula; this module is plumbing, and it is the
 only place in ``numpy_impl`` that knows about threads. It has no twin:
@@ -27,11 +32,13 @@ took 40-60 ms with 32 K-element blocks (128 KiB, chosen first to stay in L2)
 and 25-31 ms with 256 K; LayerNorm's over (16384, 128), 16-21 ms and 10-11 ms
 (each block size in its own process, three rounds alternated).
 
-Threads and BLAS: a block that calls a matrix product (attention's tiles)
-would start BLAS's own threads inside each of ours, two pools fighting for
-the same cores. While such blocks run (``for_blocks(..., blas=True)``), BLAS
-is limited to one thread with threadpoolctl (the well-kept library for exactly
-this), and restored after.
+Threads and BLAS: a block that calls a matrix product (attention's tiles, a
+shard's layers) would start BLAS's own threads inside each of ours, two pools
+fighting for the same cores. While such blocks run (``for_blocks(...,
+blas=True)``), BLAS keeps to the threads the blocks leave free (one each on a
+2-core machine) with threadpoolctl (the well-kept library for exactly this),
+and gets its own count back after. OpenBLAS computes each entry of a product
+on one thread, whatever their number, so this changes no bit either.
 
 ``set_num_threads(n)`` or the environment variable ``TWINFORMER_NUM_THREADS``
 chooses the thread count (default: the cores this process may use).
@@ -46,6 +53,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
+
+from .module import Module, is_grad_enabled, no_grad, replicate
 
 BLOCK_ELEMENTS = 262144  # per block: 1 MiB of float32, few GIL hand-offs per formula
 # Below this many elements an array is one block: handing out blocks costs a few microseconds
@@ -128,12 +137,12 @@ if hasattr(os, "register_at_fork"):  # POSIX
 
 
 @contextlib.contextmanager
-def _blas_one_thread():
-    """BLAS on one thread inside the ``with`` (threadpoolctl).
+def _blas_limited(limit: int):
+    """BLAS on at most ``limit`` threads inside the ``with`` (threadpoolctl).
 
     The limit is process-wide, so callers in several threads share it: the
     first one in sets it, the last one out restores the original count (each
-    restoring its own would leave BLAS on one thread after overlapping calls)."""
+    restoring its own would leave BLAS limited after overlapping calls)."""
     global _blas, _blas_limit, _blas_users
     with _lock:
         if _blas is None:
@@ -141,7 +150,7 @@ def _blas_one_thread():
 
             _blas = ThreadpoolController()
         if _blas_users == 0:
-            _blas_limit = _blas.limit(limits=1, user_api="blas")
+            _blas_limit = _blas.limit(limits=limit, user_api="blas")
         _blas_users += 1
     try:
         yield
@@ -233,7 +242,9 @@ def _unflatten(result, lead: tuple):  # a shape tuple, not *args: lead and the r
 def for_blocks(run: Callable[[int, int], None], blocks: list, *, blas: bool = False) -> None:
     """Call ``run(start, stop)`` for every block, on the pool; ``run`` writes its own output.
 
-    ``blas=True``: ``run`` calls matrix products; BLAS keeps to one thread meanwhile.
+    ``blas=True``: ``run`` calls matrix products; meanwhile BLAS keeps to the threads
+    the blocks leave free: one when there are as many blocks as threads (attention's
+    tiles), ``n // 2`` for two blocks on ``n`` threads (:class:`DataParallel`'s shards).
     ``blocks`` is a list of ``(start, stop)`` pairs (:func:`row_blocks`).
 
     Raises:
@@ -249,17 +260,23 @@ def _run_blocks(run: Callable[[int, int], None], blocks: list, blas: bool = Fals
     nested = getattr(_inside, "busy", False)
     n = 1 if nested else max(1, min(num_threads(), len(blocks)))
 
+    # the caller's floating-point error handling (np.errstate) and no_grad() are per thread:
+    # every thread runs its blocks under the caller's, as the caller itself would
+    errors, grad = np.geterr(), is_grad_enabled()
+
     def worker(t: int) -> None:  # thread t takes blocks t, t + n, t + 2n, ...: one task each
         was, _inside.busy = getattr(_inside, "busy", False), True
         try:
-            for lo, hi in blocks[t::n]:
-                run(lo, hi)
+            with np.errstate(**errors), contextlib.nullcontext() if grad else no_grad():
+                for lo, hi in blocks[t::n]:
+                    run(lo, hi)
         finally:
             _inside.busy = was
 
-    # the blocks' small matrix products on one BLAS thread each, with 1 thread of ours too:
-    # a BLAS pool that wakes its threads for every small product loses more than it gains
-    with _blas_one_thread() if blas else contextlib.nullcontext():
+    # BLAS gets the threads the blocks leave (one each when every thread runs a block): a BLAS
+    # pool started inside each of ours would fight them for the cores, and one that wakes its
+    # threads for every small product (attention's tiles) loses more than it gains
+    with _blas_limited(max(1, num_threads() // n)) if blas else contextlib.nullcontext():
         if n == 1:
             worker(0)
             return
@@ -273,3 +290,135 @@ def _run_blocks(run: Callable[[int, int], None], blocks: list, blas: bool = Fals
             wait(futures)  # every block done (or failed) before the caller goes on
         for fut in futures:
             fut.result()  # re-raises a block's exception here, in the caller
+
+
+DATA_PARALLEL_SHARDS = 2  # a batch is cut in at most this many shards, by its size alone
+
+
+class DataParallel(Module):
+    """``torch.nn.DataParallel`` on the cores of one CPU: the batch cut in shards,
+    each shard's forward and backward on a thread of its own, the gradients summed.
+
+    Layers run a NumPy call after another, and every call is short at a small
+    batch: one array per call shared out between threads (:func:`map_rows`) pays
+    a hand-off for each, and a thread woken to help takes longer to start (~0.1 ms
+    on a VM) than a small call takes to run. A shard is the whole model's forward
+    (or backward) on some rows of the batch: one hand-off per shard, and each
+    thread runs its own layers' calls while the other runs its own, on its own
+    core; their matrix products share BLAS's threads (one each on 2 cores). On a
+    2-core VM the default model's step (B=12, T=64) took 48-52 ms instead of
+    55-61 ms, and its evaluation batches of 60 rows 3.1-3.4 s instead of 4.1 s
+    per 40 (docs/speed.md, stage 4).
+
+    ``module`` runs the first shard itself; each other shard runs on a
+    :func:`~numpy_impl.module.replicate` of it, made at each forward (the same
+    weights, caches and gradients of its own). :meth:`backward` adds each copy's
+    parameter gradients into ``module``'s, shard by shard in order, after its
+    own: the whole batch's gradient, whatever the thread count (one thread runs
+    the shards one after the other, the same NumPy calls on the same rows: the
+    same bits). Training with dropout draws, in the calling thread, one seed per
+    other shard from each of ``module``'s generators for the copy's masks, so a
+    seeded run is repeatable and resumes exactly from the generators' states.
+
+    Shards are cut by the batch size alone, never by the thread count
+    (:data:`DATA_PARALLEL_SHARDS` at most, one row at least each); a batch of one
+    row runs on ``module`` as it is. Calls inside the shards that would use the
+    pool (:func:`map_rows`, :func:`for_blocks`) run in the shard's own thread.
+
+    Args:
+        module: the model; its ``forward`` takes one array whose first axis is the
+            batch and returns one (a :class:`~numpy_impl.gpt.GPT`: ids ``(B, T)`` ->
+            logits ``(B, T, V)``); its ``backward`` returns the input's gradient or None.
+        n_shards: at most this many shards (a positive int).
+
+    Shapes:
+        forward: x ``(B, ...)`` -> ``module``'s output ``(B, ...)``, the shards' outputs
+        joined in order. backward: dout, the output's shape -> ``module``'s input
+        gradient (shards joined) or None.
+
+    Raises:
+        ValueError: ``n_shards`` not a positive int; a ``dout`` of another shape than
+            the output. Whatever ``module`` raises for the whole batch (a shard's error
+            is raised again by ``module`` on the whole input, so the message names the
+            batch the caller passed).
+    """
+
+    def __init__(self, module: Module, n_shards: int = DATA_PARALLEL_SHARDS):
+        self.module = module
+        self.n_shards = _check_threads(n_shards, "n_shards")
+        self._replicas = self._shards = self._out_shape = None
+
+    def shards(self, batch: int) -> list:
+        """``[(start, stop), ...]``: the rows of each shard of a batch of ``batch`` rows."""
+        return row_blocks(batch, 1, -(-batch // self.n_shards))
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        shards = self.shards(len(x)) if x.ndim else []
+        self._replicas = None
+        if len(shards) <= 1:
+            return self.module(x)
+        replicas = [self.module] + [replicate(self.module) for _ in shards[1:]]
+        if self.module.training:
+            _reseed(self.module, replicas[1:])
+        outs: list = [None] * len(shards)
+
+        def run(lo: int, hi: int) -> None:  # under the caller's no_grad() (for_blocks)
+            i = shards.index((lo, hi))
+            outs[i] = replicas[i](x[lo:hi])
+
+        try:
+            for_blocks(run, shards, blas=True)
+        except Exception as shard_error:
+            self.module(x)  # the whole batch: raises the same error about the caller's input
+            raise shard_error  # only a shard failed: its own error
+        out = np.concatenate(outs, axis=0)
+        if is_grad_enabled():
+            self._replicas, self._shards, self._out_shape = replicas, shards, out.shape
+        return out
+
+    def backward(self, dout: np.ndarray):
+        replicas, shards = self._replicas, self._shards
+        if replicas is None:  # one shard: the module ran alone (or says why it cannot)
+            return self.module.backward(dout)
+        if np.shape(dout) != self._out_shape:
+            raise ValueError(f"dout: expected shape {self._out_shape}, got {np.shape(dout)}")
+        self._replicas = None  # one backward per forward, as every layer
+        grads: list = [None] * len(shards)
+
+        def run(lo: int, hi: int) -> None:
+            i = shards.index((lo, hi))
+            grads[i] = replicas[i].backward(dout[lo:hi])
+
+        for_blocks(run, shards, blas=True)
+        own = self.module.parameters()
+        for twin in replicas[1:]:  # shard order: the same sums on any thread count
+            for p, q in zip(own, twin.parameters(), strict=True):
+                if q._grad is not None:
+                    p.grad += q._grad
+        if grads[0] is None:
+            return None
+        if isinstance(grads[0], tuple):
+            return tuple(np.concatenate(parts, axis=0) for parts in zip(*grads, strict=True))
+        return np.concatenate(grads, axis=0)
+
+
+def _reseed(module: Module, replicas: list) -> None:
+    """Give each replica's random generators a stream of its own, seeded from
+    ``module``'s generators (one draw each, in order), so no two shards drop the
+    same units."""
+    own = _generators(module)
+    for replica in replicas:
+        for g, g_copy in zip(own, _generators(replica), strict=True):
+            seed = int(g.integers(2**63))
+            g_copy.bit_generator.state = type(g.bit_generator)(seed).state
+
+
+def _generators(module: Module) -> list:
+    """The distinct ``np.random.Generator`` objects ``module``'s layers hold, in order."""
+    seen: dict[int, np.random.Generator] = {}
+    for _, mod in module.named_modules():
+        for value in vars(mod).values():
+            if isinstance(value, np.random.Generator):
+                seen.setdefault(id(value), value)
+    return list(seen.values())

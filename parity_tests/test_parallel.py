@@ -134,16 +134,21 @@ def test_blas_gets_its_threads_back():
 
     _wait_until_no_caller_holds_blas()
     before = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
-    parallel.set_num_threads(2)
-    seen = []
+    seen = {}
 
-    def run(lo, hi):  # inside the region BLAS runs on one thread
-        seen.extend(lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas")
+    def run(lo, hi):  # inside the region BLAS keeps to the threads the blocks leave
+        seen[threads, len(blocks), lo] = [
+            lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"
+        ]
 
-    parallel.for_blocks(run, [(0, 1)], blas=True)
-    after = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
-    assert after == before
-    assert all(n == 1 for n in seen)
+    for threads, blocks in ((2, [(0, 1), (1, 2)]), (4, [(0, 1), (1, 2)]), (1, [(0, 1)])):
+        parallel.set_num_threads(threads)
+        parallel.for_blocks(run, blocks, blas=True)
+        after = [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+        assert after == before
+    for (threads, n_blocks, _), counts in seen.items():  # a ceiling: a BLAS already on one
+        assert all(n <= max(1, threads // n_blocks) for n in counts), (threads, counts)
+        assert max(counts) == max(1, threads // n_blocks) or threads // n_blocks > max(before)
 
 
 @pytest.mark.parametrize("causal", [True, False])
@@ -176,16 +181,17 @@ def test_training_losses_are_bit_identical_for_1_and_2_threads(attn_impl, monkey
     rng = np.random.default_rng(0)
     batches = [(rng.integers(0, 11, (6, 24)), rng.integers(0, 11, (6, 24))) for _ in range(4)]
     runs = []
-    for n in (1, 2):
+    for n in (1, 2, 4):  # 4: two data-parallel shards, each with BLAS on two threads
         parallel.set_num_threads(n)
         backend = make_backend("numpy", config, seed=3, attn_impl=attn_impl)
         for block in backend.model.blocks:
             block.attn.flash_tile = 8  # T = 24: three tiles
         losses = [backend.train_step(x, y)["loss"] for x, y in batches]
         runs.append((losses, backend.state_dict()))
-    assert runs[0][0] == runs[1][0]
-    for name, w in runs[0][1].items():
-        assert np.array_equal(w, runs[1][1][name]), name
+    for other in runs[1:]:
+        assert runs[0][0] == other[0]
+        for name, w in runs[0][1].items():
+            assert np.array_equal(w, other[1][name]), name
 
 
 def test_map_rows_takes_0d_and_1d_arrays():  # GELU is elementwise: any shape, a scalar too
@@ -402,3 +408,163 @@ def test_idle_blas_threads_setting_is_refused_once_numpy_is_loaded(monkeypatch):
     assert "numpy" in sys.modules  # as in this process: too late for OpenBLAS to read it
     assert runtime.let_idle_blas_threads_sleep() is False
     assert "OPENBLAS_THREAD_TIMEOUT" not in os.environ
+
+
+# -- DataParallel: shards of a batch on threads of their own ---------------------------------
+DP_CONFIG = {"vocab_size": 11, "block_size": 8, "n_layers": 2, "n_heads": 2, "d_model": 8}
+
+
+def _gpt(dtype=np.float64, **overrides):
+    from numpy_impl.gpt import GPT, GPTConfig
+
+    return GPT(GPTConfig.from_dict({**DP_CONFIG, **overrides}), seed=0, dtype=dtype)
+
+
+def _grads(model) -> dict:
+    return {name: p.grad.copy() for name, p in model.named_parameters()}
+
+
+def test_replicate_shares_the_arrays_not_the_gradients_or_the_modules():
+    from numpy_impl.module import replicate
+
+    model = _gpt()
+    assert model.parameters()[0].grad.any() == 0  # allocated here: the copy's starts without
+    twin = replicate(model)
+    assert twin is not model and twin.blocks[0] is not model.blocks[0]
+    for (name, p), (twin_name, q) in zip(
+        model.named_parameters(), twin.named_parameters(), strict=True
+    ):
+        assert name == twin_name and q is not p and q.data is p.data, name
+        assert q._grad is None, name
+    assert twin.head.weight is twin.tok_emb.weight  # tied in the copy as in the original
+
+
+@pytest.mark.parametrize("B", [2, 5, 12])
+@pytest.mark.parametrize("attn_impl", ["flash", "explicit"])
+def test_data_parallel_gives_the_whole_batch_output_and_gradients(B, attn_impl):
+    """Logits, loss gradient and every parameter's gradient of the sharded step against
+    the model on the whole batch, float64 (the gradients are the shards' sums)."""
+    from numpy_impl.loss import CrossEntropyLoss
+    from parity_tests.tolerances import assert_close
+
+    rng = np.random.default_rng(B)
+    x, y = rng.integers(0, 11, (2, B, 8))
+    results = []
+    for shards in (1, 2):
+        model = _gpt()
+        model.attn_impl = attn_impl
+        for block in model.blocks:
+            block.attn.flash_tile = 4  # T = 8: two tiles, so flash's path runs
+        net = parallel.DataParallel(model, n_shards=shards)
+        loss_fn = CrossEntropyLoss()
+        logits = net.forward(x)
+        loss = loss_fn.forward(logits, y)
+        assert net.backward(loss_fn.backward()) is None  # the GPT's backward returns nothing
+        results.append((logits, loss, _grads(model)))
+    (logits, loss, grads), (logits2, loss2, grads2) = results
+    assert_close("logits", logits2, logits)
+    assert_close("loss", loss2, loss)
+    for name, g in grads.items():
+        assert_close(f"grad of {name}", grads2[name], g)
+
+
+def test_data_parallel_adds_into_gradients_already_there():
+    """As every backward: the shards' gradients are added to what .grad holds."""
+    from numpy_impl.loss import CrossEntropyLoss
+
+    rng = np.random.default_rng(1)
+    x, y = rng.integers(0, 11, (2, 4, 8))
+    model = _gpt()
+    net, loss_fn = parallel.DataParallel(model), CrossEntropyLoss()
+    for _ in range(2):
+        loss_fn.forward(net.forward(x), y)
+        net.backward(loss_fn.backward())
+    twice = _grads(model)
+    model.zero_grad()
+    loss_fn.forward(net.forward(x), y)
+    net.backward(loss_fn.backward())
+    for name, g in _grads(model).items():
+        np.testing.assert_allclose(twice[name], 2 * g, rtol=1e-12, atol=1e-15, err_msg=name)
+
+
+def test_data_parallel_shards_by_the_batch_size_alone():
+    net = parallel.DataParallel(_gpt())
+    assert net.shards(1) == [(0, 1)]
+    assert net.shards(5) == [(0, 3), (3, 5)]
+    assert net.shards(12) == [(0, 6), (6, 12)]
+    parallel.set_num_threads(1)
+    assert net.shards(12) == [(0, 6), (6, 12)]  # not the thread count
+    assert parallel.DataParallel(_gpt(), n_shards=3).shards(7) == [(0, 3), (3, 6), (6, 7)]
+
+
+def test_data_parallel_with_dropout_is_repeatable_and_draws_other_masks_per_shard():
+    """Each shard's copy drops units from a stream of its own, seeded from the model's
+    generator in the calling thread: the same seed, the same losses, on 1 or 2 threads;
+    and the two halves of a batch of twice the same rows get different masks."""
+    from numpy_impl.loss import CrossEntropyLoss
+
+    rng = np.random.default_rng(2)
+    half = rng.integers(0, 11, (3, 8))
+    x, y = np.concatenate([half, half]), np.concatenate([half, half])
+    runs = []
+    for n in (1, 2):
+        parallel.set_num_threads(n)
+        model = _gpt(dropout=0.5)
+        net, loss_fn = parallel.DataParallel(model), CrossEntropyLoss()
+        logits = net.forward(x)
+        runs.append((logits, loss_fn.forward(logits, y), model.dropout_rng.bit_generator.state))
+    assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
+    assert runs[0][2] == runs[1][2]
+    logits = runs[0][0]
+    assert not np.allclose(logits[:3], logits[3:])  # same rows, other masks
+    model = _gpt(dropout=0.5).eval()  # no dropout in eval: the halves agree
+    logits = parallel.DataParallel(model).forward(x)
+    np.testing.assert_allclose(logits[:3], logits[3:], rtol=1e-12)
+
+
+def test_data_parallel_errors_name_the_callers_input():
+    from numpy_impl.module import no_grad
+
+    net = parallel.DataParallel(_gpt())
+    with pytest.raises(ValueError, match=r"sequence length T=9 must lie in \[1, block_size=8\]"):
+        net.forward(np.zeros((4, 9), np.int64))
+    with pytest.raises(ValueError, match=r"idx: expected shape \(B, T\), got \(4, 2, 3\)"):
+        net.forward(np.zeros((4, 2, 3), np.int64))  # the caller's shape, not a shard's (2, 2, 3)
+    with pytest.raises(ValueError, match=r"got min=0, max=11"):
+        net.forward(np.array([[0, 1], [2, 11]]))  # the bad id sits in the second shard
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        net.forward(np.zeros((4, 2)))
+    logits = net.forward(np.zeros((4, 2), np.int64))
+    with pytest.raises(ValueError, match=r"dout: expected shape \(4, 2, 11\), got \(2, 2, 11\)"):
+        net.backward(logits[:2])
+    net.backward(logits)
+    with no_grad():
+        logits = net.forward(np.zeros((4, 2), np.int64))
+    with pytest.raises(RuntimeError, match="no_grad"):
+        net.backward(logits)  # nothing to differentiate, as the model itself says
+    with pytest.raises(ValueError, match="n_shards"):
+        parallel.DataParallel(_gpt(), n_shards=0)
+
+
+def test_data_parallel_of_one_row_is_the_model_itself():
+    model = _gpt()
+    net = parallel.DataParallel(model)
+    x = np.array([[1, 2, 3]])
+    np.testing.assert_array_equal(net.forward(x), model.forward(x))
+
+
+def test_every_thread_runs_under_the_callers_errstate_and_no_grad():
+    """np.errstate and no_grad() hold per thread: the pool's threads take the caller's."""
+    from numpy_impl.module import is_grad_enabled, no_grad
+
+    parallel.set_num_threads(2)
+    seen = {}
+
+    def run(lo, hi):
+        seen[lo] = (np.geterr()["over"], is_grad_enabled())
+
+    with np.errstate(over="raise"), no_grad():
+        parallel.for_blocks(run, [(0, 1), (1, 2)])
+    assert seen == {0: ("raise", False), 1: ("raise", False)}
+    parallel.for_blocks(run, [(0, 1), (1, 2)])
+    assert seen == {0: (np.geterr()["over"], True), 1: (np.geterr()["over"], True)}

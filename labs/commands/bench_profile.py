@@ -54,6 +54,7 @@ KINDS = (
     "head",
     "loss",
     "residual adds, dropout, glue",
+    "data-parallel shards",
     "zero_grad",
     "gradient clipping",
     "AdamW update",
@@ -95,35 +96,50 @@ class _Timer:
         self.totals: dict[tuple[str, str], float] = defaultdict(float)
         self._stack: list[float] = []
 
-    def wrap(self, fn, kind: str, phase: str):
-        stack, totals, clock = self._stack, self.totals, time.perf_counter
+    def call(self, kind: str, phase: str, fn, *args, **kwargs):
+        """``fn(*args, **kwargs)``, its self time added to ``(kind, phase)``."""
+        stack = self._stack
+        stack.append(0.0)
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            elapsed = time.perf_counter() - t0
+            callees = stack.pop()
+            self.totals[kind, phase] += elapsed - callees
+            if stack:
+                stack[-1] += elapsed
 
+    def wrap(self, fn, kind: str, phase: str):
         def timed(*args, **kwargs):
-            stack.append(0.0)
-            t0 = clock()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                elapsed = clock() - t0
-                callees = stack.pop()
-                totals[kind, phase] += elapsed - callees
-                if stack:
-                    stack[-1] += elapsed
+            return self.call(kind, phase, fn, *args, **kwargs)
 
         return timed
 
 
 @contextmanager
 def _instrumented(backend, timer: _Timer):
-    """Install the wrappers on ``backend`` (a NumpyBackend); remove them afterwards."""
+    """Install the wrappers on ``backend`` (a NumpyBackend); remove them afterwards.
+
+    The modules' wrappers go on their classes, reading each module's kind from an
+    attribute set on it (``_profile_kind``): the data-parallel step runs shards of
+    the batch on copies of the model (``numpy_impl.parallel.DataParallel``), made
+    at each forward, which carry the attribute and so are timed as the model is."""
     import numpy_impl.optim as optim
 
-    installed = []  # (object, attribute name) whose instance attribute we set
+    modules = [mod for _, mod in backend.model.named_modules()]
     for name, mod in backend.model.named_modules():
-        kind = layer_kind(name, mod)
+        mod._profile_kind = layer_kind(name, mod)
+    patched = []  # (class, method name, its own function before, or None if inherited)
+    for cls in dict.fromkeys(type(mod) for mod in modules):
         for method, phase in (("forward", "forward"), ("backward", "backward")):
-            setattr(mod, method, timer.wrap(getattr(mod, method), kind, phase))
-            installed.append((mod, method))
+            patched.append((cls, method, cls.__dict__.get(method)))
+            setattr(cls, method, _class_wrapper(timer, getattr(cls, method), phase))
+    installed = []  # (object, attribute name) whose instance attribute we set
+    shards = backend.parallel  # its own time: copying the model, joining, summing gradients
+    for method, phase in (("forward", "forward"), ("backward", "backward")):
+        setattr(shards, method, timer.wrap(getattr(shards, method), "data-parallel shards", phase))
+        installed.append((shards, method))
     loss = backend.loss_fn
     for method, phase in (("forward", "forward"), ("backward", "backward")):
         setattr(loss, method, timer.wrap(getattr(loss, method), "loss", phase))
@@ -140,6 +156,48 @@ def _instrumented(backend, timer: _Timer):
         optim.clip_grad_norm_ = clip
         for obj, method in installed:
             del obj.__dict__[method]  # the class's method shows through again
+        for cls, method, own in reversed(patched):
+            if own is None:
+                delattr(cls, method)  # the inherited one shows through again
+            else:
+                setattr(cls, method, own)
+        for mod in modules:
+            del mod._profile_kind
+
+
+@contextmanager
+def one_thread():
+    """NumPy's thread pool and its BLAS on one thread inside the ``with``.
+
+    The profiles measure work, kind by kind: on two threads the data-parallel
+    step runs two shards of the batch at once, so two layers' times would
+    overlap and the rows could not add up to the step. torch's profile runs on
+    one thread too, so that the comparison sets work against work; the step on
+    every core is ``bench``'s own table."""
+    from threadpoolctl import threadpool_limits
+
+    from numpy_impl import parallel
+
+    threads = parallel.num_threads()
+    parallel.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1, user_api="blas"):
+            yield
+    finally:
+        parallel.set_num_threads(threads)
+
+
+def _class_wrapper(timer: _Timer, fn, phase: str):
+    """``fn`` (a class's forward or backward) timed under its module's ``_profile_kind``;
+    an instance without one (a module made outside the model) runs untimed."""
+
+    def timed(module, *args, **kwargs):
+        kind = module.__dict__.get("_profile_kind")
+        if kind is None:
+            return fn(module, *args, **kwargs)
+        return timer.call(kind, phase, fn, module, *args, **kwargs)
+
+    return timed
 
 
 def profile_numpy_step(B: int, T: int, iters: int, warmup: int, seed: int = 0) -> dict:
@@ -161,7 +219,7 @@ def profile_numpy_step(B: int, T: int, iters: int, warmup: int, seed: int = 0) -
     timer = _Timer()
     steps: list[dict[tuple[str, str], float]] = []
     totals: list[float] = []
-    with _instrumented(backend, timer):
+    with one_thread(), _instrumented(backend, timer):
         for i in range(warmup + iters):
             x, y = rng.integers(0, VOCAB, (B, T)), rng.integers(0, VOCAB, (B, T))
             timer.totals.clear()
@@ -269,6 +327,7 @@ _NUMPY_TO_COMPARE = {
     "AdamW update": "optimizer (zero_grad, clipping, AdamW)",
     "rope": "residual adds, dropout, glue, other",  # torch's RoPE is plain ops: glue there
     "residual adds, dropout, glue": "residual adds, dropout, glue, other",
+    "data-parallel shards": "residual adds, dropout, glue, other",  # torch has no such step
     "other": "residual adds, dropout, glue, other",
 }
 _BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
@@ -346,6 +405,8 @@ def profile_torch_step(B: int, T: int, iters: int, warmup: int, seed: int = 0) -
         for _ in range(warmup + 2 * iters)
     ]
     plain = []
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the NumPy profile: work, kind by kind (one_thread)
     for i, (x, y) in enumerate(batches[: warmup + iters]):
         t0 = time.perf_counter()
         backend.train_step(x, y)
@@ -368,6 +429,7 @@ def profile_torch_step(B: int, T: int, iters: int, warmup: int, seed: int = 0) -
                 profiled += time.perf_counter() - t0
     finally:
         torch_impl.optim.clip_grad_norm_ = clip
+        torch.set_num_threads(threads)
     cell: dict[tuple[str, str], float] = defaultdict(float)
     for event in prof.events():
         if event.cpu_parent is None:  # top level: its total holds every operator it called

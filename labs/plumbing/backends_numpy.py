@@ -53,6 +53,7 @@ class NumpyBackend:
         from numpy_impl.gpt import GPT, GPTConfig
         from numpy_impl.loss import CrossEntropyLoss
         from numpy_impl.optim import AdamW, configure_param_groups
+        from numpy_impl.parallel import DataParallel
 
         self.config = GPTConfig.from_dict(dict(model_config))
         self.train_config = tc = _train_config(train_config)
@@ -67,6 +68,8 @@ class NumpyBackend:
             eps=ADAM_EPS,
         )
         self._params = self.model.parameters()  # walked once, not at every step
+        # forward and backward on shards of the batch, one thread each (numpy_impl/parallel.py)
+        self.parallel = DataParallel(self.model)
         self.step = 0
 
     def current_lr(self) -> float:
@@ -108,10 +111,10 @@ class NumpyBackend:
         self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
         losses = []
         for xm, ym in zip(micro_x, micro_y, strict=True):
-            logits = self.model.forward(xm)  # (B/N, T) -> (B/N, T, V)
+            logits = self.parallel.forward(xm)  # (B/N, T) -> (B/N, T, V)
             losses.append(self.loss_fn.forward(logits, ym))
             dlogits = self.loss_fn.backward()  # of this micro-batch's mean loss
-            self.model.backward(dlogits / grad_accum if grad_accum > 1 else dlogits)  # adds
+            self.parallel.backward(dlogits / grad_accum if grad_accum > 1 else dlogits)  # adds
         loss = float(np.mean(losses))
         params = self._params
         if self.train_config["grad_clip"] > 0:
@@ -136,7 +139,7 @@ class NumpyBackend:
         self.model.eval()
         try:
             with no_grad():
-                losses = [self.loss_fn(self.model(x), y) for x, y in batches]
+                losses = [self.loss_fn(self.parallel(x), y) for x, y in batches]
         finally:
             self.model.train()
         return float(np.mean(losses))
