@@ -66,8 +66,8 @@ _pool: ThreadPoolExecutor | None = None
 _pool_threads = 0
 _num_threads: int | None = None
 _blas = None  # threadpoolctl's controller, made once (finding the libraries costs ~0.3 ms)
-_blas_limit = None  # the limit in force while any caller's blocks run (threadpoolctl's limiter)
-_blas_users = 0  # how many callers are inside the BLAS-on-one-thread region now
+_blas_limit = None  # while blocks run: [(BLAS library, its count before)] for those lowered
+_blas_users = 0  # how many callers are inside the BLAS-limited region now
 _lock = threading.Lock()
 _inside = threading.local()  # .busy: this thread is running a block (the pool's or the caller's)
 
@@ -138,7 +138,8 @@ if hasattr(os, "register_at_fork"):  # POSIX
 
 @contextlib.contextmanager
 def _blas_limited(limit: int):
-    """BLAS on at most ``limit`` threads inside the ``with`` (threadpoolctl).
+    """BLAS on at most ``limit`` threads inside the ``with`` (threadpoolctl): a library
+    on more is lowered to ``limit``, one on fewer keeps its count.
 
     The limit is process-wide, so callers in several threads share it: the
     first one in sets it, the last one out restores the original count (each
@@ -150,7 +151,16 @@ def _blas_limited(limit: int):
 
             _blas = ThreadpoolController()
         if _blas_users == 0:
-            _blas_limit = _blas.limit(limits=limit, user_api="blas")
+            _blas_limit = []  # (library, its count before): those lowered, to restore
+            for lib in _blas.lib_controllers:
+                if lib.user_api != "blas":
+                    continue
+                before = lib.get_num_threads()
+                # a ceiling, never a raise: a BLAS the user keeps on fewer threads (a notebook's
+                # OPENBLAS_NUM_THREADS=1, threadpool_limits(1) around the caller) stays there
+                if before is not None and before > limit:
+                    lib.set_num_threads(limit)
+                    _blas_limit.append((lib, before))
         _blas_users += 1
     try:
         yield
@@ -158,7 +168,8 @@ def _blas_limited(limit: int):
         with _lock:
             _blas_users -= 1
             if _blas_users == 0:
-                _blas_limit.restore_original_limits()
+                for lib, before in _blas_limit:
+                    lib.set_num_threads(before)
                 _blas_limit = None
 
 
@@ -261,8 +272,9 @@ def _run_blocks(run: Callable[[int, int], None], blocks: list, blas: bool = Fals
     n = 1 if nested else max(1, min(num_threads(), len(blocks)))
 
     # the caller's floating-point error handling (np.errstate) and no_grad() are per thread:
-    # every thread runs its blocks under the caller's, as the caller itself would
-    errors, grad = np.geterr(), is_grad_enabled()
+    # every thread runs its blocks under the caller's, as the caller itself would (its
+    # np.seterrcall function too: "call" and "log" without it raise NameError in NumPy)
+    errors, grad = {**np.geterr(), "call": np.geterrcall()}, is_grad_enabled()
 
     def worker(t: int) -> None:  # thread t takes blocks t, t + n, t + 2n, ...: one task each
         was, _inside.busy = getattr(_inside, "busy", False), True
@@ -359,8 +371,10 @@ class DataParallel(Module):
         if len(shards) <= 1:
             return self.module(x)
         replicas = [self.module] + [replicate(self.module) for _ in shards[1:]]
-        if self.module.training:
-            _reseed(self.module, replicas[1:])
+        generators = _generators(self.module) if self.module.training else []
+        states = [g.bit_generator.state for g in generators]  # before the shards draw
+        if generators:
+            _reseed(generators, replicas[1:])
         outs: list = [None] * len(shards)
 
         def run(lo: int, hi: int) -> None:  # under the caller's no_grad() (for_blocks)
@@ -370,6 +384,10 @@ class DataParallel(Module):
         try:
             for_blocks(run, shards, blas=True)
         except Exception as shard_error:
+            # the dropout streams as they were, so that a refused batch draws what the model
+            # alone would have drawn (nothing, for ids it refuses before its first dropout)
+            for g, state in zip(generators, states, strict=True):
+                g.bit_generator.state = state
             self.module(x)  # the whole batch: raises the same error about the caller's input
             raise shard_error  # only a shard failed: its own error
         out = np.concatenate(outs, axis=0)
@@ -403,11 +421,10 @@ class DataParallel(Module):
         return np.concatenate(grads, axis=0)
 
 
-def _reseed(module: Module, replicas: list) -> None:
+def _reseed(own: list, replicas: list) -> None:
     """Give each replica's random generators a stream of its own, seeded from
-    ``module``'s generators (one draw each, in order), so no two shards drop the
-    same units."""
-    own = _generators(module)
+    the module's generators ``own`` (:func:`_generators`; one draw each, in order),
+    so no two shards drop the same units."""
     for replica in replicas:
         for g, g_copy in zip(own, _generators(replica), strict=True):
             seed = int(g.integers(2**63))

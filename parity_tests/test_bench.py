@@ -283,3 +283,26 @@ def test_bad_options_are_clean_errors(argv, option):
     code, out, err = run_cli("bench", *argv)
     assert code == 2 and out == ""
     assert err.startswith("error: ") and option in err, err
+
+
+def test_torch_profile_gives_torch_its_threads_back_after_a_failed_step(monkeypatch):
+    """The profile runs torch on one thread; a step that raises (here the first, before
+    the profiled ones) must not leave the process there."""
+    import torch
+
+    import torch_impl.optim
+    from labs.plumbing.backends_torch import TorchBackend
+
+    def fail(self, x, y, grad_accum=1):
+        raise RuntimeError("a failed step")
+
+    clip, threads = torch_impl.optim.clip_grad_norm_, torch.get_num_threads()
+    monkeypatch.setattr(TorchBackend, "train_step", fail)
+    torch.set_num_threads(2)  # not one, or a count left at one would pass unseen
+    try:
+        with pytest.raises(RuntimeError, match="a failed step"):
+            bench_profile.profile_torch_step(B=1, T=4, iters=1, warmup=1)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert torch_impl.optim.clip_grad_norm_ is clip

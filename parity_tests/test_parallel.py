@@ -570,3 +570,55 @@ def test_every_thread_runs_under_the_callers_errstate_and_no_grad():
     assert seen == {0: ("raise", False), 1: ("raise", False)}
     parallel.for_blocks(run, [(0, 1), (1, 2)])
     assert seen == {0: (np.geterr()["over"], True), 1: (np.geterr()["over"], True)}
+
+
+def test_every_thread_calls_the_callers_seterrcall_function():
+    """np.errstate(all="call") (or "log") names np.seterrcall's function, per thread too:
+    a pool thread given the mode without the function raised NameError in NumPy."""
+    parallel.set_num_threads(2)
+    calls = []
+
+    def run(lo, hi):
+        np.divide(np.ones(1), np.zeros(1))
+
+    old = np.seterrcall(lambda kind, flag: calls.append(kind))
+    try:
+        with np.errstate(all="call"):
+            parallel.for_blocks(run, [(0, 1), (1, 2)])
+    finally:
+        np.seterrcall(old)
+    assert len(calls) == 2 and all("divide" in kind for kind in calls), calls
+
+
+def test_blas_limit_lowers_the_threads_never_raises_them():
+    """Blocks that leave BLAS n // blocks threads keep it under a lower count the caller
+    set (threadpool_limits(1), a notebook's OPENBLAS_NUM_THREADS=1): a ceiling only."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    def blas_counts() -> list:
+        return [lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"]
+
+    _wait_until_no_caller_holds_blas()
+    parallel.set_num_threads(4)  # two blocks on four threads: up to two BLAS threads each
+    seen = []
+    with threadpool_limits(limits=1, user_api="blas"):
+        parallel.for_blocks(lambda lo, hi: seen.append(blas_counts()), [(0, 1), (1, 2)], blas=True)
+        after = blas_counts()
+    assert len(seen) == 2 and all(n == 1 for counts in seen for n in counts), seen
+    assert all(n == 1 for n in after), after
+
+
+def test_a_refused_batch_leaves_the_dropout_stream_as_the_model_alone_would():
+    """A bad id in the second shard only: the shards drew seeds and masks before the
+    whole batch was refused; the generator is put back, so the next step's masks are
+    those of a model that never saw the batch (as on the model alone, which refuses
+    the ids before its first dropout)."""
+    bad = np.array([[0, 1, 2, 3], [4, 5, 6, 7], [1, 2, 3, 4], [2, 3, 11, 5]])
+    for n in (1, 2):
+        parallel.set_num_threads(n)
+        model, alone = _gpt(dropout=0.5), _gpt(dropout=0.5)
+        with pytest.raises(ValueError, match="vocab_size=11"):
+            parallel.DataParallel(model).forward(bad)
+        with pytest.raises(ValueError, match="vocab_size=11"):
+            alone.forward(bad)
+        assert model.dropout_rng.bit_generator.state == alone.dropout_rng.bit_generator.state

@@ -405,23 +405,22 @@ def profile_torch_step(B: int, T: int, iters: int, warmup: int, seed: int = 0) -
         for _ in range(warmup + 2 * iters)
     ]
     plain = []
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # as the NumPy profile: work, kind by kind (one_thread)
-    for i, (x, y) in enumerate(batches[: warmup + iters]):
-        t0 = time.perf_counter()
-        backend.train_step(x, y)
-        if i >= warmup:
-            plain.append(time.perf_counter() - t0)
-
     clip = torch_impl.optim.clip_grad_norm_
 
     def labelled_clip(*args, **kwargs):
         with torch.profiler.record_function(CLIP_LABEL):
             return clip(*args, **kwargs)
 
-    torch_impl.optim.clip_grad_norm_ = labelled_clip  # the backend imports it at each step
     profiled = 0.0
-    try:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the NumPy profile: work, kind by kind (one_thread)
+    try:  # torch's thread count restored whatever happens (a failed or interrupted step)
+        for i, (x, y) in enumerate(batches[: warmup + iters]):
+            t0 = time.perf_counter()
+            backend.train_step(x, y)
+            if i >= warmup:
+                plain.append(time.perf_counter() - t0)
+        torch_impl.optim.clip_grad_norm_ = labelled_clip  # the backend imports it at each step
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             for x, y in batches[warmup + iters :]:
                 t0 = time.perf_counter()
