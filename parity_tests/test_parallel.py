@@ -622,3 +622,18 @@ def test_a_refused_batch_leaves_the_dropout_stream_as_the_model_alone_would():
         with pytest.raises(ValueError, match="vocab_size=11"):
             alone.forward(bad)
         assert model.dropout_rng.bit_generator.state == alone.dropout_rng.bit_generator.state
+
+
+def test_the_numpy_backend_keeps_one_shard_for_a_model_of_gpt2_size(monkeypatch):
+    """A second shard costs a second set of gradients: the course's models get two shards,
+    a model whose gradients pass SHARDED_GRADIENTS_MAX_BYTES (GPT-2 124M: 0.5 GB) one."""
+    from labs.plumbing import backends_numpy
+    from labs.plumbing.backends import make_backend
+
+    assert make_backend("numpy", DP_CONFIG).parallel.n_shards == parallel.DATA_PARALLEL_SHARDS
+    monkeypatch.setattr(backends_numpy, "SHARDED_GRADIENTS_MAX_BYTES", 1000)
+    backend = make_backend("numpy", DP_CONFIG)  # 8-wide: a few KB of gradients, over 1000 B
+    assert backend.parallel.n_shards == 1
+    rng = np.random.default_rng(0)
+    x, y = rng.integers(0, 11, (2, 4, 8))
+    assert np.isfinite(backend.train_step(x, y)["loss"])  # one shard: the model on its own

@@ -21,6 +21,10 @@ from .backends import (
     _train_config,
 )
 
+#: The NumPy step runs in data-parallel shards only for models whose gradients take at most
+#: this many bytes (64 M float32 parameters): each shard past the first holds a set of its own.
+SHARDED_GRADIENTS_MAX_BYTES = 256 * 1024 * 1024
+
 
 class NumpyBackend:
     """The from-scratch model: ``numpy_impl`` with hand-written backward passes.
@@ -53,7 +57,7 @@ class NumpyBackend:
         from numpy_impl.gpt import GPT, GPTConfig
         from numpy_impl.loss import CrossEntropyLoss
         from numpy_impl.optim import AdamW, configure_param_groups
-        from numpy_impl.parallel import DataParallel
+        from numpy_impl.parallel import DATA_PARALLEL_SHARDS, DataParallel
 
         self.config = GPTConfig.from_dict(dict(model_config))
         self.train_config = tc = _train_config(train_config)
@@ -68,8 +72,13 @@ class NumpyBackend:
             eps=ADAM_EPS,
         )
         self._params = self.model.parameters()  # walked once, not at every step
-        # forward and backward on shards of the batch, one thread each (numpy_impl/parallel.py)
-        self.parallel = DataParallel(self.model)
+        # forward and backward on shards of the batch, one thread each (numpy_impl/parallel.py);
+        # the second shard's copy adds a second set of gradients: a few MiB for the course's
+        # models, 0.5 GB for GPT-2 124M, which keeps one shard (the model's size alone decides,
+        # so results stay the same bits on any thread count)
+        grad_bytes = sum(p.data.nbytes for p in self._params)
+        shards = DATA_PARALLEL_SHARDS if grad_bytes <= SHARDED_GRADIENTS_MAX_BYTES else 1
+        self.parallel = DataParallel(self.model, n_shards=shards)
         self.step = 0
 
     def current_lr(self) -> float:
