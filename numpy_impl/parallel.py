@@ -10,9 +10,10 @@ one block of rows, and hands it to :func:`map_rows`::
 
 FlashAttention hands its batch rows to :func:`for_blocks` (each block writes
 its own part of the output). :class:`DataParallel` goes one level up, as
-``torch.nn.DataParallel`` does across GPUs: the training step's batch cut in
-two shards, each shard's whole forward and backward on a thread of its own
-(on a copy of the model that shares its weights), the gradients summed. That
+``torch.nn.DataParallel`` does across GPUs: a training step's (or an
+evaluation's) batch cut in two shards, each shard's whole forward and
+backward on a thread of its own (on a copy of the model that shares its
+weights), the gradients summed. That
 is the main use of the second core at small sizes, where one array per NumPy
 call is too short to share out.
 
@@ -319,8 +320,8 @@ class DataParallel(Module):
     thread runs its own layers' calls while the other runs its own, on its own
     core; their matrix products share BLAS's threads (one each on 2 cores). On a
     2-core VM the default model's step (B=12, T=64) took 48-52 ms instead of
-    55-61 ms, and its evaluation batches of 60 rows 3.1-3.4 s instead of 4.1 s
-    per 40 (docs/speed.md, stage 4).
+    55-61 ms, and 40 evaluation batches of 60 rows took 3.1-3.4 s instead of
+    4.1 s (docs/speed.md, stage 4).
 
     ``module`` runs the first shard itself; each other shard runs on a
     :func:`~numpy_impl.module.replicate` of it, made at each forward (the same

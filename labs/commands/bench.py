@@ -117,7 +117,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=None,
-        help="threads for torch and for NumPy's BLAS (default: each library's own choice)",
+        help="threads for torch, for NumPy's BLAS and for its own pool (TWINFORMER_NUM_THREADS) "
+        "(default: each library's own choice)",
     )
     p.add_argument(
         "--profile",

@@ -243,6 +243,7 @@ def profile_numpy_step(B: int, T: int, iters: int, warmup: int, seed: int = 0) -
         "block_size": T,
         "iters": iters,
         "step_ms": step_ms,
+        "threads": 1,  # one_thread(): work, kind by kind
         **_breakdown(cell, step_ms, KINDS),
         "attn_impl": getattr(backend, "attn_impl", None),
     }
@@ -278,14 +279,14 @@ def format_profile(profile: dict) -> list[str]:
     cols = PHASES
     if profile.get("backend") == "torch":
         title = (
-            f"where one torch step's time goes, B={B} T={T} (torch.profiler, the mean of "
-            f"{profile['iters']} steps, {profile['step_ms']:.1f} ms; unprofiled "
+            f"where one torch step's time goes, B={B} T={T}, one thread (torch.profiler, the "
+            f"mean of {profile['iters']} steps, {profile['step_ms']:.1f} ms; unprofiled "
             f"{profile['unprofiled_step_ms']:.1f} ms; ms):"
         )
     else:
         title = (
-            f"where one NumPy step's time goes, B={B} T={T} (the median of {profile['iters']} "
-            f"steps, {profile['step_ms']:.1f} ms; self time in ms):"
+            f"where one NumPy step's time goes, B={B} T={T}, one thread (the median of "
+            f"{profile['iters']} steps, {profile['step_ms']:.1f} ms; self time in ms):"
         )
     lines = [
         title,
@@ -442,6 +443,7 @@ def profile_torch_step(B: int, T: int, iters: int, warmup: int, seed: int = 0) -
         "block_size": T,
         "iters": iters,
         "step_ms": step_ms,
+        "threads": 1,  # one_thread(): work, kind by kind
         "unprofiled_step_ms": statistics.median(plain) * 1e3,
         **result,
         "attn_impl": backend.model.attn_impl,
@@ -468,9 +470,9 @@ def format_comparison(numpy_profile: dict, torch_profile: dict) -> list[str]:
     """:func:`compare_profiles` as table lines, with both step times."""
     B, T = numpy_profile["batch_size"], numpy_profile["block_size"]
     lines = [
-        f"NumPy against torch by kind, B={B} T={T} (ms per step; torch's from torch.profiler, "
-        f"a mean step of {torch_profile['step_ms']:.1f} ms against "
-        f"{torch_profile['unprofiled_step_ms']:.1f} ms unprofiled):",
+        f"NumPy against torch by kind, B={B} T={T}, both on one thread (ms per step; torch's "
+        f"from torch.profiler, a mean step of {torch_profile['step_ms']:.1f} ms against "
+        f"{torch_profile['unprofiled_step_ms']:.1f} ms unprofiled, also one thread):",
         f"  {'kind':<40}{'numpy':>9}{'torch':>9}{'numpy/torch':>13}",
     ]
     for row in compare_profiles(numpy_profile, torch_profile):
