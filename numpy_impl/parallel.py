@@ -319,9 +319,9 @@ class DataParallel(Module):
     (or backward) on some rows of the batch: one hand-off per shard, and each
     thread runs its own layers' calls while the other runs its own, on its own
     core; their matrix products share BLAS's threads (one each on 2 cores). On a
-    2-core VM the default model's step (B=12, T=64) took 48-52 ms instead of
-    55-61 ms, and 40 evaluation batches of 60 rows took 3.1-3.4 s instead of
-    4.1 s (docs/speed.md, stage 4).
+    2-core VM the default model's step (B=12, T=64) took 58-60 ms instead of
+    72-79 ms (one process, the two settings alternated), and 40 evaluation
+    batches of 60 rows 3.1-3.4 s instead of 4.1 s (docs/speed.md, stage 4).
 
     ``module`` runs the first shard itself; each other shard runs on a
     :func:`~numpy_impl.module.replicate` of it, made at each forward (the same

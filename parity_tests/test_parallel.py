@@ -441,22 +441,32 @@ def test_replicate_shares_the_arrays_not_the_gradients_or_the_modules():
     assert twin.head.weight is twin.tok_emb.weight  # tied in the copy as in the original
 
 
-@pytest.mark.parametrize("B", [2, 5, 12])
-@pytest.mark.parametrize("attn_impl", ["flash", "explicit"])
-def test_data_parallel_gives_the_whole_batch_output_and_gradients(B, attn_impl):
-    """Logits, loss gradient and every parameter's gradient of the sharded step against
-    the model on the whole batch, float64 (the gradients are the shards' sums)."""
+@given(
+    B=st.integers(1, 9),
+    T=st.integers(1, 8),
+    n_shards=st.integers(2, 4),
+    attn_impl=st.sampled_from(["flash", "explicit"]),
+    threads=st.sampled_from([1, 2, 3]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_data_parallel_gives_the_whole_batch_output_and_gradients(
+    B, T, n_shards, attn_impl, threads, seed
+):
+    """Logits, loss and every parameter's gradient of the sharded step against the model
+    on the whole batch, float64, on drawn sizes (the gradients are the shards' sums; the
+    unsharded model's own are checked against torch and finite differences elsewhere)."""
     from numpy_impl.loss import CrossEntropyLoss
     from parity_tests.tolerances import assert_close
 
-    rng = np.random.default_rng(B)
-    x, y = rng.integers(0, 11, (2, B, 8))
+    parallel.set_num_threads(threads)
+    rng = np.random.default_rng(seed)
+    x, y = rng.integers(0, 11, (2, B, T))
     results = []
-    for shards in (1, 2):
+    for shards in (1, n_shards):
         model = _gpt()
         model.attn_impl = attn_impl
         for block in model.blocks:
-            block.attn.flash_tile = 4  # T = 8: two tiles, so flash's path runs
+            block.attn.flash_tile = 4  # T > 4: several tiles, so flash's path runs
         net = parallel.DataParallel(model, n_shards=shards)
         loss_fn = CrossEntropyLoss()
         logits = net.forward(x)
