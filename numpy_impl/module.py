@@ -267,6 +267,10 @@ def replicate(module: Module) -> Module:
     weights is seen by both. A module or parameter used twice in ``module`` (the
     tied token embedding and LM head) is one object in the copy too. Settings are
     copied as they are now: replicate again after changing the original's.
+
+    Shapes: every array as in ``module`` (the same objects). Raises nothing.
+    Source: ``torch.nn.parallel.replicate`` (what ``torch.nn.DataParallel`` runs on
+    each device), here on one CPU.
     """
     twins: dict[int, object] = {}  # id(original) -> its copy: what is shared stays shared
 

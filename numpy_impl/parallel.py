@@ -341,13 +341,20 @@ class DataParallel(Module):
     Args:
         module: the model; its ``forward`` takes one array whose first axis is the
             batch and returns one (a :class:`~numpy_impl.gpt.GPT`: ids ``(B, T)`` ->
-            logits ``(B, T, V)``); its ``backward`` returns the input's gradient or None.
+            logits ``(B, T, V)``); its ``backward`` returns the input's gradient (one array)
+            or None.
         n_shards: at most this many shards (a positive int).
 
     Shapes:
         forward: x ``(B, ...)`` -> ``module``'s output ``(B, ...)``, the shards' outputs
         joined in order. backward: dout, the output's shape -> ``module``'s input
         gradient (shards joined) or None.
+
+    Source: data parallelism as in ``torch.nn.DataParallel`` (PyTorch's docs: scatter
+    the batch, replicate the module, run in parallel, gather; gradients summed into
+    the original module) and Krizhevsky 2014, "One weird trick for parallelizing
+    convolutional neural networks", sec. 2 (a batch's examples shared out between
+    workers holding the same weights).
 
     Raises:
         ValueError: ``n_shards`` not a positive int; a ``dout`` of another shape than
@@ -415,11 +422,7 @@ class DataParallel(Module):
             for p, q in zip(own, twin.parameters(), strict=True):
                 if q._grad is not None:
                     p.grad += q._grad
-        if grads[0] is None:
-            return None
-        if isinstance(grads[0], tuple):
-            return tuple(np.concatenate(parts, axis=0) for parts in zip(*grads, strict=True))
-        return np.concatenate(grads, axis=0)
+        return None if grads[0] is None else np.concatenate(grads, axis=0)  # (B, ...)
 
 
 def _reseed(own: list, replicas: list) -> None:

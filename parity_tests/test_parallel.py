@@ -647,3 +647,24 @@ def test_the_numpy_backend_keeps_one_shard_for_a_model_of_gpt2_size(monkeypatch)
     rng = np.random.default_rng(0)
     x, y = rng.integers(0, 11, (2, 4, 8))
     assert np.isfinite(backend.train_step(x, y)["loss"])  # one shard: the model on its own
+
+
+def test_data_parallel_gradients_against_central_differences():
+    """The sharded backward's gradients (the shards' sums) against central differences of
+    the sharded forward's loss, float64, in a few coordinates of every parameter."""
+    from numpy_impl.loss import CrossEntropyLoss
+    from parity_tests.harness import finite_difference_check
+    from parity_tests.strategies import SeededRng
+
+    rng = np.random.default_rng(7)
+    x, y = rng.integers(0, 11, (2, 5, 6))  # B = 5: shards of 3 and 2 rows
+    model = _gpt()
+    net, loss_fn = parallel.DataParallel(model), CrossEntropyLoss()
+    loss_fn.forward(net.forward(x), y)
+    net.backward(loss_fn.backward())
+
+    def loss() -> np.ndarray:
+        return np.asarray(loss_fn.forward(net.forward(x), y))
+
+    for name, p in model.named_parameters():
+        finite_difference_check(f"grad of {name}", loss, p.data, p.grad, 1.0, SeededRng(3))
