@@ -142,7 +142,7 @@ class NumpyBackend:
 
     def eval_loss(self, batches) -> float:
         """Mean loss over ``batches`` (a list of ``(x, y)``), in eval mode, keeping no
-        backward caches (``no_grad``, as the torch backend's ``torch.no_grad``)."""
+        backward caches (``no_grad``; the torch backend's ``torch.inference_mode``)."""
         from numpy_impl.module import no_grad
 
         self.model.eval()
