@@ -6,6 +6,7 @@ import functools
 
 import numpy as np
 
+from . import fused
 from .module import Module, Parameter, check_float, check_last_dim
 from .parallel import map_rows
 
@@ -58,7 +59,8 @@ class LayerNorm(Module):
         check_float(x, "x", self.weight.dtype)
         check_last_dim(x, self.d_model, "x", "d_model")
         b = None if self.bias is None else self.bias.data
-        rows = functools.partial(layer_norm, weight=self.weight.data, bias=b, eps=self.eps)
+        kernel = fused.layer_norm if fused.active() else layer_norm  # same formula: fused.py
+        rows = functools.partial(kernel, weight=self.weight.data, bias=b, eps=self.eps)
         y, self._xhat, self._rstd = map_rows(rows, x)  # row blocks on every core: parallel.py
         return y
 
@@ -71,7 +73,8 @@ class LayerNorm(Module):
         if self.bias is not None:
             self.bias.grad += dout.reshape(-1, C).sum(axis=0)  # (N, C) -> (C,)
         ### END SOLUTION
-        rows = functools.partial(layer_norm_backward, weight=self.weight.data)
+        kernel = fused.layer_norm_backward if fused.active() else layer_norm_backward
+        rows = functools.partial(kernel, weight=self.weight.data)
         self._xhat = self._rstd = None
         return map_rows(rows, dout, xhat, rstd)  # dx (..., C)
 

@@ -48,6 +48,7 @@ chooses the thread count (default: the cores this process may use).
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -217,9 +218,9 @@ def map_rows(
     for a in arrays[1:]:
         if a.shape[: max(0, a.ndim - axes)] != lead:
             raise ValueError(f"map_rows: leading shapes differ: {arrays[0].shape} vs {a.shape}")
-    n = int(np.prod(lead, dtype=np.int64))
+    n = math.prod(lead)  # math.prod: exact ints, a microsecond faster than np.prod
     flat = [a.reshape(n, *a.shape[len(lead) :]) for a in arrays]  # (N, ...); 0-d: (1,)
-    row_elements = int(np.prod(flat[0].shape[1:], dtype=np.int64))
+    row_elements = math.prod(flat[0].shape[1:])
     blocks = row_blocks(n, row_elements, block_elements or BLOCK_ELEMENTS)
     least = PARALLEL_MIN_ELEMENTS if min_elements is None else min_elements
     if len(blocks) <= 1 or n * row_elements < least:

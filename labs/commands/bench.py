@@ -7,10 +7,11 @@ attention's T^2 terms start to dominate. The model is GPTConfig's default
 random tokens, so no corpus is needed. Four rows per size:
 
 * ``numpy``: the NumPy backend as ``labs train`` runs it: FlashAttention's
-  tiles (``attn_impl="flash"``) and the row blocks of ``numpy_impl/parallel.py``
-  on every core;
-* ``numpy-explicit``: the same with the attention formula written out
-  (``attn_impl="explicit"``, the learner's reading path of chapters 03-04);
+  tiles (``attn_impl="flash"``), the fused kernels of ``numpy_impl/fused.py``
+  and the batch in two shards on the cores (``numpy_impl/parallel.py``);
+* ``numpy-explicit``: the same with the formulas the chapters write: attention
+  written out (``attn_impl="explicit"``), LayerNorm, GELU, AdamW and the
+  embedding's backward unfused (``fused=False``), the learner's reading path;
 * ``torch``: the PyTorch backend as the project trains it (biases, tanh GELU,
   ``F.scaled_dot_product_attention``);
 * ``torch-nanogpt``: nanoGPT's configuration, the fastest eager PyTorch
@@ -88,8 +89,9 @@ VOCAB = 65  # Tiny Shakespeare's character count
 MiB = 1024 * 1024
 #: variant -> (backend, GPTConfig fields over the defaults, backend keyword arguments)
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
-    "numpy": ("numpy", {}, {}),  # the backend's default attention: FlashAttention's tiles
-    "numpy-explicit": ("numpy", {}, {"attn_impl": "explicit"}),  # the learner's reading path
+    "numpy": ("numpy", {}, {}),  # the backend's defaults: FlashAttention's tiles, fused kernels
+    # the learner's reading path: attention, LayerNorm and GELU as the chapters write them
+    "numpy-explicit": ("numpy", {}, {"attn_impl": "explicit", "fused": False}),
     "torch": ("torch", {}, {}),
     "torch-nanogpt": (
         "torch",

@@ -38,6 +38,10 @@ class NumpyBackend:
         attn_impl: ``"flash"`` (FlashAttention's tiles on every core, the default
             here) or ``"explicit"`` (the formula of chapter 03 written out); see
             :class:`numpy_impl.attention.SelfAttention`.
+        fused: run LayerNorm, GELU and AdamW's update as their fused forms
+            (``numpy_impl/fused.py``, tested equal to the formulas) in :meth:`train_step`
+            and :meth:`eval_loss`; False runs the formulas the chapters write (``bench``'s
+            ``numpy-explicit``).
 
     Raises:
         ValueError: an invalid model config (the field is named), unknown
@@ -53,6 +57,7 @@ class NumpyBackend:
         train_config: dict | None = None,
         dtype: str = "float32",
         attn_impl: str = "flash",
+        fused: bool = True,
     ):
         from numpy_impl.gpt import GPT, GPTConfig
         from numpy_impl.loss import CrossEntropyLoss
@@ -64,6 +69,9 @@ class NumpyBackend:
         dtype = np.dtype(_check_dtype(dtype))
         self.model = GPT(self.config, seed=seed, attn_impl=attn_impl, dtype=dtype)
         self.attn_impl = attn_impl
+        if not isinstance(fused, bool):
+            raise TypeError(f"fused: expected True or False, got {fused!r}")
+        self.fused = fused
         self.loss_fn = CrossEntropyLoss()
         self.optimizer = AdamW(
             configure_param_groups(self.model, tc["weight_decay"]),
@@ -110,6 +118,7 @@ class NumpyBackend:
             NonFiniteError: the loss or the gradient norm is NaN or infinite;
                 the weights and the optimizer are left as they were.
         """
+        from numpy_impl import fused
         from numpy_impl.optim import clip_grad_norm_
 
         micro_x, micro_y = _micro_batches(x, y, grad_accum)
@@ -119,11 +128,12 @@ class NumpyBackend:
         self.model.train()
         self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
         losses = []
-        for xm, ym in zip(micro_x, micro_y, strict=True):
-            logits = self.parallel.forward(xm)  # (B/N, T) -> (B/N, T, V)
-            losses.append(self.loss_fn.forward(logits, ym))
-            dlogits = self.loss_fn.backward()  # of this micro-batch's mean loss
-            self.parallel.backward(dlogits / grad_accum if grad_accum > 1 else dlogits)  # adds
+        with fused.kernels(self.fused):  # LayerNorm and GELU as fused kernels, or as formulas
+            for xm, ym in zip(micro_x, micro_y, strict=True):
+                logits = self.parallel.forward(xm)  # (B/N, T) -> (B/N, T, V)
+                losses.append(self.loss_fn.forward(logits, ym))
+                dlogits = self.loss_fn.backward()  # of this micro-batch's mean loss
+                self.parallel.backward(dlogits / grad_accum if grad_accum > 1 else dlogits)
         loss = float(np.mean(losses))
         params = self._params
         if self.train_config["grad_clip"] > 0:
@@ -136,18 +146,20 @@ class NumpyBackend:
             # infinite one NaN (inf * 0), so the first offender is still non-finite.
             named = ((n, p.grad) for n, p in self.model.named_parameters())
             raise NonFiniteError(self.step, float(loss), float(grad_norm), _first_nonfinite(named))
-        self.optimizer.step()
+        with fused.kernels(self.fused):  # AdamW's update in place (the same bits)
+            self.optimizer.step()
         self.step += 1
         return {"loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm)}
 
     def eval_loss(self, batches) -> float:
         """Mean loss over ``batches`` (a list of ``(x, y)``), in eval mode, keeping no
         backward caches (``no_grad``; the torch backend's ``torch.inference_mode``)."""
+        from numpy_impl import fused
         from numpy_impl.module import no_grad
 
         self.model.eval()
         try:
-            with no_grad():
+            with no_grad(), fused.kernels(self.fused):
                 losses = [self.loss_fn(self.parallel(x), y) for x, y in batches]
         finally:
             self.model.train()

@@ -1,0 +1,222 @@
+"""Fused forms: the one place where a formula is rewritten for speed.
+
+Every layer in ``numpy_impl`` reads as its equation, one NumPy call per step.
+Each step allocates a new array and walks over it once, and every NumPy call
+has a fixed cost (argument checks, a short loop per row where an operand
+broadcasts): GELU's backward written as its formula is some fifteen passes and
+fourteen temporaries over a ``(B T, 4C)`` array, LayerNorm's a dozen calls over
+``(B T, C)``, AdamW's update a dozen temporaries per parameter, and
+``np.add.at`` (the embedding's backward) adds one row at a time. PyTorch runs
+each of these as one fused kernel.
+
+This module holds the same computations written for speed instead of for
+reading: LayerNorm's forward and backward (``norm.layer_norm``,
+``norm.layer_norm_backward``), GELU's tanh form and its backward
+(``activations.gelu_tanh``, ``activations.gelu_tanh_backward``), AdamW's update
+of one parameter (``optim.AdamW.step``) and the embedding's scatter-add
+(``embedding.Embedding.backward``). Each computes its formula (its docstring
+gives the identity it uses) with these tricks and no others:
+
+* **in place**: a step writes into a temporary the function owns (``out=``,
+  ``*=``), never into an argument, so fewer arrays are allocated and fewer
+  cache lines go cold (AdamW's update keeps the formula's operations in the
+  formula's order: the same bits);
+* **row sums by ``np.einsum``**: ``np.einsum("...c->...", x)`` and
+  ``np.einsum("...c,...c->...", a, b)`` sum each row in one vectorised loop,
+  two to three times faster than ``x.sum(axis=-1)`` on rows of a few hundred
+  numbers (NumPy's pairwise summation sets up a short loop per row), the second
+  without the product's temporary. Each row is summed the same way however the
+  rows are cut into blocks (``parallel.map_rows``), so results stay the same
+  bits on any thread count (a BLAS ``x @ ones`` is as fast, but BLAS may share
+  one product's rows among its own threads);
+* **algebra that saves a pass**: GELU's ``sqrt(2/pi) (x + a x^3)`` is computed
+  as ``x (c + a c x^2)``;
+* **a sort instead of a scatter**: the embedding's backward sorts the ids,
+  sums each id's rows with one ``np.add.reduceat`` and adds each sum once.
+
+They are not what a learner reads or writes: the chapters' exercises are the
+formulas, and ``parity_tests/test_fused.py`` proves each fused form equal to its
+formula (float64 and float32, drawn shapes, the overflowing and non-finite
+inputs the formulas' docstrings name; AdamW bit for bit), and a whole GPT's
+forward and backward with them equal to the formulas'. The layers and AdamW use
+them only while :func:`active` is true, which :func:`kernels` switches for a
+``with`` block, process-wide (as PyTorch's ``torch.backends`` switches are, so
+the threads of ``parallel.py`` see it): the NumPy training backend
+(``labs/plumbing/backends_numpy.py``) runs its steps and evaluations under
+``kernels(True)`` unless built with ``fused=False``; everything else (the labs'
+scripts, the parity tests of each layer, sampling) runs the formulas unless it
+asks.
+
+No twin: PyTorch's own kernels (``torch.nn.functional.layer_norm``,
+``torch.nn.functional.gelu``, ``torch.optim.AdamW(fused=True)``,
+``index_add_``) are already fused.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+
+_active = False
+
+#: GELU's constants (Hendrycks & Gimpel 2016, sec. 2): u = SQRT_2_OVER_PI (x + GELU_A x^3)
+SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
+GELU_A = 0.044715
+
+
+def active() -> bool:
+    """True inside :func:`kernels` ``(True)``: the layers run this module's fused forms."""
+    return _active
+
+
+@contextlib.contextmanager
+def kernels(on: bool = True):
+    """Run this module's forms (``on``) or the formulas they replace, in this block.
+
+    Process-wide while the block runs; the previous setting comes back when it
+    ends, also on an exception. ``on`` must be a bool (``TypeError`` otherwise).
+    """
+    global _active
+    if not isinstance(on, bool):
+        raise TypeError(f"on: expected True or False, got {on!r}")
+    before, _active = _active, on
+    try:
+        yield
+    finally:
+        _active = before
+
+
+def _row_sums(x: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
+    """sum over the last axis of x (..., C), or of x * y without its temporary: (...)."""
+    return np.einsum("...c->...", x) if y is None else np.einsum("...c,...c->...", x, y)
+
+
+def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float):
+    """``norm.layer_norm`` fused: y (..., C), xhat (..., C), rstd (..., 1) from x (..., C).
+
+    Same formula (Ba et al. 2016, eqs. 3-4): xhat = (x - mean) rstd,
+    rstd = 1 / sqrt(mean((x - mean)^2) + eps), y = xhat weight + bias; the two
+    row means by einsum (the second with no temporary), xhat built in place.
+    """
+    C = x.shape[-1]
+    mean = _row_sums(x) / C  # (...)
+    xhat = x - mean[..., None]  # (..., C): the centred rows, scaled in place below
+    var = _row_sums(xhat, xhat) / C  # (...), biased
+    rstd = 1.0 / np.sqrt(var + eps)  # (...)
+    rstd = rstd[..., None]  # (..., 1)
+    xhat *= rstd
+    y = xhat * weight
+    if bias is not None:
+        y += bias
+    return y, xhat, rstd
+
+
+def layer_norm_backward(
+    dout: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, weight: np.ndarray
+) -> np.ndarray:
+    """``norm.layer_norm_backward`` fused: dx (..., C) from dout, xhat (..., C), rstd (..., 1).
+
+    dx = rstd / C (C dxhat - sum(dxhat) - xhat sum(dxhat xhat)), dxhat = dout weight,
+    built in one array; the row sums by einsum.
+    Neither dout nor xhat is written.
+    """
+    C = xhat.shape[-1]
+    dx = dout * weight  # (..., C): dxhat, turned into dx in place
+    sum_dxhat = _row_sums(dx)[..., None]  # (..., 1)
+    sum_dxhat_xhat = _row_sums(dx, xhat)[..., None]  # (..., 1)
+    dx *= C
+    dx -= sum_dxhat
+    dx -= xhat * sum_dxhat_xhat
+    dx *= rstd / C
+    return dx
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """``activations.gelu_tanh`` fused: y = 0.5 x (1 + tanh(u)), u = x (c + a c x^2),
+
+    with c = sqrt(2/pi), a = 0.044715: the formula's u = c (x + a x^3), one
+    pass shorter, in one temporary. Past |x| ~ 1e19 (float32) x^2 overflows to
+    inf and tanh gives +-1, as in the formula (no warning either).
+    """
+    with np.errstate(over="ignore"):
+        y = x * x  # x^2, then u, then y, in this one array
+        y *= GELU_A * SQRT_2_OVER_PI
+        y += SQRT_2_OVER_PI
+        y *= x  # u
+    np.tanh(y, out=y)
+    y += 1.0
+    y *= x
+    y *= 0.5
+    return y
+
+
+def gelu_tanh_backward(dout: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """``activations.gelu_tanh_backward`` fused: dx = dout dy/dx, from x alone:
+
+    dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,  t = tanh(x (c + a c x^2)),
+    du/dx = c + 3 a c x^2, in three temporaries; neither dout nor x is written.
+    """
+    with np.errstate(over="ignore"):
+        x2 = x * x
+        t = x2 * (GELU_A * SQRT_2_OVER_PI)
+        t += SQRT_2_OVER_PI
+        t *= x  # u
+        x2 *= 3 * GELU_A * SQRT_2_OVER_PI
+        x2 += SQRT_2_OVER_PI  # du/dx
+    np.tanh(t, out=t)
+    s = t * t
+    np.subtract(1.0, s, out=s)  # 1 - t^2
+    s *= x
+    s *= x2  # x (1 - t^2) du/dx
+    t += 1.0
+    t += s
+    t *= 0.5  # dy/dx
+    t *= dout
+    return t
+
+
+def adamw_update(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay) -> None:
+    """``optim.AdamW.step``'s update of one parameter, in place (Loshchilov & Hutter 2019):
+
+    m = beta1 m + (1 - beta1) g,  v = beta2 v + (1 - beta2) g^2,
+    p -= lr (m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay p).
+
+    The formula's operations in the formula's order, so the same bits (tested),
+    with two temporaries instead of a dozen. p, m, v: arrays of g's shape, written;
+    g is not. t: the step, from 1.
+    """
+    m *= beta1
+    m += (1 - beta1) * g
+    v *= beta2
+    g2 = g * g
+    g2 *= 1 - beta2
+    v += g2
+    step = np.divide(v, 1 - beta2**t, out=g2)  # v_hat, then the update, in g2's memory
+    np.sqrt(step, out=step)
+    step += eps
+    np.divide(m / (1 - beta1**t), step, out=step)  # m_hat / (sqrt(v_hat) + eps)
+    if weight_decay:
+        step += weight_decay * p
+    step *= lr
+    p -= step
+
+
+def embedding_backward(grad: np.ndarray, idx: np.ndarray, dout: np.ndarray) -> None:
+    """``embedding.Embedding.backward``'s scatter-add: ``grad[idx[i]] += dout[i]`` for every
+    position i, an id that occurs n times receiving the sum of its n rows.
+
+    ``np.add.at(grad, idx, dout)`` adds row by row; here the ids are sorted (stable), each
+    id's rows summed by one ``np.add.reduceat`` and each sum added to its row once: the
+    same sums, grouped differently (equal to rounding; tested). grad ``(V, C)``, written;
+    idx ``(...)`` ints in ``[0, V)`` (checked by the forward); dout ``(..., C)``.
+    """
+    ids = idx.reshape(-1)  # (N,)
+    if ids.size == 0:
+        return
+    rows = dout.reshape(ids.size, -1)  # (N, C)
+    order = np.argsort(ids, kind="stable")
+    sorted_ids = ids[order]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_ids[1:] != sorted_ids[:-1])))
+    grad[sorted_ids[starts]] += np.add.reduceat(rows[order], starts, axis=0)  # (distinct, C)

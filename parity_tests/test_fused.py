@@ -1,0 +1,284 @@
+"""The fused kernels of ``numpy_impl/fused.py`` are their formulas, written for speed.
+
+Each fused function is held to the formula it replaces (``norm.layer_norm``,
+``activations.gelu_tanh`` and their backwards) on drawn shapes, in float64 and
+float32, with the project's tolerance table; non-finite and overflowing inputs
+give the formula's results in the same places; the inputs are never written;
+rows cut into blocks on any thread count give the same bits; and a whole GPT's
+forward and backward with ``fused.kernels(True)`` matches the formulas' run.
+The GPT's training parity with torch runs the fast path (fused kernels and
+FlashAttention tiles) in ``test_training.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import numpy_impl as N
+from numpy_impl import activations, fused, norm, parallel
+from parity_tests.strategies import SeededRng, batch_sizes, gpt_configs, lengths, rngs
+from parity_tests.tolerances import assert_close
+
+DTYPES = st.sampled_from([np.float64, np.float32])
+leads = st.lists(st.integers(0, 7), min_size=0, max_size=3)  # leading axes, empty included
+
+
+@pytest.fixture(autouse=True)
+def restore_threads():
+    before = parallel.num_threads()
+    yield
+    parallel.set_num_threads(before)
+
+
+def layer_norm_problem(rng: SeededRng, lead, C, dtype, offset, spread):
+    x = (offset + spread * rng.gen.standard_normal((*lead, C))).astype(dtype)
+    weight = rng.gen.standard_normal(C).astype(dtype)
+    bias = rng.gen.standard_normal(C).astype(dtype)
+    dout = rng.gen.standard_normal((*lead, C)).astype(dtype)
+    return x, weight, bias, dout
+
+
+@given(
+    lead=leads,
+    C=st.integers(1, 80),
+    dtype=DTYPES,
+    offset=st.floats(-50, 50),
+    spread=st.floats(0.1, 10),
+    with_bias=st.booleans(),
+    rng=rngs,
+)
+def test_fused_layer_norm_is_the_formula(lead, C, dtype, offset, spread, with_bias, rng):
+    x, weight, bias, dout = layer_norm_problem(rng, lead, C, dtype, offset, spread)
+    bias = bias if with_bias else None
+    inputs = [a.copy() for a in (x, weight, dout)]
+    expected = norm.layer_norm(x, weight, bias, 1e-5)
+    actual = fused.layer_norm(x, weight, bias, 1e-5)
+    xhat, rstd = expected[1], expected[2]
+    dx = fused.layer_norm_backward(dout, xhat, rstd, weight)
+    dx_formula = norm.layer_norm_backward(dout, xhat, rstd, weight)
+    for name, a, e in zip(("y", "xhat", "rstd"), actual, expected, strict=True):
+        assert a.shape == e.shape and a.dtype == e.dtype == dtype, name
+    assert dx.shape == x.shape and dx.dtype == dtype
+    if dtype == np.float64:
+        for name, a, e in zip(("y", "xhat", "rstd"), actual, expected, strict=True):
+            assert_close(f"fused LayerNorm {name}", a, e, dtype)
+        assert_close("fused LayerNorm dx", dx, dx_formula, dtype)
+    else:
+        # float32 rounds x itself: a row far from zero for its spread (offset / spread up
+        # to 500 here) loses digits in the centring, by either form's summation order.
+        # Both are held to the float64 formula on the same inputs: the fused form may not
+        # be more than twice as far from it as the formula is (plus a few ulps)
+        up = [None if a is None else a.astype(np.float64) for a in (x, weight, bias, dout)]
+        truth = norm.layer_norm(up[0], up[1], up[2], 1e-5)
+        truth_dx = norm.layer_norm_backward(up[3], xhat.astype(np.float64), rstd, up[1])
+        pairs = [*zip(("y", "xhat", "rstd"), actual, expected, truth, strict=True)]
+        pairs.append(("dx", dx, dx_formula, truth_dx))
+        for name, a, e, t in pairs:
+            if t.size == 0:
+                continue
+            err_fused, err_formula = np.abs(a - t).max(), np.abs(e - t).max()
+            slack = 4 * np.finfo(np.float32).eps * np.abs(t).max()
+            assert err_fused <= 2 * err_formula + slack, (name, err_fused, err_formula)
+    for before, after in zip(inputs, (x, weight, dout), strict=True):
+        assert np.array_equal(before, after)  # nothing the caller passed was written
+
+
+finite32 = st.floats(width=32, allow_nan=False, allow_infinity=False)
+special = st.sampled_from([0.0, -0.0, 1e-30, -1e-30, 8e12, -8e12, 3e19, -3e19, 1e38, -1e38])
+
+
+@given(
+    values=st.lists(st.one_of(finite32, special, st.floats(-8, 8, width=32)), max_size=60),
+    dtype=DTYPES,
+    rng=rngs,
+)
+def test_fused_gelu_is_the_formula_overflow_included(values, dtype, rng):
+    x = np.array(values, dtype=dtype)
+    dout = rng.gen.standard_normal(x.shape).astype(dtype)
+    before = (x.copy(), dout.copy())
+    with np.errstate(invalid="ignore"):  # 0 * inf in the far tails: the formula's NaN too
+        y, y_formula = fused.gelu_tanh(x), activations.gelu_tanh(x)
+        dx, dx_formula = (
+            fused.gelu_tanh_backward(dout, x),
+            activations.gelu_tanh_backward(dout, x),
+        )
+    assert y.dtype == dx.dtype == dtype and y.shape == dx.shape == x.shape
+    assert_close("fused GELU y", y, y_formula, dtype)
+    assert_close("fused GELU dx", dx, dx_formula, dtype)  # NaN and inf in the same places
+    assert np.array_equal(before[0], x) and np.array_equal(before[1], dout)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_gelu_at_infinities_and_nan(dtype):
+    x = np.array([np.inf, -np.inf, np.nan, 0.0], dtype=dtype)
+    with np.errstate(invalid="ignore"):
+        for f, formula in (
+            (fused.gelu_tanh, activations.gelu_tanh),
+            (lambda x: fused.gelu_tanh_backward(np.ones_like(x), x),
+             lambda x: activations.gelu_tanh_backward(np.ones_like(x), x)),
+        ):  # fmt: skip
+            got, want = f(x), formula(x)
+            assert np.array_equal(got, want, equal_nan=True), (got, want)
+
+
+@given(
+    lead=st.lists(st.integers(1, 9), min_size=1, max_size=3),
+    C=st.integers(1, 40),
+    block=st.sampled_from([1, 7, 64, 1000]),
+    dtype=DTYPES,
+    rng=rngs,
+)
+def test_fused_kernels_give_the_same_bits_however_the_rows_are_cut(lead, C, block, dtype, rng):
+    x, weight, bias, dout = layer_norm_problem(rng, lead, C, dtype, 1.0, 2.0)
+    whole_ln = fused.layer_norm(x, weight, bias, 1e-5)
+    whole_dx = fused.layer_norm_backward(dout, whole_ln[1], whole_ln[2], weight)
+    whole_gelu = fused.gelu_tanh(x), fused.gelu_tanh_backward(dout, x)
+
+    def ln(rows):
+        return fused.layer_norm(rows, weight, bias, 1e-5)
+
+    def ln_backward(d, xhat, rstd):
+        return fused.layer_norm_backward(d, xhat, rstd, weight)
+
+    for n in (1, 2, 3):
+        parallel.set_num_threads(n)
+        got = parallel.map_rows(ln, x, block_elements=block, min_elements=0)
+        assert all(np.array_equal(a, b) for a, b in zip(got, whole_ln, strict=True)), n
+        dx = parallel.map_rows(
+            ln_backward, dout, whole_ln[1], whole_ln[2], block_elements=block, min_elements=0
+        )
+        assert np.array_equal(dx, whole_dx), n
+        y = parallel.map_rows(fused.gelu_tanh, x, block_elements=block, min_elements=0)
+        dg = parallel.map_rows(
+            fused.gelu_tanh_backward, dout, x, block_elements=block, min_elements=0
+        )
+        assert np.array_equal(y, whole_gelu[0]) and np.array_equal(dg, whole_gelu[1]), n
+
+
+def test_kernels_switches_for_its_block_only_and_checks_its_argument():
+    assert not fused.active()
+    with fused.kernels(True):
+        assert fused.active()
+        with fused.kernels(False):
+            assert not fused.active()
+        assert fused.active()
+    assert not fused.active()
+    with pytest.raises(ZeroDivisionError), fused.kernels(True):
+        raise ZeroDivisionError
+    assert not fused.active()  # put back after an exception too
+    for bad in (1, "yes", None):
+        with pytest.raises(TypeError, match="on: expected True or False"):
+            with fused.kernels(bad):
+                pass
+
+
+def forward_backward(model, x, on: bool):
+    with fused.kernels(on):
+        model.zero_grad()
+        logits = model(x)
+        dx = model.backward(np.ones_like(logits) / logits.size)
+    grads = {name: p.grad.copy() for name, p in model.named_parameters()}
+    return logits, dx, grads
+
+
+@given(
+    config=gpt_configs(gelu_approximate="tanh"),
+    B=batch_sizes,
+    T=lengths,
+    attn_impl=st.sampled_from(["explicit", "flash"]),
+    rng=rngs,
+)
+def test_a_gpt_with_fused_kernels_matches_its_formulas(config, B, T, attn_impl, rng):
+    model = N.GPT(N.GPTConfig(**config), seed=0, attn_impl=attn_impl, dtype=np.float64)
+    x = rng.gen.integers(0, config["vocab_size"], (B, T))
+    logits, _, grads = forward_backward(model, x, on=False)
+    logits_fused, _, grads_fused = forward_backward(model, x, on=True)
+    assert_close("logits, fused kernels", logits_fused, logits, np.float64)
+    for name, g in grads.items():
+        assert_close(f"d{name}, fused kernels", grads_fused[name], g, np.float64)
+
+
+def test_the_numpy_backend_runs_fused_kernels_unless_told_not_to():
+    from labs.plumbing.backends import make_backend
+
+    config = {"vocab_size": 11, "block_size": 8, "n_layers": 1, "n_heads": 2, "d_model": 8}
+    x = np.random.default_rng(0).integers(0, 11, (4, 8))
+    seen = []
+    original = fused.layer_norm
+
+    def spy(*args, **kwargs):
+        seen.append(True)
+        return original(*args, **kwargs)
+
+    fused.layer_norm = spy
+    try:
+        on = make_backend("numpy", config, dtype="float64")
+        off = make_backend("numpy", config, dtype="float64", fused=False)
+        loss_on, loss_off = on.train_step(x, x)["loss"], off.train_step(x, x)["loss"]
+        assert seen and len(seen) == 3 * 2  # two LayerNorms and ln_f, on each of two shards
+        seen.clear()
+        off.train_step(x, x), off.eval_loss([(x, x)])
+        assert not seen  # fused=False: the formulas the chapters write
+        on.eval_loss([(x, x)])
+        assert seen
+    finally:
+        fused.layer_norm = original
+    assert not fused.active()  # the backend's switch ends with its step
+    assert_close("loss, fused vs formulas", loss_on, loss_off, np.float64)
+    with pytest.raises(TypeError, match="fused: expected True or False"):
+        make_backend("numpy", config, fused="no")
+
+
+@given(
+    shapes=st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=3), min_size=1, max_size=4),
+    weight_decay=st.sampled_from([0.0, 0.1]),
+    dtype=DTYPES,
+    rng=rngs,
+)
+def test_fused_adamw_takes_the_formulas_steps_bit_for_bit(shapes, weight_decay, dtype, rng):
+    def parameters():
+        params = []
+        for shape in shapes:
+            p = N.Parameter(np.random.default_rng(len(params)).standard_normal(shape).astype(dtype))
+            params.append(p)
+        return params
+
+    plain, fast = parameters(), parameters()
+    opts = [N.AdamW(ps, lr=3e-3, weight_decay=weight_decay) for ps in (plain, fast)]
+    for step in range(3):
+        grads = [rng.gen.standard_normal(p.data.shape).astype(dtype) for p in plain]
+        for ps in (plain, fast):
+            for p, g in zip(ps, grads, strict=True):
+                p.grad[...] = g
+        opts[0].step()
+        with fused.kernels(True):
+            opts[1].step()
+        for i, (a, b) in enumerate(zip(plain, fast, strict=True)):
+            assert np.array_equal(a.data, b.data), (step, i)
+            assert np.array_equal(b.grad, grads[i]), (step, i)  # the gradient is not written
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert np.array_equal(opts[0].state[a][key], opts[1].state[b][key]), key
+
+
+@given(
+    lead=st.lists(st.integers(0, 6), min_size=1, max_size=3),
+    V=st.integers(1, 12),
+    C=st.integers(1, 9),
+    dtype=DTYPES,
+    rng=rngs,
+)
+def test_fused_embedding_backward_is_the_scatter_add(lead, V, C, dtype, rng):
+    idx = rng.gen.integers(0, V, lead)  # repeats and ids that never occur, both drawn
+    dout = rng.gen.standard_normal((*lead, C)).astype(dtype)
+    start = rng.gen.standard_normal((V, C)).astype(dtype)  # a gradient already holding a sum
+    expected, grad = start.copy(), start.copy()
+    np.add.at(expected, idx.reshape(-1), dout.reshape(-1, C))
+    before = dout.copy()
+    fused.embedding_backward(grad, idx, dout)
+    assert_close("fused embedding backward", grad, expected, dtype)
+    assert np.array_equal(dout, before)
+    untouched = np.setdiff1d(np.arange(V), idx)
+    assert np.array_equal(grad[untouched], start[untouched])  # rows no id names: the same bits
