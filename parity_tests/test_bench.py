@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import math
+import statistics
 from pathlib import Path
 
 import numpy as np
@@ -35,15 +36,20 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 def report():
     code, out, err = run_cli(
         "bench", "--json", "--iters", "1", "--warmup", "0", "--threads", "1",
-        "--sizes", "2x16,3x8", "--profile",
+        "--sizes", "2x16,3x8", "--profile", "--rounds", "2",
     )  # fmt: skip
     assert code == 0, err
     return json.loads(out)
 
 
-@pytest.mark.slow  # the report: 8 worker processes, ~15 s on a 2-core box
+@pytest.mark.slow  # the report: 16 worker processes (2 rounds), ~25 s on a 2-core box
 def test_every_variant_and_size_reports_flops_sgemm_and_mfu(report):
     results = report["results"]
+    assert report["rounds"] == 2
+    for r in results:  # --iters 1 over 2 rounds: one step each, pooled
+        assert r["rounds"] == 2 and r["iters"] == len(r["step_times_s"]) == 2, r
+        assert r["median_step_s"] == pytest.approx(statistics.median(r["step_times_s"]))
+        assert len(r["round_median_step_s"]) == 2
     assert [(r["name"], r["batch_size"], r["block_size"]) for r in results] == [
         (v, B, T) for B, T in SIZES for v in VARIANTS
     ]
@@ -246,7 +252,7 @@ def test_train_iters_runs_both_backends(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # nothing may be written here (runs/ least of all)
     code, out, err = run_cli(
         "bench", "--json", "--iters", "1", "--warmup", "0", "--threads", "1", "--sizes", "2x8",
-        "--train-iters", "2", "--data", str(corpus),
+        "--rounds", "1", "--train-iters", "2", "--data", str(corpus),
         "--train-args", "--eval-batches 1 --eval-batch-size 2 --sample-tokens 0",
     )  # fmt: skip
     assert code == 0, err
@@ -264,11 +270,35 @@ def test_train_iters_runs_both_backends(tmp_path, monkeypatch):
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["tiny.txt"]
 
 
+def test_rounds_are_pooled_step_by_step():
+    def round_(times, sgemm, rss, traced=None):
+        median = statistics.median(times)
+        return {
+            "name": "numpy", "batch_size": 2, "block_size": 4, "model_flops_per_step": 8e9,
+            "median_step_s": median, "step_times_s": times, "sgemm_gflops": sgemm,
+            "sgemm_shapes": [sgemm], "peak_rss_growth_mib": rss, "tracemalloc_peak_mib": traced,
+        }  # fmt: skip
+
+    pooled = bench.pool_rounds([round_([1.0, 3.0], 50, 10, 2.0), round_([2.0], 90, 30, 5.0),
+                                round_([4.0, 5.0], 70, 20, 1.0)])  # fmt: skip
+    assert pooled["step_times_s"] == [1.0, 3.0, 2.0, 4.0, 5.0] and pooled["iters"] == 5
+    assert pooled["median_step_s"] == 3.0 and pooled["min_step_s"] == 1.0
+    assert pooled["round_median_step_s"] == [2.0, 2.0, 4.5] and pooled["rounds"] == 3
+    assert pooled["sgemm_gflops"] == 70 and pooled["sgemm_shapes"] == [70]  # the median round
+    assert pooled["achieved_gflops"] == pytest.approx(8e9 / 3.0 / 1e9)
+    assert pooled["mfu"] == pytest.approx(pooled["achieved_gflops"] / 70)
+    assert pooled["tokens_per_s"] == pytest.approx(8 / 3.0)
+    assert pooled["peak_rss_growth_mib"] == 30 and pooled["tracemalloc_peak_mib"] == 5.0
+    failed = {"name": "numpy", "batch_size": 2, "block_size": 4, "error": "boom"}
+    assert bench.pool_rounds([round_([1.0], 1, 1), failed]) is failed
+
+
 @pytest.mark.parametrize(
     "argv, option",
     [
         (("--iters", "0"), "--iters"),
         (("--warmup", "-1"), "--warmup"),
+        (("--rounds", "0"), "--rounds"),
         (("--threads", "0"), "--threads"),
         (("--train-iters", "-1"), "--train-iters"),
         (("--data", "x.txt"), "--data"),

@@ -102,6 +102,7 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
 #: the table's and the ratios' rows: numpy over each torch variant
 RATIO_PREFIXES = {"torch": "numpy_over_torch", "torch-nanogpt": "numpy_over_torch_nanogpt"}
 SGEMM_REPS = 5  # timed repetitions of each GEMM shape (the median is kept)
+ROUNDS = 3  # each variant measured this many times, in turns (--rounds)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -111,9 +112,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--iters",
         type=int,
         default=20,
-        help="timed steps at B=12, T=64; a quarter of that (at least 3) at B=64, T=256",
+        help="timed steps at B=12, T=64; a quarter of that (at least 3) at B=64, T=256; "
+        "shared out among the rounds, rounded up",
     )
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=ROUNDS,
+        help="measure every variant this many times, in turns, the timed steps shared out "
+        "among the rounds and pooled: a machine whose speed drifts slows every variant alike",
+    )
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first, in every round")
     p.add_argument("--seed", type=int, default=0, help="weights and random batches")
     p.add_argument(
         "--threads",
@@ -345,6 +354,7 @@ def measure(variant: str, B: int, T: int, iters: int, warmup: int, seed: int = 0
         "iters": iters,
         "median_step_s": median,
         "min_step_s": min(times),
+        "step_times_s": times,
         "tokens_per_s": B * T / median,
         "model_flops_per_step": flops,
         "achieved_gflops": achieved,
@@ -431,6 +441,44 @@ def _run_worker(variant: str, B: int, T: int, iters: int, args, profile: bool = 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def pool_rounds(rounds: list[dict]) -> dict:
+    """One variant's result from its rounds (:func:`measure`'s dicts, in order).
+
+    The step times of every round are pooled: ``median_step_s`` and ``min_step_s`` are
+    theirs, ``iters`` their count, and the rates follow from the pooled median. The sgemm
+    rate is the median of the rounds' (``sgemm_shapes`` of that round), so MFU compares the
+    pooled step with a typical GEMM rate of the same run; memory is the largest round's.
+    ``round_median_step_s`` keeps each round's own median. A round that failed makes the
+    result that round's error.
+    """
+    failed = [r for r in rounds if "error" in r]
+    if failed:
+        return failed[0]
+    pooled = dict(rounds[0])
+    times = [t for r in rounds for t in r["step_times_s"]]
+    median = statistics.median(times)
+    by_sgemm = sorted(rounds, key=lambda r: r["sgemm_gflops"])
+    typical = by_sgemm[(len(by_sgemm) - 1) // 2]  # the median round (the lower of two)
+    achieved = pooled["model_flops_per_step"] / median / 1e9
+    traced = [r["tracemalloc_peak_mib"] for r in rounds if r["tracemalloc_peak_mib"] is not None]
+    pooled.update(
+        iters=len(times),
+        rounds=len(rounds),
+        median_step_s=median,
+        min_step_s=min(times),
+        step_times_s=times,
+        round_median_step_s=[r["median_step_s"] for r in rounds],
+        tokens_per_s=pooled["batch_size"] * pooled["block_size"] / median,
+        achieved_gflops=achieved,
+        sgemm_gflops=typical["sgemm_gflops"],
+        sgemm_shapes=typical["sgemm_shapes"],
+        mfu=achieved / typical["sgemm_gflops"],
+        peak_rss_growth_mib=max(r["peak_rss_growth_mib"] for r in rounds),
+        tracemalloc_peak_mib=max(traced) if traced else None,
+    )
+    return pooled
+
+
 def _result(results: list[dict], name: str, B: int, T: int) -> dict | None:
     for r in results:
         if (r["name"], r["batch_size"], r["block_size"]) == (name, B, T) and "error" not in r:
@@ -460,6 +508,8 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError(f"--iters must be >= 1, got {args.iters}")
     if args.warmup < 0:
         raise UserError(f"--warmup must be >= 0, got {args.warmup}")
+    if args.rounds < 1:
+        raise UserError(f"--rounds must be >= 1, got {args.rounds}")
     if args.threads is not None and args.threads < 1:
         raise UserError(f"--threads must be >= 1, got {args.threads}")
     if args.train_iters < 0:
@@ -502,9 +552,15 @@ def main(args: argparse.Namespace) -> int:
     load_before = os.getloadavg()[0]
     results = []
     for index, (B, T) in enumerate(sizes):
-        for variant in VARIANTS:
-            say(f"measuring {variant} at B={B}, T={T} ...")
-            results.append(_run_worker(variant, B, T, _iters_at(args, index), args))
+        per_round = -(-_iters_at(args, index) // args.rounds)  # the steps shared out, rounded up
+        runs: dict[str, list] = {variant: [] for variant in VARIANTS}
+        for r in range(args.rounds):
+            # in turns, the order reversed every other round: a drift in the machine's speed
+            # reaches every variant alike, and none is always first after the previous size
+            for variant in list(VARIANTS)[:: -1 if r % 2 else 1]:
+                say(f"measuring {variant} at B={B}, T={T} (round {r + 1} of {args.rounds}) ...")
+                runs[variant].append(_run_worker(variant, B, T, per_round, args))
+        results.extend(pool_rounds(runs[variant]) for variant in VARIANTS)
     profiles, torch_profiles = {}, {}
     if args.profile:
         for index, (B, T) in enumerate(sizes):
@@ -521,7 +577,7 @@ def main(args: argparse.Namespace) -> int:
 
     import torch
 
-    summary: dict = {"results": results}
+    summary: dict = {"results": results, "rounds": args.rounds}
     for prefix_of in ("torch", "torch-nanogpt"):
         for index, (B, T) in enumerate(sizes):
             key = ratio_key(RATIO_PREFIXES[prefix_of], index, B, T)
