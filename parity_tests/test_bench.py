@@ -50,6 +50,16 @@ def test_every_variant_and_size_reports_flops_sgemm_and_mfu(report):
         assert r["rounds"] == 2 and r["iters"] == len(r["step_times_s"]) == 2, r
         assert r["median_step_s"] == pytest.approx(statistics.median(r["step_times_s"]))
         assert len(r["round_median_step_s"]) == 2
+    assert [(p["batch_size"], p["block_size"]) for p in report["paired"]] == list(SIZES)
+    for index, ((B, T), pair) in enumerate(zip(SIZES, report["paired"], strict=True)):
+        assert "error" not in pair, pair
+        assert pair["variants"] == ["numpy", "torch"] and pair["iters"] == 2  # 2 x --iters
+        times = pair["step_times_s"]
+        assert len(times["numpy"]) == len(times["torch"]) == 2
+        ratios = [a / b for a, b in zip(times["numpy"], times["torch"], strict=True)]
+        assert pair["median_pair_ratio"] == pytest.approx(statistics.median(ratios))
+        key = bench.ratio_key("numpy_over_torch_paired", index, B, T)
+        assert report[key] == pair["median_pair_ratio"] > 0
     assert [(r["name"], r["batch_size"], r["block_size"]) for r in results] == [
         (v, B, T) for B, T in SIZES for v in VARIANTS
     ]

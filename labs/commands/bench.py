@@ -103,6 +103,8 @@ VARIANTS: dict[str, tuple[str, dict, dict]] = {
 RATIO_PREFIXES = {"torch": "numpy_over_torch", "torch-nanogpt": "numpy_over_torch_nanogpt"}
 SGEMM_REPS = 5  # timed repetitions of each GEMM shape (the median is kept)
 ROUNDS = 3  # each variant measured this many times, in turns (--rounds)
+PAIRED = ("numpy", "torch")  # the two whose steps measure_paired alternates in one process
+PAIRED_ITERS_FACTOR = 2  # measure_paired times this many times --iters pairs of steps
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -165,6 +167,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sizes", default=None, help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--variant", choices=tuple(VARIANTS), help=argparse.SUPPRESS)
+    p.add_argument("--paired", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--batch-size", type=int, default=12, help=argparse.SUPPRESS)
     p.add_argument("--block-size", type=int, default=64, help=argparse.SUPPRESS)
 
@@ -372,6 +375,50 @@ def measure(variant: str, B: int, T: int, iters: int, warmup: int, seed: int = 0
     }
 
 
+def measure_paired(B: int, T: int, iters: int, warmup: int, seed: int = 0) -> dict:
+    """numpy and torch (:data:`PAIRED`) in one process, their training steps alternated.
+
+    Step i of each backend runs on the same batch, one right after the other (numpy
+    first on even steps, torch first on odd ones), so a drift in the machine's speed
+    slows both alike; the ratio of each pair of steps is taken, and their median is
+    the run's most drift-proof numpy / torch ratio. Memory and MFU are not measured
+    here (two models share the process): :func:`measure`'s workers report them.
+
+    Returns:
+        a JSON-serialisable dict: ``variants``, ``batch_size``, ``block_size``,
+        ``iters``, ``step_times_s`` and ``median_step_s`` per variant, and
+        ``median_pair_ratio`` (median over steps of numpy's time / torch's).
+    """
+    from ..plumbing.backends import make_backend
+
+    backends = {}
+    for variant in PAIRED:
+        backend_name, overrides, kwargs = VARIANTS[variant]
+        model_config = {"vocab_size": VOCAB, "block_size": T, **overrides}
+        backends[variant] = make_backend(backend_name, model_config, seed=seed, **kwargs)
+    rng = np.random.default_rng(seed)
+    times: dict[str, list] = {variant: [] for variant in PAIRED}
+    for i in range(warmup + iters):
+        x, y = rng.integers(0, VOCAB, (B, T)), rng.integers(0, VOCAB, (B, T))
+        for variant in PAIRED[:: -1 if i % 2 else 1]:
+            t0 = time.perf_counter()
+            backends[variant].train_step(x, y)
+            if i >= warmup:
+                times[variant].append(time.perf_counter() - t0)
+    first, second = PAIRED
+    ratios = [a / b for a, b in zip(times[first], times[second], strict=True)]
+    return {
+        "name": "paired",
+        "variants": list(PAIRED),
+        "batch_size": B,
+        "block_size": T,
+        "iters": iters,
+        "step_times_s": times,
+        "median_step_s": {variant: statistics.median(t) for variant, t in times.items()},
+        "median_pair_ratio": statistics.median(ratios),
+    }
+
+
 def _numpy_pool_threads() -> int:
     """The threads of ``numpy_impl/parallel.py`` (row blocks, attention tiles)."""
     from numpy_impl import parallel
@@ -422,7 +469,11 @@ def _worker_env(args: argparse.Namespace) -> dict:
 
 
 def _run_worker(variant: str, B: int, T: int, iters: int, args, profile: bool = False) -> dict:
-    cmd = [sys.executable, "-m", "labs", "bench", "--worker", "--variant", variant]
+    """One measurement in a fresh process: ``variant`` a key of :data:`VARIANTS`, or
+    ``"paired"`` (:func:`measure_paired`). A failed worker gives ``{..., "error": its
+    last line of stderr}``."""
+    cmd = [sys.executable, "-m", "labs", "bench", "--worker"]
+    cmd += ["--paired"] if variant == "paired" else ["--variant", variant]
     cmd += ["--batch-size", str(B), "--block-size", str(T), "--iters", str(iters)]
     cmd += ["--warmup", str(args.warmup), "--seed", str(args.seed)]
     if profile:
@@ -430,7 +481,7 @@ def _run_worker(variant: str, B: int, T: int, iters: int, args, profile: bool = 
     proc = subprocess.run(cmd, capture_output=True, text=True, env=_worker_env(args))
     if proc.returncode != 0:
         last = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        backend = VARIANTS[variant][0]
+        backend = "numpy+torch" if variant == "paired" else VARIANTS[variant][0]
         return {
             "backend": backend,
             "name": variant,
@@ -525,10 +576,12 @@ def _check_args(args: argparse.Namespace) -> None:
 def main(args: argparse.Namespace) -> int:
     _check_args(args)
     if args.worker:
-        if args.variant is None:
-            raise UserError("bench --worker needs --variant")
+        if args.variant is None and not args.paired:
+            raise UserError("bench --worker needs --variant or --paired")
         B, T = args.batch_size, args.block_size
-        if args.profile:
+        if args.paired:
+            result = measure_paired(B, T, args.iters, args.warmup, args.seed)
+        elif args.profile:
             from .bench_profile import profile_numpy_step, profile_torch_step
 
             profiler = profile_torch_step if args.variant == "torch" else profile_numpy_step
@@ -550,7 +603,7 @@ def main(args: argparse.Namespace) -> int:
             print(message, file=sys.stderr, flush=True)
 
     load_before = os.getloadavg()[0]
-    results = []
+    results, paired = [], []
     for index, (B, T) in enumerate(sizes):
         per_round = -(-_iters_at(args, index) // args.rounds)  # the steps shared out, rounded up
         runs: dict[str, list] = {variant: [] for variant in VARIANTS}
@@ -561,6 +614,10 @@ def main(args: argparse.Namespace) -> int:
                 say(f"measuring {variant} at B={B}, T={T} (round {r + 1} of {args.rounds}) ...")
                 runs[variant].append(_run_worker(variant, B, T, per_round, args))
         results.extend(pool_rounds(runs[variant]) for variant in VARIANTS)
+        say(f"measuring numpy and torch at B={B}, T={T}, their steps alternated ...")
+        paired.append(
+            _run_worker("paired", B, T, PAIRED_ITERS_FACTOR * _iters_at(args, index), args)
+        )
     profiles, torch_profiles = {}, {}
     if args.profile:
         for index, (B, T) in enumerate(sizes):
@@ -577,7 +634,10 @@ def main(args: argparse.Namespace) -> int:
 
     import torch
 
-    summary: dict = {"results": results, "rounds": args.rounds}
+    summary: dict = {"results": results, "rounds": args.rounds, "paired": paired}
+    for index, ((B, T), pair) in enumerate(zip(sizes, paired, strict=True)):
+        key = ratio_key("numpy_over_torch_paired", index, B, T)
+        summary[key] = pair.get("median_pair_ratio")  # None if the worker failed
     for prefix_of in ("torch", "torch-nanogpt"):
         for index, (B, T) in enumerate(sizes):
             key = ratio_key(RATIO_PREFIXES[prefix_of], index, B, T)
@@ -646,6 +706,13 @@ def _print_table(summary: dict, sizes, load_before: float) -> None:
         for index, (B, T) in enumerate(sizes):
             key = ratio_key(RATIO_PREFIXES[prefix_of], index, B, T)
             print(f"numpy / {label} step time at B={B}, T={T}: {_fmt(summary[key], '.2f')}x")
+    for index, ((B, T), pair) in enumerate(zip(sizes, summary["paired"], strict=True)):
+        ratio = summary[ratio_key("numpy_over_torch_paired", index, B, T)]
+        failed = f" (failed: {pair['error']})" if "error" in pair else ""
+        print(
+            f"numpy / torch at B={B}, T={T}, steps alternated in one process (median of "
+            f"{pair.get('iters', 0)} pairs): {_fmt(ratio, '.2f')}x{failed}"
+        )
     if "profile" in summary:
         from .bench_profile import format_comparison, format_profile
 
