@@ -51,6 +51,12 @@ def test_every_variant_and_size_reports_flops_sgemm_and_mfu(report):
         assert r["median_step_s"] == pytest.approx(statistics.median(r["step_times_s"]))
         assert len(r["round_median_step_s"]) == 2
     assert [(p["batch_size"], p["block_size"]) for p in report["paired"]] == list(SIZES)
+    for B, T in SIZES:  # one GEMM rate per library and size
+        rates = {r["backend"]: set() for r in results}
+        for r in results:
+            if (r["batch_size"], r["block_size"]) == (B, T):
+                rates[r["backend"]].add(r["sgemm_gflops"])
+        assert all(len(found) == 1 for found in rates.values()), rates
     for index, ((B, T), pair) in enumerate(zip(SIZES, report["paired"], strict=True)):
         assert "error" not in pair, pair
         assert pair["variants"] == ["numpy", "torch"] and pair["iters"] == 2  # 2 x --iters
@@ -299,6 +305,9 @@ def test_rounds_are_pooled_step_by_step():
     assert pooled["mfu"] == pytest.approx(pooled["achieved_gflops"] / 70)
     assert pooled["tokens_per_s"] == pytest.approx(8 / 3.0)
     assert pooled["peak_rss_growth_mib"] == 30 and pooled["tracemalloc_peak_mib"] == 5.0
+    others = [round_([9.0], sgemm, 1) for sgemm in (10, 20, 30, 40)]
+    shared = bench.pool_rounds([round_([1.0, 3.0], 50, 10)], others)  # the library's median
+    assert shared["sgemm_gflops"] == 20 and shared["median_step_s"] == 2.0
     failed = {"name": "numpy", "batch_size": 2, "block_size": 4, "error": "boom"}
     assert bench.pool_rounds([round_([1.0], 1, 1), failed]) is failed
 

@@ -492,15 +492,17 @@ def _run_worker(variant: str, B: int, T: int, iters: int, args, profile: bool = 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def pool_rounds(rounds: list[dict]) -> dict:
+def pool_rounds(rounds: list[dict], sgemm_runs: list[dict] | None = None) -> dict:
     """One variant's result from its rounds (:func:`measure`'s dicts, in order).
 
     The step times of every round are pooled: ``median_step_s`` and ``min_step_s`` are
     theirs, ``iters`` their count, and the rates follow from the pooled median. The sgemm
-    rate is the median of the rounds' (``sgemm_shapes`` of that round), so MFU compares the
-    pooled step with a typical GEMM rate of the same run; memory is the largest round's.
-    ``round_median_step_s`` keeps each round's own median. A round that failed makes the
-    result that round's error.
+    rate is the median of ``sgemm_runs``' (default: these rounds; ``bench`` passes every
+    round of every variant of the same library at this size, so the two NumPy rows and
+    the two torch rows each share one rate, from six timings instead of three), with that
+    run's ``sgemm_shapes``: MFU compares the pooled step with a typical GEMM rate of the
+    same run. Memory is the largest round's. ``round_median_step_s`` keeps each round's
+    own median. A round that failed makes the result that round's error.
     """
     failed = [r for r in rounds if "error" in r]
     if failed:
@@ -508,8 +510,8 @@ def pool_rounds(rounds: list[dict]) -> dict:
     pooled = dict(rounds[0])
     times = [t for r in rounds for t in r["step_times_s"]]
     median = statistics.median(times)
-    by_sgemm = sorted(rounds, key=lambda r: r["sgemm_gflops"])
-    typical = by_sgemm[(len(by_sgemm) - 1) // 2]  # the median round (the lower of two)
+    by_sgemm = sorted(sgemm_runs or rounds, key=lambda r: r["sgemm_gflops"])
+    typical = by_sgemm[(len(by_sgemm) - 1) // 2]  # the median run (the lower of two)
     achieved = pooled["model_flops_per_step"] / median / 1e9
     traced = [r["tracemalloc_peak_mib"] for r in rounds if r["tracemalloc_peak_mib"] is not None]
     pooled.update(
@@ -613,7 +615,10 @@ def main(args: argparse.Namespace) -> int:
             for variant in list(VARIANTS)[:: -1 if r % 2 else 1]:
                 say(f"measuring {variant} at B={B}, T={T} (round {r + 1} of {args.rounds}) ...")
                 runs[variant].append(_run_worker(variant, B, T, per_round, args))
-        results.extend(pool_rounds(runs[variant]) for variant in VARIANTS)
+        for variant in VARIANTS:  # each library's GEMM rate: all its rounds at this size
+            library = VARIANTS[variant][0]
+            same = [r for v in VARIANTS if VARIANTS[v][0] == library for r in runs[v]]
+            results.append(pool_rounds(runs[variant], [r for r in same if "error" not in r]))
         say(f"measuring numpy and torch at B={B}, T={T}, their steps alternated ...")
         paired.append(
             _run_worker("paired", B, T, PAIRED_ITERS_FACTOR * _iters_at(args, index), args)
