@@ -28,7 +28,10 @@ gives the identity it uses) with these tricks and no others:
   without the product's temporary. Each row is summed the same way however the
   rows are cut into blocks (``parallel.map_rows``), so results stay the same
   bits on any thread count (a BLAS ``x @ ones`` is as fast, but BLAS may share
-  one product's rows among its own threads);
+  one product's rows among its own threads). That holds for contiguous rows of
+  at most ``np.getbufsize()`` (8192) numbers: so rows of another layout are
+  copied contiguous first, and longer rows are summed by ``.sum(axis=-1)``
+  (einsum sums a lone long row in buffer-sized pieces, several rows whole);
 * **algebra that saves a pass**: GELU's ``sqrt(2/pi) (x + a x^3)`` is computed
   as ``x (c + a c x^2)``;
 * **a sort instead of a scatter**: the embedding's backward sorts the ids,
@@ -40,8 +43,10 @@ formula (float64 and float32, drawn shapes, the overflowing and non-finite
 inputs the formulas' docstrings name; AdamW bit for bit), and a whole GPT's
 forward and backward with them equal to the formulas'. The layers and AdamW use
 them only while :func:`active` is true, which :func:`kernels` switches for a
-``with`` block, process-wide (as PyTorch's ``torch.backends`` switches are, so
-the threads of ``parallel.py`` see it): the NumPy training backend
+``with`` block, in the calling thread (as :func:`module.no_grad`; the blocks
+and shards ``parallel.py`` hands to its pool run under their caller's setting,
+so two threads that train with different settings never see each other's, and
+each gets its own back when its block ends): the NumPy training backend
 (``labs/plumbing/backends_numpy.py``) runs its steps and evaluations under
 ``kernels(True)`` unless built with ``fused=False``; everything else (the labs'
 scripts, the parity tests of each layer, sampling) runs the formulas unless it
@@ -56,10 +61,11 @@ from __future__ import annotations
 
 import contextlib
 import math
+import threading
 
 import numpy as np
 
-_active = False
+_state = threading.local()  # .on: this thread's setting (parallel.py's pool gets its caller's)
 
 #: GELU's constants (Hendrycks & Gimpel 2016, sec. 2): u = SQRT_2_OVER_PI (x + GELU_A x^3)
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -68,29 +74,40 @@ GELU_A = 0.044715
 
 def active() -> bool:
     """True inside :func:`kernels` ``(True)``: the layers run this module's fused forms."""
-    return _active
+    return getattr(_state, "on", False)
 
 
 @contextlib.contextmanager
 def kernels(on: bool = True):
     """Run this module's forms (``on``) or the formulas they replace, in this block.
 
-    Process-wide while the block runs; the previous setting comes back when it
-    ends, also on an exception. ``on`` must be a bool (``TypeError`` otherwise).
+    For the calling thread while the block runs, and for the blocks and shards
+    ``parallel.py`` runs for it on other threads; the previous setting comes back
+    when it ends, also on an exception. ``on`` must be a bool (``TypeError``
+    otherwise).
     """
-    global _active
     if not isinstance(on, bool):
         raise TypeError(f"on: expected True or False, got {on!r}")
-    before, _active = _active, on
+    before, _state.on = active(), on
     try:
         yield
     finally:
-        _active = before
+        _state.on = before
 
 
 def _row_sums(x: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
-    """sum over the last axis of x (..., C), or of x * y without its temporary: (...)."""
-    return np.einsum("...c->...", x) if y is None else np.einsum("...c,...c->...", x, y)
+    """sum over the last axis of x (..., C), or of x * y without its temporary: (...).
+
+    A row's sum depends on its numbers alone, not on the rows beside it nor on
+    the layout (see the module's docstring): einsum on contiguous rows of at
+    most ``np.getbufsize()`` numbers, NumPy's pairwise ``sum`` on longer ones.
+    """
+    x = np.ascontiguousarray(x)  # no copy when it already is
+    if x.shape[-1] > np.getbufsize():
+        return x.sum(axis=-1) if y is None else np.multiply(x, y, order="C").sum(axis=-1)
+    if y is None:
+        return np.einsum("...c->...", x)
+    return np.einsum("...c,...c->...", x, np.ascontiguousarray(y))
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float):
@@ -140,6 +157,8 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     pass shorter, in one temporary. Past |x| ~ 1e19 (float32) x^2 overflows to
     inf and tanh gives +-1, as in the formula (no warning either).
     """
+    if np.ndim(x) == 0:  # x * x would be a scalar, which out= cannot take: a scalar, as the formula
+        return gelu_tanh(np.reshape(x, 1))[0]
     with np.errstate(over="ignore"):
         y = x * x  # x^2, then u, then y, in this one array
         y *= GELU_A * SQRT_2_OVER_PI
@@ -158,6 +177,8 @@ def gelu_tanh_backward(dout: np.ndarray, x: np.ndarray) -> np.ndarray:
     dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,  t = tanh(x (c + a c x^2)),
     du/dx = c + 3 a c x^2, in three temporaries; neither dout nor x is written.
     """
+    if np.ndim(x) == 0 and np.ndim(dout) == 0:  # see gelu_tanh
+        return gelu_tanh_backward(np.reshape(dout, 1), np.reshape(x, 1))[0]
     with np.errstate(over="ignore"):
         x2 = x * x
         t = x2 * (GELU_A * SQRT_2_OVER_PI)
@@ -184,8 +205,10 @@ def adamw_update(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay) -> None:
     p -= lr (m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps) + weight_decay p).
 
     The formula's operations in the formula's order, so the same bits (tested),
-    with two temporaries instead of a dozen. p, m, v: arrays of g's shape, written;
-    g is not. t: the step, from 1.
+    with four temporaries (two alive at a time) instead of a dozen, provided every
+    operation stays in p's dtype, as the in-place steps round to it: AdamW asks
+    :func:`adamw_exact` first. p, m, v: arrays of g's shape, written; g is not.
+    t: the step, from 1.
     """
     m *= beta1
     m += (1 - beta1) * g
@@ -197,10 +220,20 @@ def adamw_update(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay) -> None:
     np.sqrt(step, out=step)
     step += eps
     np.divide(m / (1 - beta1**t), step, out=step)  # m_hat / (sqrt(v_hat) + eps)
-    if weight_decay:
-        step += weight_decay * p
+    step += weight_decay * p  # also at 0: 0 * p is NaN where p is not finite, as in the formula
     step *= lr
     p -= step
+
+
+def adamw_exact(p, g, m, v, lr, beta1, beta2, eps, weight_decay) -> bool:
+    """True when :func:`adamw_update` gives the formula's bits: no operand widens p's dtype.
+
+    Python numbers never widen an array (NEP 50), nor does a NumPy scalar of p's
+    dtype or a narrower one; a wider NumPy scalar (an ``np.float64`` learning rate
+    with float32 weights) makes the formula compute in float64 and round once at
+    the end, where the in-place form would round after every step.
+    """
+    return np.result_type(p, g, m, v, lr, beta1, beta2, eps, weight_decay) == p.dtype
 
 
 def embedding_backward(grad: np.ndarray, idx: np.ndarray, dout: np.ndarray) -> None:

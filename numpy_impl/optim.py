@@ -92,7 +92,9 @@ class AdamW:
                 state = self.state[p]
                 state["step"] += 1
                 t, m, v, g = state["step"], state["exp_avg"], state["exp_avg_sq"], p.grad
-                if fused.active():  # the same update, the same bits, fewer temporaries: fused.py
+                hyper = lr, beta1, beta2, eps, weight_decay
+                if fused.active() and fused.adamw_exact(p.data, g, m, v, *hyper):
+                    # the same update, the same bits, fewer temporaries: fused.py
                     fused.adamw_update(p.data, g, m, v, t, lr, beta1, beta2, eps, weight_decay)
                     continue
                 ### BEGIN SOLUTION ch09

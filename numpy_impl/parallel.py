@@ -56,6 +56,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 
 import numpy as np
 
+from . import fused
 from .module import Module, is_grad_enabled, no_grad, replicate
 
 BLOCK_ELEMENTS = 262144  # per block: 1 MiB of float32, few GIL hand-offs per formula
@@ -273,15 +274,20 @@ def _run_blocks(run: Callable[[int, int], None], blocks: list, blas: bool = Fals
     nested = getattr(_inside, "busy", False)
     n = 1 if nested else max(1, min(num_threads(), len(blocks)))
 
-    # the caller's floating-point error handling (np.errstate) and no_grad() are per thread:
-    # every thread runs its blocks under the caller's, as the caller itself would (its
-    # np.seterrcall function too: "call" and "log" without it raise NameError in NumPy)
-    errors, grad = {**np.geterr(), "call": np.geterrcall()}, is_grad_enabled()
+    # the caller's floating-point error handling (np.errstate), no_grad() and fused.kernels()
+    # are per thread: every thread runs its blocks under the caller's, as the caller itself
+    # would (its np.seterrcall function too: "call" and "log" without it raise NameError)
+    errors = {**np.geterr(), "call": np.geterrcall()}
+    grad, kernels = is_grad_enabled(), fused.active()
 
     def worker(t: int) -> None:  # thread t takes blocks t, t + n, t + 2n, ...: one task each
         was, _inside.busy = getattr(_inside, "busy", False), True
         try:
-            with np.errstate(**errors), contextlib.nullcontext() if grad else no_grad():
+            with (
+                np.errstate(**errors),
+                contextlib.nullcontext() if grad else no_grad(),
+                fused.kernels(kernels),
+            ):
                 for lo, hi in blocks[t::n]:
                     run(lo, hi)
         finally:

@@ -282,3 +282,129 @@ def test_fused_embedding_backward_is_the_scatter_add(lead, V, C, dtype, rng):
     assert np.array_equal(dout, before)
     untouched = np.setdiff1d(np.arange(V), idx)
     assert np.array_equal(grad[untouched], start[untouched])  # rows no id names: the same bits
+
+
+def test_kernels_is_per_thread_and_its_pool_runs_under_the_callers_setting():
+    """Two threads that train with different settings at once: each sees its own, and
+    neither leaves the other's behind (a process-wide switch, restored by each block on
+    its way out, stayed True here once both blocks had ended). The blocks parallel.py
+    runs for a caller on other threads see the caller's setting."""
+    import threading
+
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        with fused.kernels(True):
+            a_in.set()
+            b_in.wait(10)
+            seen["a"] = fused.active()
+        a_out.set()
+
+    def b():
+        a_in.wait(10)
+        with fused.kernels(False):
+            b_in.set()
+            a_out.wait(10)
+            seen["b"] = fused.active()
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == {"a": True, "b": False}
+    assert not fused.active()
+
+    parallel.set_num_threads(2)
+
+    def record(rows):
+        return np.full(rows.shape, fused.active())
+
+    x = np.zeros((8, 4))
+    for on in (True, False):
+        with fused.kernels(on):
+            got = parallel.map_rows(record, x, block_elements=4, min_elements=0)
+        assert got.all() if on else not got.any(), on
+
+
+def test_fused_adamw_is_the_formula_with_numpy_scalars_and_non_finite_weights():
+    """The same bits also when a hyperparameter is a NumPy scalar wider than the
+    weights (an np.float64 learning rate with float32 weights: the formula computes in
+    float64) and when a weight is already infinite or NaN without weight decay (the
+    formula's 0 * inf is NaN)."""
+
+    def run(on, dtype, lr, weight_decay, betas=(0.9, 0.999), eps=1e-8):
+        gen = np.random.default_rng(0)
+        first = np.array([np.inf, -np.inf, np.nan, 1.0, -0.0, 3.0])
+        p = N.Parameter(first.astype(dtype))
+        q = N.Parameter(gen.standard_normal((3, 5)).astype(dtype))
+        opt = N.AdamW([p, q], lr=1e-3, betas=betas, eps=eps, weight_decay=weight_decay)
+        for step in range(4):
+            for group in opt.param_groups:
+                group["lr"] = lr * (step + 1)
+            for r in (p, q):
+                r.grad[...] = gen.standard_normal(r.data.shape).astype(dtype)
+            with np.errstate(invalid="ignore"), fused.kernels(on):
+                opt.step()
+        return [p.data, q.data] + [
+            opt.state[r][k] for r in (p, q) for k in ("exp_avg", "exp_avg_sq")
+        ]
+
+    for dtype in (np.float32, np.float64, np.float16):
+        for lr, weight_decay, betas, eps in [
+            (3e-3, 0.0, (0.9, 0.999), 1e-8),
+            (3e-3, 0.1, (0.9, 0.999), 1e-8),
+            (np.float64(3e-3), 0.1, (0.9, 0.999), 1e-8),
+            (3e-3, np.float64(0.1), (0.9, 0.999), 1e-8),
+            (3e-3, 0.1, (np.float64(0.9), 0.999), 1e-8),
+            (3e-3, 0.0, (0.9, 0.999), np.float64(1e-8)),
+            (np.float32(3e-3), 0.1, (0.0, 0.0), 1e-8),
+        ]:
+            plain = run(False, dtype, lr, weight_decay, betas, eps)
+            fast = run(True, dtype, lr, weight_decay, betas, eps)
+            for a, b in zip(plain, fast, strict=True):
+                assert a.dtype == b.dtype == dtype
+                assert np.array_equal(a, b, equal_nan=True), (dtype, lr, weight_decay, a, b)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_layer_norm_rows_are_their_own_whatever_the_layout_or_width(dtype):
+    """A row's result depends on that row alone, as map_rows asks: also for rows that
+    are not contiguous (a transposed array: einsum summed them in another order as one
+    row or many) and for rows wider than NumPy's buffer (einsum summed a lone row of
+    8193 numbers in two pieces, and several such rows whole)."""
+    gen = np.random.default_rng(1)
+    for x in (
+        (3 * gen.standard_normal((17, 9)) + 1).astype(dtype).T,  # (9, 17), column-major
+        (3 * gen.standard_normal((4, 8193)) + 1).astype(dtype),
+        (3 * gen.standard_normal((3, 20000)) + 1).astype(dtype)[:, ::-1],
+    ):
+        C = x.shape[-1]
+        weight, bias = gen.standard_normal(C).astype(dtype), gen.standard_normal(C).astype(dtype)
+        dout = gen.standard_normal(x.shape).astype(dtype).T.copy().T  # column-major too
+        whole = fused.layer_norm(x, weight, bias, 1e-5)
+        whole_dx = fused.layer_norm_backward(dout, whole[1], whole[2], weight)
+        for i in range(x.shape[0]):
+            row = fused.layer_norm(x[i : i + 1], weight, bias, 1e-5)
+            for a, b in zip(row, whole, strict=True):
+                assert np.array_equal(a[0], b[i]), (C, i)
+            dx = fused.layer_norm_backward(dout[i : i + 1], whole[1][i : i + 1],
+                                           whole[2][i : i + 1], weight)  # fmt: skip
+            assert np.array_equal(dx[0], whole_dx[i]), (C, i)
+        contiguous = fused.layer_norm(np.ascontiguousarray(x), weight, bias, 1e-5)
+        assert all(np.array_equal(a, b) for a, b in zip(contiguous, whole, strict=True))
+        formula = norm.layer_norm(x, weight, bias, 1e-5)
+        assert_close("fused LayerNorm y, any layout", whole[0], formula[0], dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_gelu_takes_what_the_formula_takes_a_0d_array_too(dtype):
+    for x in (np.array(1.5, dtype), dtype(-0.75), np.array([[2.0]], dtype)):
+        y, y_formula = fused.gelu_tanh(x), activations.gelu_tanh(x)
+        dx = fused.gelu_tanh_backward(np.ones_like(x), x)
+        dx_formula = activations.gelu_tanh_backward(np.ones_like(x), x)
+        assert np.shape(y) == np.shape(y_formula) and np.shape(dx) == np.shape(dx_formula)
+        assert type(y) is type(y_formula) and type(dx) is type(dx_formula)
+        assert_close("fused GELU y, 0-d", np.asarray(y), np.asarray(y_formula), dtype)
+        assert_close("fused GELU dx, 0-d", np.asarray(dx), np.asarray(dx_formula), dtype)

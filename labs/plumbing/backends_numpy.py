@@ -38,10 +38,10 @@ class NumpyBackend:
         attn_impl: ``"flash"`` (FlashAttention's tiles on every core, the default
             here) or ``"explicit"`` (the formula of chapter 03 written out); see
             :class:`numpy_impl.attention.SelfAttention`.
-        fused: run LayerNorm, GELU and AdamW's update as their fused forms
-            (``numpy_impl/fused.py``, tested equal to the formulas) in :meth:`train_step`
-            and :meth:`eval_loss`; False runs the formulas the chapters write (``bench``'s
-            ``numpy-explicit``).
+        fused: run LayerNorm, GELU, the embedding's backward and AdamW's update as their
+            fused forms (``numpy_impl/fused.py``, tested equal to the formulas) in
+            :meth:`train_step` and :meth:`eval_loss`; False runs the formulas the
+            chapters write (``bench``'s ``numpy-explicit``).
 
     Raises:
         ValueError: an invalid model config (the field is named), unknown
@@ -128,7 +128,7 @@ class NumpyBackend:
         self.model.train()
         self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
         losses = []
-        with fused.kernels(self.fused):  # LayerNorm and GELU as fused kernels, or as formulas
+        with fused.kernels(self.fused):  # LayerNorm, GELU, embedding: fused, or formulas
             for xm, ym in zip(micro_x, micro_y, strict=True):
                 logits = self.parallel.forward(xm)  # (B/N, T) -> (B/N, T, V)
                 losses.append(self.loss_fn.forward(logits, ym))
