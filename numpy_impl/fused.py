@@ -48,9 +48,9 @@ and shards ``parallel.py`` hands to its pool run under their caller's setting,
 so two threads that train with different settings never see each other's, and
 each gets its own back when its block ends): the NumPy training backend
 (``labs/plumbing/backends_numpy.py``) runs its steps and evaluations under
-``kernels(True)`` unless built with ``fused=False``; everything else (the labs'
-scripts, the parity tests of each layer, sampling) runs the formulas unless it
-asks.
+``kernels(True)`` unless built with ``fused=False`` (``labs train --no-fused``);
+everything else (the labs' scripts, the parity tests of each layer, sampling)
+runs the formulas unless it asks.
 
 No twin: PyTorch's own kernels (``torch.nn.functional.layer_norm``,
 ``torch.nn.functional.gelu``, ``torch.optim.AdamW(fused=True)``,

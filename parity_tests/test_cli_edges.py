@@ -308,3 +308,32 @@ def test_a_corpus_shorter_than_the_context_says_how_short(tmp_path, capsys):
     assert status == 2
     one_error_line(err, "the training split has 1 character, fewer than --block-size + 1 = 9")
     assert not out.exists()
+
+
+def test_no_fused_trains_the_formulas_and_is_the_numpy_backends_option(capsys, corpus, tmp_path):
+    from numpy_impl import fused
+
+    out = tmp_path / "formulas"
+    calls = []
+    original = fused.layer_norm
+
+    def spy(*args, **kwargs):
+        calls.append(True)
+        return original(*args, **kwargs)
+
+    fused.layer_norm = spy
+    try:
+        argv = ["train", "--backend", "numpy", "--data", corpus, "--out", out, "--max-iters", "2"]
+        status, stdout, err = cli(capsys, *argv, *TINY, "--no-fused")
+    finally:
+        fused.layer_norm = original
+    assert status == 0, err
+    assert not calls  # LayerNorm ran as norm.layer_norm, the chapter's formula
+    assert "the formulas as written" in stdout + err
+    assert strict_json((out / "config.json").read_text())["train"]["fused"] is False
+    torch_out = tmp_path / "torch"
+    argv = ["train", "--backend", "torch", "--data", corpus, "--out", torch_out, "--no-fused"]
+    status, _, err = cli(capsys, *argv, *TINY)
+    assert status == 2
+    one_error_line(err, "--no-fused", "numpy backend")
+    assert not torch_out.exists()  # refused before anything was written

@@ -713,11 +713,11 @@ def _print_table(summary: dict, sizes, load_before: float) -> None:
             print(f"numpy / {label} step time at B={B}, T={T}: {_fmt(summary[key], '.2f')}x")
     for index, ((B, T), pair) in enumerate(zip(sizes, summary["paired"], strict=True)):
         ratio = summary[ratio_key("numpy_over_torch_paired", index, B, T)]
-        failed = f" (failed: {pair['error']})" if "error" in pair else ""
-        print(
-            f"numpy / torch at B={B}, T={T}, steps alternated in one process (median of "
-            f"{pair.get('iters', 0)} pairs): {_fmt(ratio, '.2f')}x{failed}"
-        )
+        label = f"numpy / torch at B={B}, T={T}, steps alternated in one process"
+        if "error" in pair:
+            print(f"{label}: failed: {pair['error']}")
+        else:
+            print(f"{label} (median of {pair['iters']} pairs): {_fmt(ratio, '.2f')}x")
     if "profile" in summary:
         from .bench_profile import format_comparison, format_profile
 

@@ -189,6 +189,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "written out",
     )
     g.add_argument(
+        "--no-fused",
+        dest="fused",
+        action="store_false",
+        help="numpy backend: run LayerNorm, GELU, the embedding's backward and AdamW as the "
+        "formulas the chapters write, instead of numpy_impl/fused.py's faster forms of them "
+        "(the default)",
+    )
+    g.add_argument(
         "--amp",
         choices=("bf16", "fp16"),
         default=None,
@@ -258,6 +266,11 @@ def _check_args(args: argparse.Namespace) -> None:
     # floor, a negative or NaN --grad-clip silently meant "no clipping", and torch's
     # AdamW takes an infinite --lr
     check_optimizer_options(args)
+    if not args.fused and args.backend == "torch":
+        raise UserError(
+            "--no-fused: the torch backend runs PyTorch's own kernels; running the chapters' "
+            "formulas instead of numpy_impl/fused.py is the numpy backend's choice"
+        )
     if args.amp is not None and args.backend != "torch":
         raise UserError(
             f"--amp {args.amp}: the {args.backend} backend computes in --dtype only; mixed "
@@ -465,12 +478,14 @@ def _train(this: Run, resumed, init, say) -> dict:
 
 
 def _how_it_runs(backend) -> str:
-    """``attention flash, 2 threads``: the attention the model runs and the CPU threads."""
+    """``attention flash, fused kernels, 2 threads``: the attention the model runs, (NumPy)
+    whether LayerNorm, GELU and AdamW run as numpy_impl/fused.py's forms, the CPU threads."""
     impl = getattr(backend.model, "attn_impl", None)
     if backend.name == "numpy":
         from numpy_impl import parallel
 
         threads = parallel.num_threads()
+        impl = f"{impl}, {'fused kernels' if backend.fused else 'the formulas as written'}"
     else:
         import torch
 

@@ -169,8 +169,9 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
     Args:
         name: ``"numpy"`` or ``"torch"``.
         model_config, seed, **kwargs: passed to the backend (``train_config``,
-            ``dtype``, ``attn_impl``, ``device``, ``amp``); ``device`` must be ``"cpu"``
-            and ``amp`` None for the NumPy backend. ``attn_impl``: ``"explicit"`` (the
+            ``dtype``, ``attn_impl``, ``device``, ``amp``, ``fused``); ``device`` must be
+            ``"cpu"`` and ``amp`` None for the NumPy backend, ``fused`` True (or absent) for
+            the torch backend. ``attn_impl``: ``"explicit"`` (the
             formula written out), or the backend's fast path, by either name or None:
             torch's fused kernel (``"sdpa"``), NumPy's FlashAttention tiles (``"flash"``).
 
@@ -194,6 +195,11 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
         from .backends_torch import TorchBackend
 
         kwargs["attn_impl"] = _attn_impl(kwargs.get("attn_impl"), fast="sdpa")
+        if kwargs.pop("fused", True) is not True:
+            raise ValueError(
+                "fused: the torch backend runs PyTorch's own kernels; fused=False (the "
+                "chapters' formulas instead of numpy_impl/fused.py) is the numpy backend's"
+            )
         return TorchBackend(model_config, seed, **kwargs)
     raise ValueError(f"backend: expected one of {BACKENDS}, got {name!r}")
 
