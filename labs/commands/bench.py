@@ -718,6 +718,10 @@ def _print_table(summary: dict, sizes, load_before: float) -> None:
             print(f"{label}: failed: {pair['error']}")
         else:
             print(f"{label} (median of {pair['iters']} pairs): {_fmt(ratio, '.2f')}x")
+    print(
+        "(the paired ratio, steps alternated in one process, is the one to compare when the "
+        "machine's speed drifts: docs/speed.md, 'The paired ratio')"
+    )
     if "profile" in summary:
         from .bench_profile import format_comparison, format_profile
 
@@ -737,6 +741,12 @@ def _print_table(summary: dict, sizes, load_before: float) -> None:
 
         print()
         print("\n".join(format_training(summary)))
+    ok = [r for r in summary["results"] if "error" not in r]
+    if any(r["mfu"] > 1 for r in ok):
+        print(
+            "note: an MFU above 100% means the machine was busier while that worker timed its "
+            "matrix products than during its steps (docs/speed.md); compare MFUs from a quiet run"
+        )
     if load_before > 0.5 * (os.cpu_count() or 1):
         print(
             f"warning: the machine was busy before the benchmark (load average {load_before:.1f} "
