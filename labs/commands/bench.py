@@ -90,7 +90,8 @@ MiB = 1024 * 1024
 #: variant -> (backend, GPTConfig fields over the defaults, backend keyword arguments)
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
     "numpy": ("numpy", {}, {}),  # the backend's defaults: FlashAttention's tiles, fused kernels
-    # the learner's reading path: attention, LayerNorm and GELU as the chapters write them
+    # the learner's reading path: attention, LayerNorm, GELU, AdamW and the embedding's
+    # backward as the chapters write them
     "numpy-explicit": ("numpy", {}, {"attn_impl": "explicit", "fused": False}),
     "torch": ("torch", {}, {}),
     "torch-nanogpt": (
