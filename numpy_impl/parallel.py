@@ -9,16 +9,16 @@ one block of rows, and hands it to :func:`map_rows`::
     y = map_rows(gelu_tanh, x)        # gelu_tanh(x_block) -> y_block, the same rows
 
 FlashAttention hands its batch rows to :func:`for_blocks` (each block writes
-its own part of the output). :class:`DataParallel` goes one level up, as
-``torch.nn.DataParallel`` does across GPUs: a training step's (or an
-evaluation's) batch cut in two shards, each shard's whole forward and
-backward on a thread of its own (on a copy of the model that shares its
-weights), the gradients summed. That
-is the main use of the second core at small sizes, where one array per NumPy
-call is too short to share out.
+its own part of the output). ``data_parallel.DataParallel`` goes one level up,
+with :func:`for_blocks` too, as ``torch.nn.DataParallel`` does across GPUs: a
+training step's (or an evaluation's) batch cut in two shards, each shard's
+whole forward and backward on a thread of its own (on a copy of the model that
+shares its weights), the gradients summed. That is the main use of the second
+core at small sizes, where one array per NumPy call is too short to share out.
 
-The layer still reads as its formula; this module is plumbing, and it is the
-only place in ``numpy_impl`` that knows about threads. It has no twin:
+The layer still reads as its formula; this module is plumbing, and it and
+``data_parallel.py`` (which runs on this module's pool) are the only places in
+``numpy_impl`` that know about threads. It has no twin:
 PyTorch runs its kernels on its own thread pool (``torch.get_num_threads()``).
 
 Blocks are cut by the array's shape alone (at most about
@@ -57,7 +57,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 import numpy as np
 
 from . import fused
-from .module import Module, is_grad_enabled, no_grad, replicate
+from .module import is_grad_enabled, no_grad
 
 BLOCK_ELEMENTS = 262144  # per block: 1 MiB of float32, few GIL hand-offs per formula
 # Below this many elements an array is one block: handing out blocks costs a few microseconds
@@ -310,143 +310,3 @@ def _run_blocks(run: Callable[[int, int], None], blocks: list, blas: bool = Fals
             wait(futures)  # every block done (or failed) before the caller goes on
         for fut in futures:
             fut.result()  # re-raises a block's exception here, in the caller
-
-
-DATA_PARALLEL_SHARDS = 2  # a batch is cut in at most this many shards, by its size alone
-
-
-class DataParallel(Module):
-    """``torch.nn.DataParallel`` on the cores of one CPU: the batch cut in shards,
-    each shard's forward and backward on a thread of its own, the gradients summed.
-
-    Layers run a NumPy call after another, and every call is short at a small
-    batch: one array per call shared out between threads (:func:`map_rows`) pays
-    a hand-off for each, and a thread woken to help takes longer to start (~0.1 ms
-    on a VM) than a small call takes to run. A shard is the whole model's forward
-    (or backward) on some rows of the batch: one hand-off per shard, and each
-    thread runs its own layers' calls while the other runs its own, on its own
-    core; their matrix products share BLAS's threads (one each on 2 cores). On a
-    2-core VM the default model's step (B=12, T=64) took 58-60 ms instead of
-    72-79 ms (one process, the two settings alternated), and 40 evaluation
-    batches of 60 rows 3.1-3.4 s instead of 4.1 s (docs/speed.md, stage 4).
-
-    ``module`` runs the first shard itself; each other shard runs on a
-    :func:`~numpy_impl.module.replicate` of it, made at each forward (the same
-    weights, caches and gradients of its own). :meth:`backward` adds each copy's
-    parameter gradients into ``module``'s, shard by shard in order, after its
-    own: the whole batch's gradient, whatever the thread count (one thread runs
-    the shards one after the other, the same NumPy calls on the same rows: the
-    same bits). Training with dropout draws, in the calling thread, one seed per
-    other shard from each of ``module``'s generators for the copy's masks, so a
-    seeded run is repeatable and resumes exactly from the generators' states.
-
-    Shards are cut by the batch size alone, never by the thread count
-    (:data:`DATA_PARALLEL_SHARDS` at most, one row at least each); a batch of one
-    row runs on ``module`` as it is. Calls inside the shards that would use the
-    pool (:func:`map_rows`, :func:`for_blocks`) run in the shard's own thread.
-
-    Args:
-        module: the model; its ``forward`` takes one array whose first axis is the
-            batch and returns one (a :class:`~numpy_impl.gpt.GPT`: ids ``(B, T)`` ->
-            logits ``(B, T, V)``); its ``backward`` returns the input's gradient (one array)
-            or None.
-        n_shards: at most this many shards (a positive int).
-
-    Shapes:
-        forward: x ``(B, ...)`` -> ``module``'s output ``(B, ...)``, the shards' outputs
-        joined in order. backward: dout, the output's shape -> ``module``'s input
-        gradient (shards joined) or None.
-
-    Source: data parallelism as in ``torch.nn.DataParallel`` (PyTorch's docs: scatter
-    the batch, replicate the module, run in parallel, gather; gradients summed into
-    the original module) and Krizhevsky 2014, "One weird trick for parallelizing
-    convolutional neural networks", sec. 2 (a batch's examples shared out between
-    workers holding the same weights).
-
-    Raises:
-        ValueError: ``n_shards`` not a positive int; a ``dout`` of another shape than
-            the output. Whatever ``module`` raises for the whole batch (a shard's error
-            is raised again by ``module`` on the whole input, so the message names the
-            batch the caller passed).
-    """
-
-    def __init__(self, module: Module, n_shards: int = DATA_PARALLEL_SHARDS):
-        self.module = module
-        self.n_shards = _check_threads(n_shards, "n_shards")
-        self._replicas = self._shards = self._out_shape = None
-
-    def shards(self, batch: int) -> list:
-        """``[(start, stop), ...]``: the rows of each shard of a batch of ``batch`` rows."""
-        return row_blocks(batch, 1, -(-batch // self.n_shards))
-
-    def forward(self, x: np.ndarray) -> np.ndarray:
-        x = np.asarray(x)
-        shards = self.shards(len(x)) if x.ndim else []
-        self._replicas = None
-        if len(shards) <= 1:
-            return self.module(x)
-        replicas = [self.module] + [replicate(self.module) for _ in shards[1:]]
-        generators = _generators(self.module) if self.module.training else []
-        states = [g.bit_generator.state for g in generators]  # before the shards draw
-        if generators:
-            _reseed(generators, replicas[1:])
-        outs: list = [None] * len(shards)
-
-        def run(lo: int, hi: int) -> None:  # under the caller's no_grad() (for_blocks)
-            i = shards.index((lo, hi))
-            outs[i] = replicas[i](x[lo:hi])
-
-        try:
-            for_blocks(run, shards, blas=True)
-        except Exception as shard_error:
-            # the dropout streams as they were, so that a refused batch draws what the model
-            # alone would have drawn (nothing, for ids it refuses before its first dropout)
-            for g, state in zip(generators, states, strict=True):
-                g.bit_generator.state = state
-            self.module(x)  # the whole batch: raises the same error about the caller's input
-            raise shard_error  # only a shard failed: its own error
-        out = np.concatenate(outs, axis=0)
-        if is_grad_enabled():
-            self._replicas, self._shards, self._out_shape = replicas, shards, out.shape
-        return out
-
-    def backward(self, dout: np.ndarray):
-        replicas, shards = self._replicas, self._shards
-        if replicas is None:  # one shard: the module ran alone (or says why it cannot)
-            return self.module.backward(dout)
-        if np.shape(dout) != self._out_shape:
-            raise ValueError(f"dout: expected shape {self._out_shape}, got {np.shape(dout)}")
-        self._replicas = None  # one backward per forward, as every layer
-        grads: list = [None] * len(shards)
-
-        def run(lo: int, hi: int) -> None:
-            i = shards.index((lo, hi))
-            grads[i] = replicas[i].backward(dout[lo:hi])
-
-        for_blocks(run, shards, blas=True)
-        own = self.module.parameters()
-        for twin in replicas[1:]:  # shard order: the same sums on any thread count
-            for p, q in zip(own, twin.parameters(), strict=True):
-                if q._grad is not None:
-                    p.grad += q._grad
-        return None if grads[0] is None else np.concatenate(grads, axis=0)  # (B, ...)
-
-
-def _reseed(own: list, replicas: list) -> None:
-    """Give each replica's random generators a stream of its own, seeded from
-    the module's generators ``own`` (:func:`_generators`; one draw each, in order),
-    so no two shards drop the same units."""
-    for replica in replicas:
-        for g, g_copy in zip(own, _generators(replica), strict=True):
-            seed = int(g.integers(2**63))
-            g_copy.bit_generator.state = type(g.bit_generator)(seed).state
-
-
-def _generators(module: Module) -> list:
-    """The distinct ``np.random.Generator`` objects ``module``'s layers hold, in order."""
-    seen: dict[int, np.random.Generator] = {}
-    for _, mod in module.named_modules():
-        for value in vars(mod).values():
-            if isinstance(value, np.random.Generator):
-                seen.setdefault(id(value), value)
-    return list(seen.values())

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numpy_impl import parallel
+from numpy_impl import data_parallel, parallel
 from numpy_impl.attention import split_heads
 from numpy_impl.flash_attention import flash_attention, flash_attention_backward
 
@@ -467,7 +467,7 @@ def test_data_parallel_gives_the_whole_batch_output_and_gradients(
         model.attn_impl = attn_impl
         for block in model.blocks:
             block.attn.flash_tile = 4  # T > 4: several tiles, so flash's path runs
-        net = parallel.DataParallel(model, n_shards=shards)
+        net = data_parallel.DataParallel(model, n_shards=shards)
         loss_fn = CrossEntropyLoss()
         logits = net.forward(x)
         loss = loss_fn.forward(logits, y)
@@ -487,7 +487,7 @@ def test_data_parallel_adds_into_gradients_already_there():
     rng = np.random.default_rng(1)
     x, y = rng.integers(0, 11, (2, 4, 8))
     model = _gpt()
-    net, loss_fn = parallel.DataParallel(model), CrossEntropyLoss()
+    net, loss_fn = data_parallel.DataParallel(model), CrossEntropyLoss()
     for _ in range(2):
         loss_fn.forward(net.forward(x), y)
         net.backward(loss_fn.backward())
@@ -500,13 +500,13 @@ def test_data_parallel_adds_into_gradients_already_there():
 
 
 def test_data_parallel_shards_by_the_batch_size_alone():
-    net = parallel.DataParallel(_gpt())
+    net = data_parallel.DataParallel(_gpt())
     assert net.shards(1) == [(0, 1)]
     assert net.shards(5) == [(0, 3), (3, 5)]
     assert net.shards(12) == [(0, 6), (6, 12)]
     parallel.set_num_threads(1)
     assert net.shards(12) == [(0, 6), (6, 12)]  # not the thread count
-    assert parallel.DataParallel(_gpt(), n_shards=3).shards(7) == [(0, 3), (3, 6), (6, 7)]
+    assert data_parallel.DataParallel(_gpt(), n_shards=3).shards(7) == [(0, 3), (3, 6), (6, 7)]
 
 
 def test_data_parallel_with_dropout_is_repeatable_and_draws_other_masks_per_shard():
@@ -522,7 +522,7 @@ def test_data_parallel_with_dropout_is_repeatable_and_draws_other_masks_per_shar
     for n in (1, 2):
         parallel.set_num_threads(n)
         model = _gpt(dropout=0.5)
-        net, loss_fn = parallel.DataParallel(model), CrossEntropyLoss()
+        net, loss_fn = data_parallel.DataParallel(model), CrossEntropyLoss()
         logits = net.forward(x)
         runs.append((logits, loss_fn.forward(logits, y), model.dropout_rng.bit_generator.state))
     assert np.array_equal(runs[0][0], runs[1][0]) and runs[0][1] == runs[1][1]
@@ -530,14 +530,14 @@ def test_data_parallel_with_dropout_is_repeatable_and_draws_other_masks_per_shar
     logits = runs[0][0]
     assert not np.allclose(logits[:3], logits[3:])  # same rows, other masks
     model = _gpt(dropout=0.5).eval()  # no dropout in eval: the halves agree
-    logits = parallel.DataParallel(model).forward(x)
+    logits = data_parallel.DataParallel(model).forward(x)
     np.testing.assert_allclose(logits[:3], logits[3:], rtol=1e-12)
 
 
 def test_data_parallel_errors_name_the_callers_input():
     from numpy_impl.module import no_grad
 
-    net = parallel.DataParallel(_gpt())
+    net = data_parallel.DataParallel(_gpt())
     with pytest.raises(ValueError, match=r"sequence length T=9 must lie in \[1, block_size=8\]"):
         net.forward(np.zeros((4, 9), np.int64))
     with pytest.raises(ValueError, match=r"idx: expected shape \(B, T\), got \(4, 2, 3\)"):
@@ -555,12 +555,12 @@ def test_data_parallel_errors_name_the_callers_input():
     with pytest.raises(RuntimeError, match="no_grad"):
         net.backward(logits)  # nothing to differentiate, as the model itself says
     with pytest.raises(ValueError, match="n_shards"):
-        parallel.DataParallel(_gpt(), n_shards=0)
+        data_parallel.DataParallel(_gpt(), n_shards=0)
 
 
 def test_data_parallel_of_one_row_is_the_model_itself():
     model = _gpt()
-    net = parallel.DataParallel(model)
+    net = data_parallel.DataParallel(model)
     x = np.array([[1, 2, 3]])
     np.testing.assert_array_equal(net.forward(x), model.forward(x))
 
@@ -628,7 +628,7 @@ def test_a_refused_batch_leaves_the_dropout_stream_as_the_model_alone_would():
         parallel.set_num_threads(n)
         model, alone = _gpt(dropout=0.5), _gpt(dropout=0.5)
         with pytest.raises(ValueError, match="vocab_size=11"):
-            parallel.DataParallel(model).forward(bad)
+            data_parallel.DataParallel(model).forward(bad)
         with pytest.raises(ValueError, match="vocab_size=11"):
             alone.forward(bad)
         assert model.dropout_rng.bit_generator.state == alone.dropout_rng.bit_generator.state
@@ -640,7 +640,7 @@ def test_the_numpy_backend_keeps_one_shard_for_a_model_of_gpt2_size(monkeypatch)
     from labs.plumbing import backends_numpy
     from labs.plumbing.backends import make_backend
 
-    assert make_backend("numpy", DP_CONFIG).parallel.n_shards == parallel.DATA_PARALLEL_SHARDS
+    assert make_backend("numpy", DP_CONFIG).parallel.n_shards == data_parallel.DATA_PARALLEL_SHARDS
     monkeypatch.setattr(backends_numpy, "SHARDED_GRADIENTS_MAX_BYTES", 1000)
     backend = make_backend("numpy", DP_CONFIG)  # 8-wide: a few KB of gradients, over 1000 B
     assert backend.parallel.n_shards == 1
@@ -659,7 +659,7 @@ def test_data_parallel_gradients_against_central_differences():
     rng = np.random.default_rng(7)
     x, y = rng.integers(0, 11, (2, 5, 6))  # B = 5: shards of 3 and 2 rows
     model = _gpt()
-    net, loss_fn = parallel.DataParallel(model), CrossEntropyLoss()
+    net, loss_fn = data_parallel.DataParallel(model), CrossEntropyLoss()
     loss_fn.forward(net.forward(x), y)
     net.backward(loss_fn.backward())
 

@@ -278,7 +278,7 @@ def poison(backend) -> None:
     """Make POISONED's gradient infinite (the others stay finite)."""
     if backend.name == "numpy":
         # the backward the step calls: the data-parallel wrapper's, which runs the model's on
-        # each shard of the batch and sums the gradients (numpy_impl/parallel.py)
+        # each shard of the batch and sums the gradients (numpy_impl/data_parallel.py)
         model, real_backward = backend.model, backend.parallel.backward
 
         def backward(dlogits):

@@ -8,7 +8,7 @@ random tokens, so no corpus is needed. Four rows per size:
 
 * ``numpy``: the NumPy backend as ``labs train`` runs it: FlashAttention's
   tiles (``attn_impl="flash"``), the fused kernels of ``numpy_impl/fused.py``
-  and the batch in two shards on the cores (``numpy_impl/parallel.py``);
+  and the batch in two shards on the cores (``numpy_impl/data_parallel.py``);
 * ``numpy-explicit``: the same with the formulas the chapters write: attention
   written out (``attn_impl="explicit"``), LayerNorm, GELU, AdamW and the
   embedding's backward unfused (``fused=False``), the learner's reading path;

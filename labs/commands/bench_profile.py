@@ -123,7 +123,7 @@ def _instrumented(backend, timer: _Timer):
 
     The modules' wrappers go on their classes, reading each module's kind from an
     attribute set on it (``_profile_kind``): the data-parallel step runs shards of
-    the batch on copies of the model (``numpy_impl.parallel.DataParallel``), made
+    the batch on copies of the model (``numpy_impl.data_parallel.DataParallel``), made
     at each forward, which carry the attribute and so are timed as the model is."""
     import numpy_impl.optim as optim
 

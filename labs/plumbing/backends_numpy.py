@@ -59,10 +59,10 @@ class NumpyBackend:
         attn_impl: str = "flash",
         fused: bool = True,
     ):
+        from numpy_impl.data_parallel import DATA_PARALLEL_SHARDS, DataParallel
         from numpy_impl.gpt import GPT, GPTConfig
         from numpy_impl.loss import CrossEntropyLoss
         from numpy_impl.optim import AdamW, configure_param_groups
-        from numpy_impl.parallel import DATA_PARALLEL_SHARDS, DataParallel
 
         self.config = GPTConfig.from_dict(dict(model_config))
         self.train_config = tc = _train_config(train_config)
