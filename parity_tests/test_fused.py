@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 import numpy_impl as N
 from numpy_impl import activations, fused, norm, parallel
+from parity_tests.harness import finite_difference_check
 from parity_tests.strategies import SeededRng, batch_sizes, gpt_configs, lengths, rngs
 from parity_tests.tolerances import assert_close
 
@@ -408,3 +409,17 @@ def test_fused_gelu_takes_what_the_formula_takes_a_0d_array_too(dtype):
         assert type(y) is type(y_formula) and type(dx) is type(dx_formula)
         assert_close("fused GELU y, 0-d", np.asarray(y), np.asarray(y_formula), dtype)
         assert_close("fused GELU dx, 0-d", np.asarray(dx), np.asarray(dx_formula), dtype)
+
+
+@given(lead=st.lists(st.integers(1, 5), min_size=1, max_size=2), C=st.integers(2, 24), rng=rngs)
+def test_fused_backwards_against_central_differences(lead, C, rng):
+    """The fused backwards checked on their own, not only against the formulas' backwards:
+    central differences of the fused forwards (float64)."""
+    x, weight, bias, dout = layer_norm_problem(rng, lead, C, np.float64, 0.5, 1.5)
+    y, xhat, rstd = fused.layer_norm(x, weight, bias, 1e-5)
+    dx = fused.layer_norm_backward(dout, xhat, rstd, weight)
+    finite_difference_check(
+        "fused LayerNorm dx", lambda: fused.layer_norm(x, weight, bias, 1e-5)[0], x, dx, dout, rng
+    )
+    dx = fused.gelu_tanh_backward(dout, x)
+    finite_difference_check("fused GELU dx", lambda: fused.gelu_tanh(x), x, dx, dout, rng)
