@@ -74,7 +74,10 @@ GELU_A = 0.044715
 
 
 def active() -> bool:
-    """True inside :func:`kernels` ``(True)``: the layers run this module's fused forms."""
+    """True inside :func:`kernels` ``(True)``: the layers run this module's fused forms.
+
+    Shapes: none. Raises nothing.
+    """
     return getattr(_state, "on", False)
 
 
@@ -86,6 +89,9 @@ def kernels(on: bool = True):
     ``parallel.py`` runs for it on other threads; the previous setting comes back
     when it ends, also on an exception. ``on`` must be a bool (``TypeError``
     otherwise).
+
+    Shapes: none. Raises:
+        TypeError: ``on`` is not a bool (``np.True_`` included), before anything changes.
     """
     if not isinstance(on, bool):
         raise TypeError(f"on: expected True or False, got {on!r}")
@@ -117,6 +123,9 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: 
     Same formula (Ba et al. 2016, eqs. 3-4): xhat = (x - mean) rstd,
     rstd = 1 / sqrt(mean((x - mean)^2) + eps), y = xhat weight + bias; the two
     row means by einsum (the second with no temporary), xhat built in place.
+
+    Shapes: x ``(..., C)``, weight and bias ``(C,)`` (bias may be None) -> y and xhat
+    ``(..., C)``, rstd ``(..., 1)``, x's dtype. Raises nothing (``LayerNorm`` checks x).
     """
     C = x.shape[-1]
     mean = _row_sums(x) / C  # (...)
@@ -139,6 +148,9 @@ def layer_norm_backward(
     dx = rstd / C (C dxhat - sum(dxhat) - xhat sum(dxhat xhat)), dxhat = dout weight,
     built in one array; the row sums by einsum.
     Neither dout nor xhat is written.
+
+    Shapes: dout, xhat ``(..., C)``, rstd ``(..., 1)``, weight ``(C,)`` -> dx ``(..., C)``.
+    Source: Ba et al. 2016; the derivation is chapter 07's. Raises nothing.
     """
     C = xhat.shape[-1]
     dx = dout * weight  # (..., C): dxhat, turned into dx in place
@@ -157,6 +169,9 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     with c = sqrt(2/pi), a = 0.044715: the formula's u = c (x + a x^3), one
     pass shorter, in one temporary. Past |x| ~ 1e19 (float32) x^2 overflows to
     inf and tanh gives +-1, as in the formula (no warning either).
+
+    Shapes: any, 0-d included -> x's shape and dtype. Source: Hendrycks & Gimpel 2016,
+    sec. 2. Raises nothing.
     """
     if np.ndim(x) == 0:  # x * x would be a scalar, which out= cannot take: a scalar, as the formula
         return gelu_tanh(np.reshape(x, 1))[0]
@@ -177,6 +192,9 @@ def gelu_tanh_backward(dout: np.ndarray, x: np.ndarray) -> np.ndarray:
 
     dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,  t = tanh(x (c + a c x^2)),
     du/dx = c + 3 a c x^2, in three temporaries; neither dout nor x is written.
+
+    Shapes: dout and x of one shape -> dx of that shape. Source: Hendrycks & Gimpel
+    2016, sec. 2. Raises nothing.
     """
     if np.ndim(x) == 0 and np.ndim(dout) == 0:  # see gelu_tanh
         return gelu_tanh_backward(np.reshape(dout, 1), np.reshape(x, 1))[0]
@@ -233,6 +251,9 @@ def adamw_exact(p, g, m, v, lr, beta1, beta2, eps, weight_decay) -> bool:
     dtype or a narrower one; a wider NumPy scalar (an ``np.float64`` learning rate
     with float32 weights) makes the formula compute in float64 and round once at
     the end, where the in-place form would round after every step.
+
+    Shapes: p, g, m, v of one shape; the rest scalars. Source: NEP 50 (NumPy's
+    promotion of Python and NumPy scalars). Raises nothing.
     """
     return np.result_type(p, g, m, v, lr, beta1, beta2, eps, weight_decay) == p.dtype
 
@@ -245,6 +266,9 @@ def embedding_backward(grad: np.ndarray, idx: np.ndarray, dout: np.ndarray) -> N
     id's rows summed by one ``np.add.reduceat`` and each sum added to its row once: the
     same sums, grouped differently (equal to rounding; tested). grad ``(V, C)``, written;
     idx ``(...)`` ints in ``[0, V)`` (checked by the forward); dout ``(..., C)``.
+
+    Shapes: as above; returns None (grad is written). Source: the scatter-add of
+    ``torch.nn.functional.embedding``'s backward. Raises nothing.
     """
     ids = idx.reshape(-1)  # (N,)
     if ids.size == 0:

@@ -231,3 +231,17 @@ def finite_difference_check(
         np.float64,
         kind="finite_diff",
     )
+
+
+def count_calls(monkeypatch, owner, name: str) -> list:
+    """Wrap ``owner.name`` (a function of a module or class) for the test: the returned
+    list gets one entry per call, the function still runs. ``monkeypatch`` restores it."""
+    calls: list = []
+    original = getattr(owner, name)
+
+    def spy(*args, **kwargs):
+        calls.append(True)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, spy)
+    return calls

@@ -310,23 +310,16 @@ def test_a_corpus_shorter_than_the_context_says_how_short(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_no_fused_trains_the_formulas_and_is_the_numpy_backends_option(capsys, corpus, tmp_path):
+def test_no_fused_trains_the_formulas_and_is_the_numpy_backends_option(
+    capsys, corpus, tmp_path, monkeypatch
+):
     from numpy_impl import fused
+    from parity_tests.harness import count_calls
 
     out = tmp_path / "formulas"
-    calls = []
-    original = fused.layer_norm
-
-    def spy(*args, **kwargs):
-        calls.append(True)
-        return original(*args, **kwargs)
-
-    fused.layer_norm = spy
-    try:
-        argv = ["train", "--backend", "numpy", "--data", corpus, "--out", out, "--max-iters", "2"]
-        status, stdout, err = cli(capsys, *argv, *TINY, "--no-fused")
-    finally:
-        fused.layer_norm = original
+    calls = count_calls(monkeypatch, fused, "layer_norm")
+    argv = ["train", "--backend", "numpy", "--data", corpus, "--out", out, "--max-iters", "2"]
+    status, stdout, err = cli(capsys, *argv, *TINY, "--no-fused")
     assert status == 0, err
     assert not calls  # LayerNorm ran as norm.layer_norm, the chapter's formula
     assert "the formulas as written" in stdout + err

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import numpy_impl as N
 from numpy_impl import activations, fused, norm, parallel
-from parity_tests.harness import finite_difference_check
+from parity_tests.harness import count_calls, finite_difference_check
 from parity_tests.strategies import SeededRng, batch_sizes, gpt_configs, lengths, rngs
 from parity_tests.tolerances import assert_close
 
@@ -202,31 +202,21 @@ def test_a_gpt_with_fused_kernels_matches_its_formulas(config, B, T, attn_impl, 
         assert_close(f"d{name}, fused kernels", grads_fused[name], g, np.float64)
 
 
-def test_the_numpy_backend_runs_fused_kernels_unless_told_not_to():
+def test_the_numpy_backend_runs_fused_kernels_unless_told_not_to(monkeypatch):
     from labs.plumbing.backends import make_backend
 
     config = {"vocab_size": 11, "block_size": 8, "n_layers": 1, "n_heads": 2, "d_model": 8}
     x = np.random.default_rng(0).integers(0, 11, (4, 8))
-    seen = []
-    original = fused.layer_norm
-
-    def spy(*args, **kwargs):
-        seen.append(True)
-        return original(*args, **kwargs)
-
-    fused.layer_norm = spy
-    try:
-        on = make_backend("numpy", config, dtype="float64")
-        off = make_backend("numpy", config, dtype="float64", fused=False)
-        loss_on, loss_off = on.train_step(x, x)["loss"], off.train_step(x, x)["loss"]
-        assert seen and len(seen) == 3 * 2  # two LayerNorms and ln_f, on each of two shards
-        seen.clear()
-        off.train_step(x, x), off.eval_loss([(x, x)])
-        assert not seen  # fused=False: the formulas the chapters write
-        on.eval_loss([(x, x)])
-        assert seen
-    finally:
-        fused.layer_norm = original
+    seen = count_calls(monkeypatch, fused, "layer_norm")
+    on = make_backend("numpy", config, dtype="float64")
+    off = make_backend("numpy", config, dtype="float64", fused=False)
+    loss_on, loss_off = on.train_step(x, x)["loss"], off.train_step(x, x)["loss"]
+    assert seen and len(seen) == 3 * 2  # two LayerNorms and ln_f, on each of two shards
+    seen.clear()
+    off.train_step(x, x), off.eval_loss([(x, x)])
+    assert not seen  # fused=False: the formulas the chapters write
+    on.eval_loss([(x, x)])
+    assert seen
     assert not fused.active()  # the backend's switch ends with its step
     assert_close("loss, fused vs formulas", loss_on, loss_off, np.float64)
     with pytest.raises(TypeError, match="fused: expected True or False"):
