@@ -87,6 +87,7 @@ class NumpyBackend:
         grad_bytes = sum(p.data.nbytes for p in self._params)
         shards = DATA_PARALLEL_SHARDS if grad_bytes <= SHARDED_GRADIENTS_MAX_BYTES else 1
         self.parallel = DataParallel(self.model, n_shards=shards)
+        self._flat = None  # the parameters in flat buffers, from the first fused training step
         self.step = 0
 
     def current_lr(self) -> float:
@@ -126,6 +127,7 @@ class NumpyBackend:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
+        flat = self._flat_parameters() if self.fused else None
         self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
         losses = []
         with fused.kernels(self.fused):  # LayerNorm, GELU, embedding: fused, or formulas
@@ -138,7 +140,10 @@ class NumpyBackend:
         params = self._params
         if self.train_config["grad_clip"] > 0:
             with np.errstate(invalid="ignore"):  # inf * 0 when the norm is inf: checked below
-                grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
+                if flat is not None:  # every gradient in one buffer: one pass (fused.py)
+                    grad_norm = fused.clip_grad_norm_(flat, self.train_config["grad_clip"])
+                else:
+                    grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
         else:
             grad_norm = _global_norm(p.grad for p in params)
         if not (math.isfinite(loss) and math.isfinite(grad_norm)):
@@ -147,9 +152,24 @@ class NumpyBackend:
             named = ((n, p.grad) for n, p in self.model.named_parameters())
             raise NonFiniteError(self.step, float(loss), float(grad_norm), _first_nonfinite(named))
         with fused.kernels(self.fused):  # AdamW's update in place (the same bits)
-            self.optimizer.step()
+            if flat is None or not fused.adamw_step(self.optimizer, flat):
+                self.optimizer.step()  # one parameter at a time
         self.step += 1
         return {"loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm)}
+
+    def _flat_parameters(self):
+        """The parameters as views of two flat buffers (``fused.FlatParameters``), made at
+        the first training step (a model that only samples keeps its arrays and allocates
+        no gradients) and again if something rebound a parameter's array; None when the
+        optimizer's groups are not exactly the model's parameters, each once."""
+        from numpy_impl import fused
+
+        order = [p for group in self.optimizer.param_groups for p in group["params"]]
+        ids = [id(p) for p in order]
+        if len(set(ids)) != len(ids) or set(ids) != {id(p) for p in self._params}:
+            return None
+        self._flat = fused.flat_parameters(self._flat, order)
+        return self._flat
 
     def eval_loss(self, batches) -> float:
         """Mean loss over ``batches`` (a list of ``(x, y)``), in eval mode, keeping no
