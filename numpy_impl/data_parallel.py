@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .module import Module, is_grad_enabled, replicate
+from .module import Module, is_grad_enabled, replicate_with_twins
 from .parallel import _check_threads, for_blocks, row_blocks
 
 DATA_PARALLEL_SHARDS = 2  # a batch is cut in at most this many shards, by its size alone
@@ -80,7 +80,7 @@ class DataParallel(Module):
     def __init__(self, module: Module, n_shards: int = DATA_PARALLEL_SHARDS):
         self.module = module
         self.n_shards = _check_threads(n_shards, "n_shards")
-        self._replicas = self._shards = self._out_shape = None
+        self._replicas = self._shards = self._out_shape = self._twins = None
 
     def shards(self, batch: int) -> list:
         """``[(start, stop), ...]``: the rows of each shard of a batch of ``batch`` rows."""
@@ -89,14 +89,15 @@ class DataParallel(Module):
     def forward(self, x: np.ndarray) -> np.ndarray:
         x = np.asarray(x)
         shards = self.shards(len(x)) if x.ndim else []
-        self._replicas = None
+        self._replicas = self._twins = None
         if len(shards) <= 1:
             return self.module(x)
-        replicas = [self.module] + [replicate(self.module) for _ in shards[1:]]
+        copies = [replicate_with_twins(self.module) for _ in shards[1:]]
+        replicas = [self.module] + [replica for replica, _ in copies]
         generators = _generators(self.module) if self.module.training else []
         states = [g.bit_generator.state for g in generators]  # before the shards draw
         if generators:
-            _reseed(generators, replicas[1:])
+            _reseed(generators, [twins for _, twins in copies])
         outs: list = [None] * len(shards)
 
         def run(lo: int, hi: int) -> None:  # under the caller's no_grad() (for_blocks)
@@ -115,6 +116,7 @@ class DataParallel(Module):
         out = np.concatenate(outs, axis=0)
         if is_grad_enabled():
             self._replicas, self._shards, self._out_shape = replicas, shards, out.shape
+            self._twins = [twins for _, twins in copies]
         return out
 
     def backward(self, dout: np.ndarray):
@@ -123,7 +125,11 @@ class DataParallel(Module):
             return self.module.backward(dout)
         if np.shape(dout) != self._out_shape:
             raise ValueError(f"dout: expected shape {self._out_shape}, got {np.shape(dout)}")
-        self._replicas = None  # one backward per forward, as every layer
+        twins_list, self._replicas, self._twins = (
+            self._twins,
+            None,
+            None,
+        )  # one backward per forward
         grads: list = [None] * len(shards)
 
         def run(lo: int, hi: int) -> None:
@@ -132,21 +138,23 @@ class DataParallel(Module):
 
         for_blocks(run, shards, blas=True)
         own = self.module.parameters()
-        for twin in replicas[1:]:  # shard order: the same sums on any thread count
-            for p, q in zip(own, twin.parameters(), strict=True):
+        for twins in twins_list:  # shard order: the same sums on any thread count
+            for p in own:
+                q = twins[id(p)][1]  # p's copy in this shard's replica
                 if q._grad is not None:
                     p.grad += q._grad
         return None if grads[0] is None else np.concatenate(grads, axis=0)  # (B, ...)
 
 
-def _reseed(own: list, replicas: list) -> None:
-    """Give each replica's random generators a stream of its own, seeded from
-    the module's generators ``own`` (:func:`_generators`; one draw each, in order),
-    so no two shards drop the same units."""
-    for replica in replicas:
-        for g, g_copy in zip(own, _generators(replica), strict=True):
+def _reseed(own: list, replicas_twins: list) -> None:
+    """Give each replica's copies of the module's generators ``own`` (:func:`_generators`)
+    a stream of their own, seeded from ``own`` (one draw each, replica by replica, in
+    order), so no two shards drop the same units. ``replicas_twins``: for each replica,
+    :func:`~numpy_impl.module.replicate_with_twins`'s map from originals to copies."""
+    for twins in replicas_twins:
+        for g in own:
             seed = int(g.integers(2**63))
-            g_copy.bit_generator.state = type(g.bit_generator)(seed).state
+            twins[id(g)][1].bit_generator.state = type(g.bit_generator)(seed).state
 
 
 def _generators(module: Module) -> list:

@@ -271,20 +271,27 @@ def replicate(module: Module) -> Module:
     Source: ``torch.nn.parallel.replicate`` (what ``torch.nn.DataParallel`` runs on
     each device), here on one CPU.
     """
-    twins: dict[int, object] = {}  # id(original) -> its copy: what is shared stays shared
+    return replicate_with_twins(module)[0]
+
+
+def replicate_with_twins(module: Module) -> tuple[Module, dict]:
+    """:func:`replicate`, and ``{id(original): (original, copy)}`` for every module,
+    parameter and random generator it copied (so a caller pairs them without walking
+    either model again: ``DataParallel`` adds each copy's gradients into its original's)."""
+    twins: dict[int, tuple] = {}  # id(original) -> (original, copy): what is shared stays shared
 
     def twin(value):
         if isinstance(value, (Module, Parameter, np.random.Generator)):
             if id(value) not in twins:
-                twins[id(value)] = _twin_of(value, twin)
-            return twins[id(value)]
+                twins[id(value)] = value, _twin_of(value, twin)
+            return twins[id(value)][1]
         if isinstance(value, (list, tuple)) and any(
             isinstance(v, (Module, Parameter)) for v in value
         ):  # ModuleList's list of layers
             return type(value)(twin(v) for v in value)
         return value  # arrays, numbers, settings: the same object
 
-    return twin(module)
+    return twin(module), twins
 
 
 def _twin_of(value, twin):

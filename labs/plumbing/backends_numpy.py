@@ -128,7 +128,10 @@ class NumpyBackend:
             group["lr"] = lr
         self.model.train()
         flat = self._flat_parameters() if self.fused else None
-        self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
+        if flat is not None:
+            flat.grad[...] = 0.0  # every gradient, in one call
+        else:
+            self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
         losses = []
         with fused.kernels(self.fused):  # LayerNorm, GELU, embedding: fused, or formulas
             for xm, ym in zip(micro_x, micro_y, strict=True):
