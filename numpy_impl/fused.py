@@ -13,8 +13,9 @@ This module holds the same computations written for speed instead of for
 reading: LayerNorm's forward and backward (``norm.layer_norm``,
 ``norm.layer_norm_backward``), GELU's tanh form and its backward
 (``activations.gelu_tanh``, ``activations.gelu_tanh_backward``), AdamW's update
-of one parameter (``optim.AdamW.step``) and the embedding's scatter-add
-(``embedding.Embedding.backward``). Each computes its formula (its docstring
+of one parameter (``optim.AdamW.step``) and of all of them (the NumPy backend's
+training step), clipping (``optim.clip_grad_norm_``) and the embedding's
+scatter-add (``embedding.Embedding.backward``). Each computes its formula (its docstring
 gives the identity it uses) with these tricks and no others:
 
 * **in place**: a step writes into a temporary the function owns (``out=``,
@@ -35,7 +36,12 @@ gives the identity it uses) with these tricks and no others:
 * **algebra that saves a pass**: GELU's ``sqrt(2/pi) (x + a x^3)`` is computed
   as ``x (c + a c x^2)``;
 * **a sort instead of a scatter**: the embedding's backward sorts the ids,
-  sums each id's rows with one ``np.add.reduceat`` and adds each sum once.
+  sums each id's rows with one ``np.add.reduceat`` and adds each sum once;
+* **one buffer instead of many arrays**: :class:`FlatParameters` lays the
+  parameters' values and gradients out as views of two flat buffers, so that
+  AdamW's update (:func:`adamw_step`) and clipping (:func:`clip_grad_norm_`)
+  run over all of them at once, AdamW's halves on two threads, instead of
+  one parameter at a time.
 
 They are not what a learner reads or writes: the chapters' exercises are the
 formulas, and ``parity_tests/test_fused.py`` proves each fused form equal (to rounding) to its

@@ -40,8 +40,10 @@ class NumpyBackend:
             :class:`numpy_impl.attention.SelfAttention`.
         fused: run LayerNorm, GELU, the embedding's backward and AdamW's update as their
             fused forms (``numpy_impl/fused.py``, tested equal to the formulas) in
-            :meth:`train_step` and :meth:`eval_loss`; False runs the formulas the
-            chapters write (``bench``'s ``numpy-explicit``).
+            :meth:`train_step` and :meth:`eval_loss`, with the parameters laid out in two
+            flat buffers from the first training step (``fused.FlatParameters``: zeroing,
+            clipping and AdamW in one pass over all of them); False runs the formulas
+            the chapters write, one parameter at a time (``bench``'s ``numpy-explicit``).
 
     Raises:
         ValueError: an invalid model config (the field is named), unknown
