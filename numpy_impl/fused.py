@@ -250,18 +250,21 @@ def adamw_update(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay) -> None:
     p -= step
 
 
-def adamw_exact(p, g, m, v, lr, beta1, beta2, eps, weight_decay) -> bool:
+def adamw_exact(p, g, m, v, lr, beta1, beta2, eps, weight_decay, t=1) -> bool:
     """True when :func:`adamw_update` gives the formula's bits: no operand widens p's dtype.
 
     Python numbers never widen an array (NEP 50), nor does a NumPy scalar of p's
     dtype or a narrower one; a wider NumPy scalar (an ``np.float64`` learning rate
-    with float32 weights) makes the formula compute in float64 and round once at
-    the end, where the in-place form would round after every step.
+    with float32 weights, or a NumPy integer step count ``t``, which makes the bias
+    corrections ``beta ** t`` NumPy float64 scalars) makes the formula compute in
+    float64 and round once at the end, where the in-place form would round after
+    every step.
 
     Shapes: p, g, m, v of one shape; the rest scalars. Source: NEP 50 (NumPy's
     promotion of Python and NumPy scalars). Raises nothing.
     """
-    return np.result_type(p, g, m, v, lr, beta1, beta2, eps, weight_decay) == p.dtype
+    corrections = beta1**t, beta2**t  # as the update computes them
+    return np.result_type(p, g, m, v, lr, beta1, beta2, eps, weight_decay, *corrections) == p.dtype
 
 
 def embedding_backward(grad: np.ndarray, idx: np.ndarray, dout: np.ndarray) -> None:
@@ -374,9 +377,10 @@ def adamw_step(optimizer, flat: FlatParameters) -> bool:
     parameter at a time, and as its formula (tested).
 
     Steps only when every group's parameters are a run of ``flat``'s, ``flat`` is
-    :meth:`~FlatParameters.intact`, each group's parameters share one step count (or
-    have no state yet) and :func:`adamw_exact` holds; otherwise returns False having
-    changed nothing, and the caller runs ``optimizer.step()``. The moments move into
+    :meth:`~FlatParameters.intact`, no parameter is in two groups, each group's
+    parameters share one step count (or have no state yet) and :func:`adamw_exact`
+    holds; otherwise returns False having changed nothing, and the caller runs
+    ``optimizer.step()``. The moments move into
     ``flat.exp_avg`` and ``flat.exp_avg_sq`` (``optimizer.state`` holds views of them,
     values kept: a state loaded from a checkpoint comes in once).
 
@@ -387,26 +391,30 @@ def adamw_step(optimizer, flat: FlatParameters) -> bool:
     if not flat.intact():
         return False
     plans = []
+    seen: set[int] = set()  # a parameter in two groups is stepped twice by the formula
     for group in optimizer.param_groups:
         params = group["params"]
         run = flat.run_of(params) if params else (0, 0)
-        if run is None:
+        if run is None or not seen.isdisjoint(map(id, params)):
             return False
+        seen.update(map(id, params))
         states = [optimizer.state.get(p) for p in params]
         steps = {None if s is None else s["step"] for s in states}
         if len(steps) > 1:
             return False
+        step = steps.pop() if steps else None
+        t = 1 if step is None else step + 1
         lo, hi = run
         beta1, beta2 = group["betas"]
         hyper = group["lr"], beta1, beta2, group["eps"], group["weight_decay"]
         data = flat.data[lo:hi]
-        if not adamw_exact(data, data, data, data, *hyper):
+        if not adamw_exact(data, data, data, data, *hyper, t=t):
             return False
         for p, s in zip(params, states, strict=True):
             moments = () if s is None else (s["exp_avg"], s["exp_avg_sq"])
             if any(np.shape(x) != p.data.shape or np.result_type(x) != data.dtype for x in moments):
                 return False  # the formula path raises (or widens) as it always did
-        plans.append((params, states, steps.pop() if steps else None, lo, hi, hyper))
+        plans.append((params, states, t, lo, hi, hyper))
     if flat.exp_avg is None:
         flat.exp_avg, flat.exp_avg_sq = np.zeros_like(flat.data), np.zeros_like(flat.data)
     for params, states, t, lo, hi, hyper in plans:
@@ -423,7 +431,6 @@ def adamw_step(optimizer, flat: FlatParameters) -> bool:
             optimizer.state[p]["step"] += 1
         if hi == lo:
             continue
-        t = 1 if t is None else t + 1
         arrays = flat.data, flat.grad, flat.exp_avg, flat.exp_avg_sq
 
         # elementwise: the same bits however the buffer is cut

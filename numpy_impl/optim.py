@@ -93,7 +93,7 @@ class AdamW:
                 state["step"] += 1
                 t, m, v, g = state["step"], state["exp_avg"], state["exp_avg_sq"], p.grad
                 hyper = lr, beta1, beta2, eps, weight_decay
-                if fused.active() and fused.adamw_exact(p.data, g, m, v, *hyper):
+                if fused.active() and fused.adamw_exact(p.data, g, m, v, *hyper, t=t):
                     # the same update, the same bits, fewer temporaries: fused.py
                     fused.adamw_update(p.data, g, m, v, t, lr, beta1, beta2, eps, weight_decay)
                     continue
