@@ -72,7 +72,12 @@ import threading
 
 import numpy as np
 
-_state = threading.local()  # .on: this thread's setting (parallel.py's pool gets its caller's)
+
+class _Setting(threading.local):
+    on = False  # this thread's setting (parallel.py's pool gets its caller's)
+
+
+_state = _Setting()
 
 #: GELU's constants (Hendrycks & Gimpel 2016, sec. 2): u = SQRT_2_OVER_PI (x + GELU_A x^3)
 SQRT_2_OVER_PI = math.sqrt(2 / math.pi)
@@ -84,7 +89,7 @@ def active() -> bool:
 
     Shapes: none. Raises nothing.
     """
-    return getattr(_state, "on", False)
+    return _state.on
 
 
 @contextlib.contextmanager
@@ -344,6 +349,10 @@ class FlatParameters:
         self.exp_avg = self.exp_avg_sq = None
         self._moments: dict[int, tuple] = {}  # id(p) -> the views state[p] should hold
 
+    def zero_grad(self) -> None:
+        """Every gradient set to zero, in one call (``optim.AdamW.zero_grad``, flat)."""
+        self.grad[...] = 0.0
+
     def intact(self) -> bool:
         """True while every parameter's ``data`` and ``grad`` are still this object's views."""
         return all(p.data is d and p._grad is g for p, d, g in self._views)
@@ -455,24 +464,21 @@ def _moment_views(flat: FlatParameters, p) -> tuple[np.ndarray, np.ndarray]:
     return views
 
 
-#: :func:`clip_grad_norm_` sums squares in blocks of this many numbers, fixed by the size alone
-FLAT_NORM_BLOCK = 65536
-
-
 def clip_grad_norm_(flat: FlatParameters, max_norm: float) -> float:
-    """``optim.clip_grad_norm_`` over all of ``flat``'s gradients at once: the norm
-    ``sqrt(sum g^2)`` (each block of :data:`FLAT_NORM_BLOCK` numbers summed by
-    ``np.einsum``, the blocks' sums added as Python floats: the same bits on any thread
-    count; equal to the formula's to rounding), and every gradient times
-    ``max_norm / (norm + 1e-6)`` when that is below 1. Returns the norm before clipping.
+    """``optim.clip_grad_norm_`` over all of ``flat``'s gradients: the norm
+    ``sqrt(sum g^2)`` (each parameter's sum of squares by one ``np.einsum`` in its dtype,
+    the sums added as Python floats, as the formula adds its per-parameter sums: so a
+    sum that overflows here overflows there; equal to the formula's to rounding, and the
+    same bits on any thread count), then every gradient times ``max_norm / (norm + 1e-6)``
+    in one call when that is below 1. Returns the norm before clipping.
 
     Shapes: ``flat.grad`` ``(N,)``, written. Raises nothing (a NaN norm clips nothing,
     an infinite one makes the gradients NaN, as the formula does).
     """
-    g = flat.grad
+    g, bounds = flat.grad, flat.bounds
     total = sum(
-        float(np.einsum("i,i->", g[lo : lo + FLAT_NORM_BLOCK], g[lo : lo + FLAT_NORM_BLOCK]))
-        for lo in range(0, len(g), FLAT_NORM_BLOCK)
+        float(np.einsum("i,i->", g[lo:hi], g[lo:hi]))
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True)
     )
     total_norm = math.sqrt(total)
     clip_coef = max_norm / (total_norm + 1e-6)

@@ -32,12 +32,17 @@ from collections.abc import Iterator
 
 import numpy as np
 
-_grad_mode = threading.local()  # .enabled: False inside no_grad(), per thread as in torch
+
+class _GradMode(threading.local):
+    enabled = True  # each thread's own; False inside no_grad(), as in torch
+
+
+_grad_mode = _GradMode()
 
 
 def is_grad_enabled() -> bool:
     """False inside :func:`no_grad` (``torch.is_grad_enabled``)."""
-    return getattr(_grad_mode, "enabled", True)
+    return _grad_mode.enabled
 
 
 @contextlib.contextmanager

@@ -221,11 +221,13 @@ def map_rows(
             raise ValueError(f"map_rows: leading shapes differ: {arrays[0].shape} vs {a.shape}")
     n = math.prod(lead)  # math.prod: exact ints, a microsecond faster than np.prod
     flat = [a.reshape(n, *a.shape[len(lead) :]) for a in arrays]  # (N, ...); 0-d: (1,)
+    least = PARALLEL_MIN_ELEMENTS if min_elements is None else min_elements
+    if flat[0].size < least:  # one block: no pool, no copies (checked first: it is most calls)
+        return _unflatten(f(*flat), lead)
     row_elements = math.prod(flat[0].shape[1:])
     blocks = row_blocks(n, row_elements, block_elements or BLOCK_ELEMENTS)
-    least = PARALLEL_MIN_ELEMENTS if min_elements is None else min_elements
-    if len(blocks) <= 1 or n * row_elements < least:
-        return _unflatten(f(*flat), lead)  # one block: no pool, no copies
+    if len(blocks) <= 1:
+        return _unflatten(f(*flat), lead)
 
     # the outputs' row shapes and dtypes, from f on zero rows (microseconds)
     probe = f(*(a[:0] for a in flat))

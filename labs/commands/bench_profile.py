@@ -125,6 +125,7 @@ def _instrumented(backend, timer: _Timer):
     attribute set on it (``_profile_kind``): the data-parallel step runs shards of
     the batch on copies of the model (``numpy_impl.data_parallel.DataParallel``), made
     at each forward, which carry the attribute and so are timed as the model is."""
+    import numpy_impl.fused as fused
     import numpy_impl.optim as optim
 
     modules = [mod for _, mod in backend.model.named_modules()]
@@ -150,9 +151,20 @@ def _instrumented(backend, timer: _Timer):
     installed += [(opt, "zero_grad"), (opt, "step")]
     clip = optim.clip_grad_norm_
     optim.clip_grad_norm_ = timer.wrap(clip, "gradient clipping", "optimizer")
+    # the fused step's forms of the same three (the parameters in flat buffers: fused.py)
+    flat_forms = [
+        (fused, "clip_grad_norm_", "gradient clipping"),
+        (fused, "adamw_step", "AdamW update"),
+        (fused.FlatParameters, "zero_grad", "zero_grad"),
+    ]
+    originals = [getattr(owner, name) for owner, name, _ in flat_forms]
+    for owner, name, kind in flat_forms:
+        setattr(owner, name, timer.wrap(getattr(owner, name), kind, "optimizer"))
     try:
         yield
     finally:
+        for (owner, name, _), original in zip(flat_forms, originals, strict=True):
+            setattr(owner, name, original)
         optim.clip_grad_norm_ = clip
         for obj, method in installed:
             del obj.__dict__[method]  # the class's method shows through again

@@ -131,7 +131,7 @@ class NumpyBackend:
         self.model.train()
         flat = self._flat_parameters() if self.fused else None
         if flat is not None:
-            flat.grad[...] = 0.0  # every gradient, in one call
+            flat.zero_grad()  # every gradient, in one call
         else:
             self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
         losses = []
