@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from numpy_impl import data_parallel, fused, parallel
+from numpy_impl import data_parallel, flat_buffers, parallel
 from numpy_impl.attention import split_heads
 from numpy_impl.flash_attention import flash_attention, flash_attention_backward
 
@@ -178,7 +178,9 @@ def test_training_losses_are_bit_identical_for_1_2_and_4_threads(attn_impl, monk
 
     monkeypatch.setattr(parallel, "PARALLEL_MIN_ELEMENTS", 0)
     monkeypatch.setattr(parallel, "BLOCK_ELEMENTS", 256)
-    monkeypatch.setattr(fused, "FLAT_MIN_BLOCK", 16)  # AdamW's flat update cut between threads
+    monkeypatch.setattr(
+        flat_buffers, "FLAT_MIN_BLOCK", 16
+    )  # AdamW's flat update cut between threads
 
     config = {"vocab_size": 11, "block_size": 24, "n_layers": 2, "n_heads": 2, "d_model": 16}
     rng = np.random.default_rng(0)

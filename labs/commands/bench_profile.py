@@ -125,7 +125,7 @@ def _instrumented(backend, timer: _Timer):
     attribute set on it (``_profile_kind``): the data-parallel step runs shards of
     the batch on copies of the model (``numpy_impl.data_parallel.DataParallel``), made
     at each forward, which carry the attribute and so are timed as the model is."""
-    import numpy_impl.fused as fused
+    import numpy_impl.flat_buffers as flat_buffers
     import numpy_impl.optim as optim
 
     modules = [mod for _, mod in backend.model.named_modules()]
@@ -151,11 +151,11 @@ def _instrumented(backend, timer: _Timer):
     installed += [(opt, "zero_grad"), (opt, "step")]
     clip = optim.clip_grad_norm_
     optim.clip_grad_norm_ = timer.wrap(clip, "gradient clipping", "optimizer")
-    # the fused step's forms of the same three (the parameters in flat buffers: fused.py)
+    # the fused step's forms of the same three (the parameters in flat buffers)
     flat_forms = [
-        (fused, "clip_grad_norm_", "gradient clipping"),
-        (fused, "adamw_step", "AdamW update"),
-        (fused.FlatParameters, "zero_grad", "zero_grad"),
+        (flat_buffers, "clip_grad_norm_", "gradient clipping"),
+        (flat_buffers, "adamw_step", "AdamW update"),
+        (flat_buffers.FlatParameters, "zero_grad", "zero_grad"),
     ]
     originals = [getattr(owner, name) for owner, name, _ in flat_forms]
     for owner, name, kind in flat_forms:

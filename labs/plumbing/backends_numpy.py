@@ -41,7 +41,7 @@ class NumpyBackend:
         fused: run LayerNorm, GELU, the embedding's backward and AdamW's update as their
             fused forms (``numpy_impl/fused.py``, tested equal to the formulas) in
             :meth:`train_step` and :meth:`eval_loss`, with the parameters laid out in two
-            flat buffers from the first training step (``fused.FlatParameters``: zeroing,
+            flat buffers from the first training step (``numpy_impl/flat_buffers.py``: zeroing,
             clipping and AdamW in one pass over all of them); False runs the formulas
             the chapters write, one parameter at a time (``bench``'s ``numpy-explicit``).
 
@@ -121,7 +121,7 @@ class NumpyBackend:
             NonFiniteError: the loss or the gradient norm is NaN or infinite;
                 the weights and the optimizer are left as they were.
         """
-        from numpy_impl import fused
+        from numpy_impl import flat_buffers, fused
         from numpy_impl.optim import clip_grad_norm_
 
         micro_x, micro_y = _micro_batches(x, y, grad_accum)
@@ -145,8 +145,8 @@ class NumpyBackend:
         params = self._params
         if self.train_config["grad_clip"] > 0:
             with np.errstate(invalid="ignore"):  # inf * 0 when the norm is inf: checked below
-                if flat is not None:  # every gradient in one buffer: one pass (fused.py)
-                    grad_norm = fused.clip_grad_norm_(flat, self.train_config["grad_clip"])
+                if flat is not None:  # every gradient in one buffer: one pass (flat_buffers.py)
+                    grad_norm = flat_buffers.clip_grad_norm_(flat, self.train_config["grad_clip"])
                 else:
                     grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
         else:
@@ -157,23 +157,23 @@ class NumpyBackend:
             named = ((n, p.grad) for n, p in self.model.named_parameters())
             raise NonFiniteError(self.step, float(loss), float(grad_norm), _first_nonfinite(named))
         with fused.kernels(self.fused):  # AdamW's update in place (the same bits)
-            if flat is None or not fused.adamw_step(self.optimizer, flat):
+            if flat is None or not flat_buffers.adamw_step(self.optimizer, flat):
                 self.optimizer.step()  # one parameter at a time
         self.step += 1
         return {"loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm)}
 
     def _flat_parameters(self):
-        """The parameters as views of two flat buffers (``fused.FlatParameters``), made at
+        """The parameters as views of two flat buffers (``flat_buffers.FlatParameters``), made at
         the first training step (a model that only samples keeps its arrays and allocates
         no gradients) and again if something rebound a parameter's array; None when the
         optimizer's groups are not exactly the model's parameters, each once."""
-        from numpy_impl import fused
+        from numpy_impl import flat_buffers
 
         order = [p for group in self.optimizer.param_groups for p in group["params"]]
         ids = [id(p) for p in order]
         if len(set(ids)) != len(ids) or set(ids) != {id(p) for p in self._params}:
             return None
-        self._flat = fused.flat_parameters(self._flat, order)
+        self._flat = flat_buffers.flat_parameters(self._flat, order)
         return self._flat
 
     def eval_loss(self, batches) -> float:
