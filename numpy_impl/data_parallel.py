@@ -125,11 +125,8 @@ class DataParallel(Module):
             return self.module.backward(dout)
         if np.shape(dout) != self._out_shape:
             raise ValueError(f"dout: expected shape {self._out_shape}, got {np.shape(dout)}")
-        twins_list, self._replicas, self._twins = (
-            self._twins,
-            None,
-            None,
-        )  # one backward per forward
+        twins_list = self._twins  # for each replica, its copies of the module's objects
+        self._replicas = self._twins = None  # one backward per forward, as every layer
         grads: list = [None] * len(shards)
 
         def run(lo: int, hi: int) -> None:
