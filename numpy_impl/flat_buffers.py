@@ -1,4 +1,4 @@
-"""The parameters in two flat buffers: zeroing, clipping and AdamW in one pass each.
+"""The parameters in two flat buffers: zeroing, clipping and AdamW in a few calls each.
 
 AdamW's update and gradient clipping are elementwise (clipping's norm a sum of
 squares per parameter): over the default model's 52 separate arrays they cost
@@ -6,9 +6,12 @@ squares per parameter): over the default model's 52 separate arrays they cost
 consecutive views of one buffer for the values and one for the gradients
 (:class:`FlatParameters`, which the NumPy backend builds at its first training
 step), the same work is one set of calls over all of them: zeroing one
-``fill``, clipping one row of sums and one scaling (:func:`clip_grad_norm_`),
-AdamW one :func:`fused.adamw_update <numpy_impl.fused.adamw_update>` per param
-group, its halves on ``parallel.py``'s two threads (:func:`adamw_step`).
+``fill``; clipping one scaling, after a sum of squares per parameter as in the
+formula (:func:`clip_grad_norm_`); AdamW one :func:`fused.adamw_update
+<numpy_impl.fused.adamw_update>` per param group, shared among ``parallel.py``'s
+threads (halves on two cores; a group under :data:`FLAT_MIN_BLOCK` numbers runs
+whole) (:func:`adamw_step`). Each thread makes one long call per operation, so the
+hand-off between threads is paid once per operation, not once per parameter.
 
 Nothing here is a new formula: :func:`adamw_step` gives the same bits as
 ``optim.AdamW.step`` one parameter at a time (or declines and changes nothing),
@@ -51,8 +54,9 @@ class FlatParameters:
     Attributes:
         params: the list. data, grad: the ``(N,)`` buffers, N the parameters' total size.
         bounds: ``params[i]`` is ``data[bounds[i]:bounds[i + 1]]``.
-        exp_avg, exp_avg_sq: AdamW's moments laid out as ``data`` (``(N,)``, zeros),
-            made by :func:`adamw_step` when it first steps these parameters.
+        exp_avg, exp_avg_sq: AdamW's moments laid out as ``data`` (``(N,)``),
+            made (zeros) by :func:`adamw_step` when it first steps these parameters; a
+            state loaded from elsewhere is copied in, values kept.
 
     Raises:
         ValueError: ``params`` empty, repeated, or of several dtypes (named).
@@ -116,7 +120,7 @@ def flat_parameters(flat: FlatParameters | None, params) -> FlatParameters:
 
 def adamw_step(optimizer, flat: FlatParameters) -> bool:
     """``optim.AdamW.step`` (every group) as one :func:`adamw_update` per group over
-    ``flat``'s buffers, its halves on two threads: the same bits as the step, one
+    ``flat``'s buffers, shared among the pool's threads: the same bits as the step, one
     parameter at a time, and as its formula (tested).
 
     Steps only when every group's parameters are a run of ``flat``'s, ``flat`` is
@@ -184,7 +188,7 @@ def adamw_step(optimizer, flat: FlatParameters) -> bool:
     return True
 
 
-#: :func:`adamw_step` shares a buffer out between threads in halves of at least this many numbers
+#: :func:`adamw_step` cuts a group's buffer in one piece per thread, of at least this many numbers
 FLAT_MIN_BLOCK = 32768
 
 

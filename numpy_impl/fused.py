@@ -13,8 +13,8 @@ This module holds the same computations written for speed instead of for
 reading: LayerNorm's forward and backward (``norm.layer_norm``,
 ``norm.layer_norm_backward``), GELU's tanh form and its backward
 (``activations.gelu_tanh``, ``activations.gelu_tanh_backward``), AdamW's update
-of one parameter (``optim.AdamW.step``; ``flat_buffers.py`` runs it over all of
-them at once) and the embedding's scatter-add (``embedding.Embedding.backward``).
+of one parameter (``optim.AdamW.step``; ``flat_buffers.py`` runs it over a whole
+param group in one call) and the embedding's scatter-add (``embedding.Embedding.backward``).
 Each computes its formula (its docstring gives the identity it uses) with these
 tricks and no others:
 

@@ -42,7 +42,7 @@ class NumpyBackend:
             fused forms (``numpy_impl/fused.py``, tested equal to the formulas) in
             :meth:`train_step` and :meth:`eval_loss`, with the parameters laid out in two
             flat buffers from the first training step (``numpy_impl/flat_buffers.py``: zeroing,
-            clipping and AdamW in one pass over all of them); False runs the formulas
+            clipping's scaling and AdamW as one call over all of them); False runs the formulas
             the chapters write, one parameter at a time (``bench``'s ``numpy-explicit``).
 
     Raises:
@@ -145,7 +145,7 @@ class NumpyBackend:
         params = self._params
         if self.train_config["grad_clip"] > 0:
             with np.errstate(invalid="ignore"):  # inf * 0 when the norm is inf: checked below
-                if flat is not None:  # every gradient in one buffer: one pass (flat_buffers.py)
+                if flat is not None:  # one scaling over the gradients' buffer (flat_buffers.py)
                     grad_norm = flat_buffers.clip_grad_norm_(flat, self.train_config["grad_clip"])
                 else:
                     grad_norm = clip_grad_norm_(params, self.train_config["grad_clip"])
