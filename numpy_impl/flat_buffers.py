@@ -111,7 +111,11 @@ class FlatParameters:
 
 def flat_parameters(flat: FlatParameters | None, params) -> FlatParameters:
     """``flat`` while it is :meth:`~FlatParameters.intact` and holds ``params`` in
-    order, else a new :class:`FlatParameters` of ``params`` (their values moved in)."""
+    order, else a new :class:`FlatParameters` of ``params`` (their values moved in).
+
+    Shapes: every parameter keeps its own. Raises: :class:`FlatParameters`'s
+    ``ValueError`` (no parameters, one twice, several dtypes).
+    """
     params = list(params)
     if flat is not None and flat.intact() and flat.run_of(params) == (0, len(flat.data)):
         return flat
@@ -132,6 +136,8 @@ def adamw_step(optimizer, flat: FlatParameters) -> bool:
     values kept: a state loaded from a checkpoint comes in once).
 
     Shapes: the buffers ``(N,)``. Returns True when it stepped. Raises nothing of its own.
+    Source: Loshchilov & Hutter 2019, Algorithm 2 (``optim.AdamW``'s formula); one
+    update over many parameters' buffer as in NVIDIA apex's multi-tensor ``FusedAdam``.
     """
     if not flat.intact():
         return False
@@ -209,7 +215,9 @@ def clip_grad_norm_(flat: FlatParameters, max_norm: float) -> float:
     in one call when that is below 1. Returns the norm before clipping.
 
     Shapes: ``flat.grad`` ``(N,)``, written. Raises nothing (a NaN norm clips nothing,
-    an infinite one makes the gradients NaN, as the formula does).
+    an infinite one makes the gradients NaN, as the formula does). Source: Pascanu et
+    al. 2013, "On the difficulty of training recurrent neural networks", Algorithm 1
+    (global-norm clipping), with ``torch.nn.utils.clip_grad_norm_``'s ``1e-6``.
     """
     g, bounds = flat.grad, flat.bounds
     total = sum(

@@ -282,7 +282,10 @@ def replicate(module: Module) -> Module:
 def replicate_with_twins(module: Module) -> tuple[Module, dict]:
     """:func:`replicate`, and ``{id(original): (original, copy)}`` for every module,
     parameter and random generator it copied (so a caller pairs them without walking
-    either model again: ``DataParallel`` adds each copy's gradients into its original's)."""
+    either model again: ``DataParallel`` adds each copy's gradients into its original's).
+
+    Shapes: as :func:`replicate`. Raises nothing. Source: ``torch.nn.parallel.replicate``.
+    """
     twins: dict[int, tuple] = {}  # id(original) -> (original, copy): what is shared stays shared
 
     def twin(value):
