@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .module import Module, is_grad_enabled, replicate_with_twins
+from .module import Module, Parameter, is_grad_enabled, replicate_with_twins
 from .parallel import _check_threads, for_blocks, row_blocks
 
 DATA_PARALLEL_SHARDS = 2  # a batch is cut in at most this many shards, by its size alone
@@ -80,7 +80,7 @@ class DataParallel(Module):
     def __init__(self, module: Module, n_shards: int = DATA_PARALLEL_SHARDS):
         self.module = module
         self.n_shards = _check_threads(n_shards, "n_shards")
-        self._replicas = self._shards = self._out_shape = self._twins = None
+        self._replicas = self._shards = self._out_shape = self._twins = self._params = None
 
     def shards(self, batch: int) -> list:
         """``[(start, stop), ...]``: the rows of each shard of a batch of ``batch`` rows."""
@@ -94,7 +94,10 @@ class DataParallel(Module):
             return self.module(x)
         copies = [replicate_with_twins(self.module) for _ in shards[1:]]
         replicas = [self.module] + [replica for replica, _ in copies]
-        generators = _generators(self.module) if self.module.training else []
+        # the originals every copy was made from, in the copies' order: one list for every
+        # replica (the same walk), read here instead of walking the model again
+        originals = [original for original, _ in copies[0][1].values()]
+        generators = _of_type(originals, np.random.Generator) if self.module.training else []
         states = [g.bit_generator.state for g in generators]  # before the shards draw
         if generators:
             _reseed(generators, [twins for _, twins in copies])
@@ -117,6 +120,7 @@ class DataParallel(Module):
         if is_grad_enabled():
             self._replicas, self._shards, self._out_shape = replicas, shards, out.shape
             self._twins = [twins for _, twins in copies]
+            self._params = _of_type(originals, Parameter)
         return out
 
     def backward(self, dout: np.ndarray):
@@ -134,9 +138,8 @@ class DataParallel(Module):
             grads[i] = replicas[i].backward(dout[lo:hi])
 
         for_blocks(run, shards, blas=True)
-        own = self.module.parameters()
         for twins in twins_list:  # shard order: the same sums on any thread count
-            for p in own:
+            for p in self._params:  # each parameter once (a tied one is one object)
                 q = twins[id(p)][1]  # p's copy in this shard's replica
                 if q._grad is not None:
                     p.grad += q._grad
@@ -144,7 +147,7 @@ class DataParallel(Module):
 
 
 def _reseed(own: list, replicas_twins: list) -> None:
-    """Give each replica's copies of the module's generators ``own`` (:func:`_generators`)
+    """Give each replica's copies of the module's generators ``own``
     a stream of their own, seeded from ``own`` (one draw each, replica by replica, in
     order), so no two shards drop the same units. ``replicas_twins``: for each replica,
     :func:`~numpy_impl.module.replicate_with_twins`'s map from originals to copies."""
@@ -154,11 +157,6 @@ def _reseed(own: list, replicas_twins: list) -> None:
             twins[id(g)][1].bit_generator.state = type(g.bit_generator)(seed).state
 
 
-def _generators(module: Module) -> list:
-    """The distinct ``np.random.Generator`` objects ``module``'s layers hold, in order."""
-    seen: dict[int, np.random.Generator] = {}
-    for _, mod in module.named_modules():
-        for value in vars(mod).values():
-            if isinstance(value, np.random.Generator):
-                seen.setdefault(id(value), value)
-    return list(seen.values())
+def _of_type(objects: list, kind: type) -> list:
+    """The objects of ``objects`` (distinct already: one per id) that are ``kind``s, in order."""
+    return [obj for obj in objects if isinstance(obj, kind)]

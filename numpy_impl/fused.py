@@ -115,12 +115,13 @@ def _row_sums(x: np.ndarray, y: np.ndarray | None = None) -> np.ndarray:
     the layout (see the module's docstring): einsum on contiguous rows of at
     most ``np.getbufsize()`` numbers, NumPy's pairwise ``sum`` on longer ones.
     """
-    x = np.ascontiguousarray(x)  # no copy when it already is
+    x = x if x.flags.c_contiguous else np.ascontiguousarray(x)  # a copy only when it is not
     if x.shape[-1] > np.getbufsize():
         return x.sum(axis=-1) if y is None else np.multiply(x, y, order="C").sum(axis=-1)
     if y is None:
         return np.einsum("...c->...", x)
-    return np.einsum("...c,...c->...", x, np.ascontiguousarray(y))
+    y = y if y.flags.c_contiguous else np.ascontiguousarray(y)
+    return np.einsum("...c,...c->...", x, y)
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float):

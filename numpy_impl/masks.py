@@ -11,6 +11,8 @@ Twin of ``torch_impl/masks.py``.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 MASK_CONVENTIONS = ("attend", "masked", "keep")
@@ -23,6 +25,16 @@ def causal_attn_mask(T_q: int, T_k: int) -> np.ndarray:
     query 0 sees key 0 whatever T_k is, so no row is ever fully masked.
     """
     return np.tri(T_q, T_k, dtype=bool)  # (T_q, T_k): ones on and below the diagonal
+
+
+@functools.lru_cache(maxsize=8)
+def _causal_attn_mask_shared(T_q: int, T_k: int) -> np.ndarray:
+    """:func:`causal_attn_mask`, made once per shape and read-only: every attention layer's
+    forward asks for the same one, and ``np.tri`` costs microseconds holding the GIL that
+    ``DataParallel``'s other shard is waiting for."""
+    mask = causal_attn_mask(T_q, T_k)
+    mask.setflags(write=False)
+    return mask
 
 
 def cached_attn_mask(T_new: int, start_pos: int) -> tuple[np.ndarray | None, bool]:
@@ -168,12 +180,13 @@ def combine_attn_mask(
       causal mask forbids;
     * causal alone: :func:`causal_attn_mask` ``(T_q, T_k)``.
 
-    The result broadcasts to ``(..., T_q, T_k)``. No validation: the callers
-    validate ``attn_mask`` first (:func:`check_attn_mask`).
+    The result broadcasts to ``(..., T_q, T_k)``; read-only where it is the causal
+    mask alone (one array per shape, shared). No validation: the callers validate
+    ``attn_mask`` first (:func:`check_attn_mask`).
     """
     if not is_causal:
         return attn_mask
-    causal = causal_attn_mask(T_q, T_k)
+    causal = _causal_attn_mask_shared(T_q, T_k)
     if attn_mask is None:
         return causal
     if attn_mask.dtype == np.bool_:

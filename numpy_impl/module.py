@@ -367,7 +367,7 @@ def check_float(x: np.ndarray, name: str = "x", dtype=None) -> None:
     """Raise ``TypeError`` unless ``x`` is a floating-point array, of ``dtype`` (a
     layer's parameters') when given: as PyTorch, no silent cast (an int64 input
     would otherwise be upcast here and refused by the torch twin)."""
-    if not np.issubdtype(x.dtype, np.floating):
+    if x.dtype.kind != "f":  # np.issubdtype(x.dtype, np.floating), without its ~2 us per layer
         raise TypeError(f"{name}: expected a floating-point array, got dtype {x.dtype}")
     if dtype is not None and x.dtype != dtype:
         raise TypeError(

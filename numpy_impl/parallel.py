@@ -205,8 +205,9 @@ def map_rows(
 
     ``f`` must treat rows independently (a row's output depends on that row
     alone): then the result does not depend on how the rows were cut. An array
-    of fewer than ``min_elements`` elements goes to ``f`` whole (defaults:
-    :data:`BLOCK_ELEMENTS`, :data:`PARALLEL_MIN_ELEMENTS`).
+    of fewer than ``min_elements`` elements goes to ``f`` whole, as it is, with its
+    own leading axes (so ``f`` takes any number of them, as a formula over the last
+    axis does) (defaults: :data:`BLOCK_ELEMENTS`, :data:`PARALLEL_MIN_ELEMENTS`).
 
     Shapes: arrays ``(*lead, *row)`` (``row`` the last ``axes`` axes, per array) ->
     each result ``(*lead, *row_out)``.
@@ -219,10 +220,12 @@ def map_rows(
     for a in arrays[1:]:
         if a.shape[: max(0, a.ndim - axes)] != lead:
             raise ValueError(f"map_rows: leading shapes differ: {arrays[0].shape} vs {a.shape}")
+    least = PARALLEL_MIN_ELEMENTS if min_elements is None else min_elements
+    if arrays[0].size < least and lead:  # one block, most calls: f on the arrays as they are
+        return f(*arrays)  # (no reshapes: each costs a call holding the GIL, ~1 us)
     n = math.prod(lead)  # math.prod: exact ints, a microsecond faster than np.prod
     flat = [a.reshape(n, *a.shape[len(lead) :]) for a in arrays]  # (N, ...); 0-d: (1,)
-    least = PARALLEL_MIN_ELEMENTS if min_elements is None else min_elements
-    if flat[0].size < least:  # one block: no pool, no copies (checked first: it is most calls)
+    if flat[0].size < least:  # one block of a 0-d or 1-d array
         return _unflatten(f(*flat), lead)
     row_elements = math.prod(flat[0].shape[1:])
     blocks = row_blocks(n, row_elements, block_elements or BLOCK_ELEMENTS)
