@@ -138,11 +138,16 @@ class DataParallel(Module):
             grads[i] = replicas[i].backward(dout[lo:hi])
 
         for_blocks(run, shards, blas=True)
-        for twins in twins_list:  # shard order: the same sums on any thread count
-            for p in self._params:  # each parameter once (a tied one is one object)
-                q = twins[id(p)][1]  # p's copy in this shard's replica
-                if q._grad is not None:
-                    p.grad += q._grad
+        params = self._params  # each parameter once (a tied one is one object)
+
+        def add(lo: int, hi: int) -> None:  # params[lo:hi]: each its copies' gradients
+            for p in params[lo:hi]:
+                for twins in twins_list:  # shard order: the same sums on any thread count
+                    q = twins[id(p)][1]  # p's copy in this shard's replica
+                    if q._grad is not None:
+                        p.grad += q._grad
+
+        for_blocks(add, _halves_by_size(params))  # elementwise: any split, the same bits
         return None if grads[0] is None else np.concatenate(grads, axis=0)  # (B, ...)
 
 
@@ -155,6 +160,17 @@ def _reseed(own: list, replicas_twins: list) -> None:
         for g in own:
             seed = int(g.integers(2**63))
             twins[id(g)][1].bit_generator.state = type(g.bit_generator)(seed).state
+
+
+def _halves_by_size(params: list) -> list:
+    """``[(0, i), (i, len(params))]``: ``params`` cut where the first part holds about half
+    of their numbers (one part for fewer than two parameters). By their sizes alone."""
+    sizes = np.cumsum([p.data.size for p in params])
+    if len(params) < 2:
+        return [(0, len(params))]
+    i = int(np.searchsorted(sizes, sizes[-1] / 2))  # the first prefix holding half of them
+    i = min(max(i, 1), len(params) - 1)
+    return [(0, i), (i, len(params))]
 
 
 def _of_type(objects: list, kind: type) -> list:

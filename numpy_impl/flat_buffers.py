@@ -9,9 +9,10 @@ step), the same work is one set of calls over all of them: zeroing one
 ``fill``; clipping one scaling, after a sum of squares per parameter as in the
 formula (:func:`clip_grad_norm_`); AdamW one :func:`fused.adamw_update
 <numpy_impl.fused.adamw_update>` per param group, shared among ``parallel.py``'s
-threads (halves on two cores; a group under :data:`FLAT_MIN_BLOCK` numbers runs
-whole) (:func:`adamw_step`). Each thread makes one long call per operation, so the
-hand-off between threads is paid once per operation, not once per parameter.
+threads in one hand-off (halves of the buffer on two cores, each thread stepping its
+part of every group; a buffer under :data:`FLAT_MIN_BLOCK` numbers runs whole)
+(:func:`adamw_step`). Each thread makes one long call per operation, so the
+hand-off between threads is paid once per step, not once per parameter.
 
 Nothing here is a new formula: :func:`adamw_step` gives the same bits as
 ``optim.AdamW.step`` one parameter at a time (or declines and changes nothing),
@@ -123,9 +124,10 @@ def flat_parameters(flat: FlatParameters | None, params) -> FlatParameters:
 
 
 def adamw_step(optimizer, flat: FlatParameters) -> bool:
-    """``optim.AdamW.step`` (every group) as one :func:`adamw_update` per group over
-    ``flat``'s buffers, shared among the pool's threads: the same bits as the step, one
-    parameter at a time, and as its formula (tested).
+    """``optim.AdamW.step`` (every group) as :func:`adamw_update` calls over ``flat``'s
+    buffers: the buffer shared among the pool's threads in one hand-off, each thread
+    updating its share of every group's run (one call per group it meets). The same bits
+    as the step, one parameter at a time, and as its formula (tested).
 
     Steps only when every group's parameters are a run of ``flat``'s, ``flat`` is
     :meth:`~FlatParameters.intact`, no parameter is in two groups, each group's
@@ -163,12 +165,15 @@ def adamw_step(optimizer, flat: FlatParameters) -> bool:
             return False
         for p, s in zip(params, states, strict=True):
             moments = () if s is None else (s["exp_avg"], s["exp_avg_sq"])
+            views = flat._moments.get(id(p), ())
+            if moments and all(x is y for x, y in zip(moments, views, strict=True)):
+                continue  # this layout's own views (every step but the first): shape, dtype right
             if any(np.shape(x) != p.data.shape or np.result_type(x) != data.dtype for x in moments):
                 return False  # the formula path raises (or widens) as it always did
         plans.append((params, states, t, lo, hi, hyper))
     if flat.exp_avg is None:
         flat.exp_avg, flat.exp_avg_sq = np.zeros_like(flat.data), np.zeros_like(flat.data)
-    for params, states, t, lo, hi, hyper in plans:
+    for params, states, _, _, _, _ in plans:
         for p, state in zip(params, states, strict=True):
             m, v = flat._moments.get(id(p)) or _moment_views(flat, p)
             if state is None:
@@ -180,21 +185,23 @@ def adamw_step(optimizer, flat: FlatParameters) -> bool:
                 v[...] = state["exp_avg_sq"]
                 state["exp_avg"], state["exp_avg_sq"] = m, v
             optimizer.state[p]["step"] += 1
-        if hi == lo:
-            continue
-        arrays = flat.data, flat.grad, flat.exp_avg, flat.exp_avg_sq
+    arrays = flat.data, flat.grad, flat.exp_avg, flat.exp_avg_sq
+    runs = [(lo, hi, t, hyper) for _, _, t, lo, hi, hyper in plans if hi > lo]
 
-        # elementwise: the same bits however the buffer is cut
-        def run(a: int, b: int, lo=lo, t=t, hyper=hyper, arrays=arrays) -> None:
-            p, g, m, v = (x[lo + a : lo + b] for x in arrays)
-            adamw_update(p, g, m, v, t, *hyper)
+    def run(a: int, b: int) -> None:  # buffer[a:b]: its part of every group's run
+        for lo, hi, t, hyper in runs:
+            lo, hi = max(lo, a), min(hi, b)
+            if lo < hi:  # elementwise: the same bits however the buffer is cut
+                p, g, m, v = (x[lo:hi] for x in arrays)
+                adamw_update(p, g, m, v, t, *hyper)
 
-        n = hi - lo
-        for_blocks(run, row_blocks(n, 1, max(-(-n // num_threads()), FLAT_MIN_BLOCK)))
+    # one hand-off for all the groups: each thread takes a share of the whole buffer
+    n = len(flat.data)
+    for_blocks(run, row_blocks(n, 1, max(-(-n // num_threads()), FLAT_MIN_BLOCK)))
     return True
 
 
-#: :func:`adamw_step` cuts a group's buffer in one piece per thread, of at least this many numbers
+#: :func:`adamw_step` cuts the buffer in one piece per thread, of at least this many numbers
 FLAT_MIN_BLOCK = 32768
 
 
