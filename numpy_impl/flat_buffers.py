@@ -165,8 +165,13 @@ def adamw_step(optimizer, flat: FlatParameters) -> bool:
             return False
         for p, s in zip(params, states, strict=True):
             moments = () if s is None else (s["exp_avg"], s["exp_avg_sq"])
-            views = flat._moments.get(id(p), ())
-            if moments and all(x is y for x, y in zip(moments, views, strict=True)):
+            views = flat._moments.get(id(p))  # None until this layout has stepped p
+            if (
+                s is not None
+                and views is not None
+                and moments[0] is views[0]
+                and moments[1] is views[1]
+            ):
                 continue  # this layout's own views (every step but the first): shape, dtype right
             if any(np.shape(x) != p.data.shape or np.result_type(x) != data.dtype for x in moments):
                 return False  # the formula path raises (or widens) as it always did

@@ -50,8 +50,8 @@ shape_lists = st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=3), min_
 @given(shapes=shape_lists, dtype=DTYPES, threads=st.integers(1, 3), rng=rngs)
 def test_flat_adamw_takes_the_formulas_steps_bit_for_bit(shapes, dtype, threads, rng):
     """One update over the flat buffers (its halves on the pool's threads) is AdamW's
-    formula, parameter by parameter, to the bit; also after a state loaded from elsewhere
-    (the moments move into the flat layout, values kept)."""
+    formula, parameter by parameter, to the bit; also with a state stepped in another layout
+    or loaded from elsewhere (the moments move into the flat layout, values kept)."""
     parallel.set_num_threads(threads)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(
@@ -74,6 +74,8 @@ def flat_adamw_against_the_formula(shapes, dtype, rng):
         for ps in (plain, fast):
             for p, g in zip(ps, grads, strict=True):
                 p.grad[...] = g
+        if step == 1:  # a new layout, the state stepped in the old one (a resumed run's first)
+            flat = flat_buffers.FlatParameters(order)
         if step == 2:  # a checkpoint's moments, arrays of their own: taken in, same values
             for p in fast:
                 state = opts[1].state[p]
