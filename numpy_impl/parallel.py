@@ -217,12 +217,18 @@ def map_rows(
             row per input row. Whatever ``f`` raises, in the caller.
     """
     lead = arrays[0].shape[: max(0, arrays[0].ndim - axes)]  # () for a 0-d or 1-d array
+    c_order = arrays[0].flags.c_contiguous
     for a in arrays[1:]:
         if a.shape[: max(0, a.ndim - axes)] != lead:
             raise ValueError(f"map_rows: leading shapes differ: {arrays[0].shape} vs {a.shape}")
+        c_order = c_order and a.flags.c_contiguous
     least = PARALLEL_MIN_ELEMENTS if min_elements is None else min_elements
-    if arrays[0].size < least and lead:  # one block, most calls: f on the arrays as they are
-        return f(*arrays)  # (no reshapes: each costs a call holding the GIL, ~1 us)
+    if arrays[0].size < least and lead and c_order:  # one block, most calls: f on the arrays
+        # as they are (no reshapes: each costs a call holding the GIL, ~1 us). C order only:
+        # the (N, ...) rows are then views of the same memory, so f's bits are the same; any
+        # other layout is copied in C order by the reshape below, as it always was (a sum
+        # over the last axis of Fortran-ordered rows runs in another order: other bits)
+        return f(*arrays)
     n = math.prod(lead)  # math.prod: exact ints, a microsecond faster than np.prod
     flat = [a.reshape(n, *a.shape[len(lead) :]) for a in arrays]  # (N, ...); 0-d: (1,)
     if flat[0].size < least:  # one block of a 0-d or 1-d array

@@ -671,3 +671,27 @@ def test_data_parallel_gradients_against_central_differences():
 
     for name, p in model.named_parameters():
         finite_difference_check(f"grad of {name}", loss, p.data, p.grad, 1.0, SeededRng(3))
+
+
+@pytest.mark.parametrize("layout", ["fortran", "transposed", "strided"])
+def test_map_rows_gives_the_bits_of_c_ordered_rows_on_any_layout(layout):
+    """An array of another layout is read as its C-ordered rows, as the reshape to
+    ``(N, ...)`` always made them: the formula LayerNorm's mean over the last axis of
+    Fortran-ordered rows would otherwise run in another order (other bits), and the
+    outputs would keep the input's layout (a Linear after a GELU: another matmul path)."""
+    from numpy_impl.norm import LayerNorm
+
+    base = np.random.default_rng(0).standard_normal((3, 5, 64)).astype(np.float32) * 3 + 1
+    x = {
+        "fortran": np.asfortranarray(base[..., :32]),
+        "transposed": base[..., :32].transpose(1, 0, 2),
+        "strided": base[..., ::2],
+    }[layout]
+    assert x.size < parallel.PARALLEL_MIN_ELEMENTS and not x.flags.c_contiguous
+    ln, ln_c = LayerNorm(32), LayerNorm(32)
+    y, y_c = ln(x), ln_c(np.ascontiguousarray(x))
+    assert y.flags.c_contiguous and np.array_equal(y, y_c)
+    dout = np.asfortranarray(np.random.default_rng(1).standard_normal(x.shape).astype(np.float32))
+    dx, dx_c = ln.backward(dout), ln_c.backward(np.ascontiguousarray(dout))
+    assert np.array_equal(dx, dx_c) and np.array_equal(ln.weight.grad, ln_c.weight.grad)
+    assert parallel.map_rows(np.negative, x).flags.c_contiguous
