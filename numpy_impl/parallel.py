@@ -228,7 +228,7 @@ def map_rows(
         # the (N, ...) rows are then views of the same memory, so f's bits are the same; any
         # other layout is copied in C order by the reshape below, as it always was (a sum
         # over the last axis of Fortran-ordered rows runs in another order: other bits)
-        return f(*arrays)
+        return _check_rows(f(*arrays), lead)
     n = math.prod(lead)  # math.prod: exact ints, a microsecond faster than np.prod
     flat = [a.reshape(n, *a.shape[len(lead) :]) for a in arrays]  # (N, ...); 0-d: (1,)
     if flat[0].size < least:  # one block of a 0-d or 1-d array
@@ -256,6 +256,16 @@ def map_rows(
     _run_blocks(run, blocks)
     outs = tuple(o.reshape((*lead, *o.shape[1:])) for o in outs)
     return outs[0] if single else outs
+
+
+def _check_rows(result, lead: tuple):
+    """``result`` (f's array, or tuple of arrays) when each has the leading shape ``lead``."""
+    for r in result if isinstance(result, tuple) else (result,):
+        if r.shape[: len(lead)] != lead:  # the reshape of the other paths would raise too
+            raise ValueError(
+                f"map_rows: f must return one row per input row; rows {lead} gave shape {r.shape}"
+            )
+    return result
 
 
 def _unflatten(result, lead: tuple):  # a shape tuple, not *args: lead and the rest may be ()

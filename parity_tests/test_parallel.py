@@ -695,3 +695,13 @@ def test_map_rows_gives_the_bits_of_c_ordered_rows_on_any_layout(layout):
     dx, dx_c = ln.backward(dout), ln_c.backward(np.ascontiguousarray(dout))
     assert np.array_equal(dx, dx_c) and np.array_equal(ln.weight.grad, ln_c.weight.grad)
     assert parallel.map_rows(np.negative, x).flags.c_contiguous
+
+
+def test_a_function_that_drops_rows_is_refused_in_one_block_too():
+    x = np.arange(24.0).reshape(2, 3, 4)  # under PARALLEL_MIN_ELEMENTS: one block
+    with pytest.raises(ValueError, match="one row per input row"):
+        parallel.map_rows(lambda a: a[:1], x)
+    with pytest.raises(ValueError, match="one row per input row"):
+        parallel.map_rows(lambda a: (a, a.reshape(-1, 4)), x)
+    y, t = parallel.map_rows(gelu_rows, x)
+    assert y.shape == t.shape == x.shape
