@@ -296,3 +296,36 @@ def test_flat_clip_of_finite_gradients_whose_squares_overflow_float32_together()
     with np.errstate(over="ignore", invalid="ignore"):
         expected, actual = clip_grad_norm_(plain, 1.0), flat_buffers.clip_grad_norm_(flat, 1.0)
     assert expected == actual == math.inf
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_flat_adamw_takes_a_state_it_did_not_lay_out_yet(threads, monkeypatch):
+    """A state the layout holds no views of yet (a checkpoint loaded at resume, a new
+    layout after a rebinding, steps taken by the formula first) comes into the buffers and
+    steps: the formula's bits, not an error from the check that skips the layout's own."""
+    parallel.set_num_threads(threads)
+    monkeypatch.setattr(flat_buffers, "FLAT_MIN_BLOCK", 1)
+    shapes = [(3, 4), (4,), (2, 2), (5,)]
+    plain, plain_groups, _ = _grouped_parameters(shapes, np.float32)
+    fast, fast_groups, order = _grouped_parameters(shapes, np.float32)
+    opts = [N.AdamW(groups, lr=1e-2) for groups in (plain_groups, fast_groups)]
+    gen = np.random.default_rng(3)
+    flat = None
+    for step in range(5):
+        grads = [gen.standard_normal(p.data.shape).astype(np.float32) for p in plain]
+        for ps in (plain, fast):
+            for p, g in zip(ps, grads, strict=True):
+                p.grad[...] = g
+        opts[0].step()
+        if step < 2:
+            opts[1].step()  # the formula's steps first: a state of arrays of its own
+        else:
+            if step == 3:  # the layout rebuilt: the state holds the old layout's views
+                fast[0].data = fast[0].data.copy()
+            flat = flat_buffers.flat_parameters(flat, order)
+            with fused.kernels(True):
+                assert flat_buffers.adamw_step(opts[1], flat), step
+        for a, b in zip(plain, fast, strict=True):
+            assert np.array_equal(a.data, b.data), step
+            for key in ("exp_avg", "exp_avg_sq"):
+                assert np.array_equal(opts[0].state[a][key], opts[1].state[b][key]), (step, key)
