@@ -27,12 +27,27 @@ def causal_attn_mask(T_q: int, T_k: int) -> np.ndarray:
     return np.tri(T_q, T_k, dtype=bool)  # (T_q, T_k): ones on and below the diagonal
 
 
-@functools.lru_cache(maxsize=8)
+#: causal masks of at most this many entries (1 MiB of bools: T = 1024) are kept for reuse
+SHARED_MASK_MAX_ENTRIES = 1 << 20
+
+
 def _causal_attn_mask_shared(T_q: int, T_k: int) -> np.ndarray:
-    """:func:`causal_attn_mask`, made once per shape and read-only: every attention layer's
-    forward asks for the same one, and ``np.tri`` costs microseconds holding the GIL that
-    ``DataParallel``'s other shard is waiting for."""
-    mask = causal_attn_mask(T_q, T_k)
+    """:func:`causal_attn_mask`, read-only; made once per shape up to
+    :data:`SHARED_MASK_MAX_ENTRIES` entries (every attention layer's forward asks for the
+    same one, and ``np.tri`` costs microseconds holding the GIL that ``DataParallel``'s
+    other shard is waiting for), afresh beyond (kept, a long context's mask would hold
+    T^2 bytes for the life of the process)."""
+    if T_q * T_k <= SHARED_MASK_MAX_ENTRIES:
+        return _causal_attn_mask_kept(T_q, T_k)
+    return _read_only(causal_attn_mask(T_q, T_k))
+
+
+@functools.lru_cache(maxsize=8)
+def _causal_attn_mask_kept(T_q: int, T_k: int) -> np.ndarray:
+    return _read_only(causal_attn_mask(T_q, T_k))
+
+
+def _read_only(mask: np.ndarray) -> np.ndarray:
     mask.setflags(write=False)
     return mask
 

@@ -219,3 +219,22 @@ def test_convention_keep_mask_compared_with_zero():
     )
     t_mask = TA.to_attn_mask(torch.from_numpy(keep), "keep")
     np.testing.assert_array_equal(t_mask.numpy(), mask)
+
+
+def test_the_causal_mask_attention_combines_is_shared_read_only_and_the_public_one_fresh():
+    """``combine_attn_mask`` gives every attention layer one read-only causal mask per shape
+    (kept up to ``SHARED_MASK_MAX_ENTRIES`` entries, made afresh beyond); the public
+    ``causal_attn_mask`` stays a new writable array each call."""
+    from numpy_impl import masks
+
+    first, again = (masks.combine_attn_mask(None, True, 5, 7) for _ in range(2))
+    assert first is again and not first.flags.writeable
+    assert np.array_equal(first, masks.causal_attn_mask(5, 7))
+    with pytest.raises(ValueError, match="read-only"):
+        first[0, 0] = False
+    side = math.isqrt(masks.SHARED_MASK_MAX_ENTRIES) + 1  # side^2 entries: past the limit
+    big, big_again = (masks.combine_attn_mask(None, True, side, side) for _ in range(2))
+    assert big is not big_again and not big.flags.writeable
+    assert np.array_equal(big, np.tri(side, side, dtype=bool))
+    public = masks.causal_attn_mask(5, 7)
+    assert public.flags.writeable and public is not masks.causal_attn_mask(5, 7)
