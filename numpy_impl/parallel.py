@@ -205,9 +205,10 @@ def map_rows(
 
     ``f`` must treat rows independently (a row's output depends on that row
     alone): then the result does not depend on how the rows were cut. An array
-    of fewer than ``min_elements`` elements goes to ``f`` whole, as it is, with its
-    own leading axes (so ``f`` takes any number of them, as a formula over the last
-    axis does) (defaults: :data:`BLOCK_ELEMENTS`, :data:`PARALLEL_MIN_ELEMENTS`).
+    of fewer than ``min_elements`` elements goes to ``f`` whole: as it is, with its
+    own leading axes, when every array is C-ordered (so ``f`` takes any number of
+    leading axes, as a formula over the last axis does), else as C-ordered rows
+    ``(N, ...)`` (defaults: :data:`BLOCK_ELEMENTS`, :data:`PARALLEL_MIN_ELEMENTS`).
 
     Shapes: arrays ``(*lead, *row)`` (``row`` the last ``axes`` axes, per array) ->
     each result ``(*lead, *row_out)``.
