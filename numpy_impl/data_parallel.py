@@ -124,6 +124,15 @@ class DataParallel(Module):
         return out
 
     def backward(self, dout: np.ndarray):
+        """Each shard's backward on its own thread, then every copy's parameter gradients
+        added into ``module``'s, copy by copy in shard order (the parameters shared out
+        between the pool's threads by size: each parameter's sum is its own, so the same
+        bits on any thread count).
+
+        Shapes: dout, the forward's output shape -> the input's gradient, the shards'
+        joined ``(B, ...)``, or None when ``module.backward`` returns None.
+        Raises: ValueError: ``dout`` of another shape than the output.
+        """
         replicas, shards = self._replicas, self._shards
         if replicas is None:  # one shard: the module ran alone (or says why it cannot)
             return self.module.backward(dout)

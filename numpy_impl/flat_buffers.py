@@ -11,8 +11,9 @@ formula (:func:`clip_grad_norm_`); AdamW one :func:`fused.adamw_update
 <numpy_impl.fused.adamw_update>` per param group, shared among ``parallel.py``'s
 threads in one hand-off (halves of the buffer on two cores, each thread stepping its
 part of every group; a buffer under :data:`FLAT_MIN_BLOCK` numbers runs whole)
-(:func:`adamw_step`). Each thread makes one long call per operation, so the
-hand-off between threads is paid once per step, not once per parameter.
+(:func:`adamw_step`). Each thread makes one long call per operation of the
+update (over its part of the buffer), and the hand-off between threads is paid
+once per step, not once per parameter.
 
 Nothing here is a new formula: :func:`adamw_step` gives the same bits as
 ``optim.AdamW.step`` one parameter at a time (or declines and changes nothing),

@@ -204,11 +204,13 @@ def map_rows(
     (any trailing shape); the result has the inputs' leading shape.
 
     ``f`` must treat rows independently (a row's output depends on that row
-    alone): then the result does not depend on how the rows were cut. An array
-    of fewer than ``min_elements`` elements goes to ``f`` whole: as it is, with its
-    own leading axes, when every array is C-ordered (so ``f`` takes any number of
-    leading axes, as a formula over the last axis does), else as C-ordered rows
-    ``(N, ...)`` (defaults: :data:`BLOCK_ELEMENTS`, :data:`PARALLEL_MIN_ELEMENTS`).
+    alone): then the result does not depend on how the rows were cut. Blocks hold
+    about ``block_elements`` elements each (default :data:`BLOCK_ELEMENTS`). When the
+    first array has fewer than ``min_elements`` elements (default
+    :data:`PARALLEL_MIN_ELEMENTS`) the arrays go to ``f`` whole: as they are, with
+    their own leading axes, when every array is C-ordered (so ``f`` takes any number
+    of leading axes, as a formula over the last axis does), else as C-ordered rows
+    ``(N, ...)``.
 
     Shapes: arrays ``(*lead, *row)`` (``row`` the last ``axes`` axes, per array) ->
     each result ``(*lead, *row_out)``.
