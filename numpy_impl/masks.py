@@ -35,8 +35,8 @@ def _causal_attn_mask_shared(T_q: int, T_k: int) -> np.ndarray:
     """:func:`causal_attn_mask`, read-only; made once per shape up to
     :data:`SHARED_MASK_MAX_ENTRIES` entries (every attention layer's forward asks for the
     same one, and ``np.tri`` costs microseconds holding the GIL that ``DataParallel``'s
-    other shard is waiting for), afresh beyond (kept, a long context's mask would hold
-    T^2 bytes for the life of the process)."""
+    other shard is waiting for), afresh beyond that (a kept mask of a long context would
+    hold its T_q T_k bytes for the life of the process)."""
     if T_q * T_k <= SHARED_MASK_MAX_ENTRIES:
         return _causal_attn_mask_kept(T_q, T_k)
     return _read_only(causal_attn_mask(T_q, T_k))
