@@ -39,15 +39,12 @@ def _causal_attn_mask_shared(T_q: int, T_k: int) -> np.ndarray:
     hold its T_q T_k bytes for the life of the process)."""
     if T_q * T_k <= SHARED_MASK_MAX_ENTRIES:
         return _causal_attn_mask_kept(T_q, T_k)
-    return _read_only(causal_attn_mask(T_q, T_k))
+    return _causal_attn_mask_kept.__wrapped__(T_q, T_k)  # the same, not kept
 
 
 @functools.lru_cache(maxsize=8)
 def _causal_attn_mask_kept(T_q: int, T_k: int) -> np.ndarray:
-    return _read_only(causal_attn_mask(T_q, T_k))
-
-
-def _read_only(mask: np.ndarray) -> np.ndarray:
+    mask = causal_attn_mask(T_q, T_k)
     mask.setflags(write=False)
     return mask
 

@@ -234,11 +234,9 @@ def map_rows(
         return _check_rows(f(*arrays), lead)
     n = math.prod(lead)  # math.prod: exact ints, a microsecond faster than np.prod
     flat = [a.reshape(n, *a.shape[len(lead) :]) for a in arrays]  # (N, ...); 0-d: (1,)
-    if flat[0].size < least:  # one block of a 0-d or 1-d array
-        return _unflatten(f(*flat), lead)
     row_elements = math.prod(flat[0].shape[1:])
     blocks = row_blocks(n, row_elements, block_elements or BLOCK_ELEMENTS)
-    if len(blocks) <= 1:
+    if flat[0].size < least or len(blocks) <= 1:  # one block: no pool, no copies
         return _unflatten(f(*flat), lead)
 
     # the outputs' row shapes and dtypes, from f on zero rows (microseconds)
