@@ -60,6 +60,7 @@ def test_every_variant_and_size_reports_flops_sgemm_and_mfu(report):
     for index, ((B, T), pair) in enumerate(zip(SIZES, report["paired"], strict=True)):
         assert "error" not in pair, pair
         assert pair["variants"] == ["numpy", "torch"] and pair["iters"] == 2  # 2 x --iters
+        assert pair["turn_steps"] == bench.PAIRED_TURN
         times = pair["step_times_s"]
         assert len(times["numpy"]) == len(times["torch"]) == 2
         ratios = [a / b for a, b in zip(times["numpy"], times["torch"], strict=True)]
@@ -284,6 +285,37 @@ def test_train_iters_runs_both_backends(tmp_path, monkeypatch):
         runs["numpy"]["wall_s"] / runs["torch"]["wall_s"]
     )
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["tiny.txt"]
+
+
+@pytest.mark.parametrize("iters", [1, 3, 5, 7])
+def test_paired_steps_run_in_turns_each_timed_step_after_its_own(iters, monkeypatch):
+    """Every timed step follows a step of its own backend (the turn's first is untimed),
+    turns alternate which backend goes first, both run the same batches, and ``iters``
+    pairs come out whatever the turn length leaves over."""
+    calls = []  # (variant, x) in the order the steps ran
+
+    class Fake:
+        def __init__(self, name):
+            self.name = name
+
+        def train_step(self, x, y):
+            calls.append((self.name, x.copy()))
+
+    monkeypatch.setattr("labs.plumbing.backends.make_backend", lambda name, *a, **k: Fake(name))
+    result = bench.measure_paired(2, 4, iters, warmup=1)
+    assert result["iters"] == iters and result["turn_steps"] == bench.PAIRED_TURN
+    assert len(result["step_times_s"]["numpy"]) == len(result["step_times_s"]["torch"]) == iters
+    expected, turns, left = ["numpy", "torch"], [], iters  # the warm-up, then the turns
+    while left:
+        timed = min(bench.PAIRED_TURN - 1, left)
+        first, second = ("numpy", "torch") if len(turns) % 2 == 0 else ("torch", "numpy")
+        turns.append((len(expected), timed + 1))
+        expected += [first] * (timed + 1) + [second] * (timed + 1)
+        left -= timed
+    assert [name for name, _ in calls] == expected
+    for start, steps in turns:  # both backends ran the turn's batches, in the same order
+        ours, theirs = calls[start : start + steps], calls[start + steps : start + 2 * steps]
+        assert all(np.array_equal(a[1], b[1]) for a, b in zip(ours, theirs, strict=True))
 
 
 def test_rounds_are_pooled_step_by_step():

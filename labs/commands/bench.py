@@ -52,7 +52,10 @@ measurement's memory and thread pools cannot leak into the next. Reported:
   buffers to tracemalloc; PyTorch does not), measured after the timed steps
   so its bookkeeping does not slow them;
 * each worker's threads (torch's ``get_num_threads``; NumPy's BLAS threads, from
-  ``threadpoolctl``) and the attention implementation that ran.
+  ``threadpoolctl``) and the attention implementation that ran;
+* the paired ratio: ``numpy`` and ``torch`` in one more worker, their steps in
+  turns on the same batches, each timed step after one of its own backend
+  (:func:`measure_paired`): the ratio a drifting machine's speed moves least.
 
 ``--profile`` adds where one step's time goes, layer kind by phase, at each
 size, for NumPy (timing wrappers) and torch (``torch.profiler``), and the two
@@ -105,6 +108,7 @@ RATIO_PREFIXES = {"torch": "numpy_over_torch", "torch-nanogpt": "numpy_over_torc
 SGEMM_REPS = 5  # timed repetitions of each GEMM shape (the median is kept)
 ROUNDS = 3  # each variant measured this many times, in turns (--rounds)
 PAIRED = ("numpy", "torch")  # the two whose steps measure_paired alternates in one process
+PAIRED_TURN = 4  # measure_paired's steps per backend per turn, the first one untimed
 PAIRED_ITERS_FACTOR = 2  # measure_paired times this many times --iters pairs of steps
 
 
@@ -377,18 +381,25 @@ def measure(variant: str, B: int, T: int, iters: int, warmup: int, seed: int = 0
 
 
 def measure_paired(B: int, T: int, iters: int, warmup: int, seed: int = 0) -> dict:
-    """numpy and torch (:data:`PAIRED`) in one process, their training steps alternated.
+    """numpy and torch (:data:`PAIRED`) in one process, their training steps alternated
+    in turns of :data:`PAIRED_TURN` steps.
 
-    Step i of each backend runs on the same batch, one right after the other (numpy
-    first on even steps, torch first on odd ones), so a drift in the machine's speed
-    slows both alike; the ratio of each pair of steps is taken, and their median is
-    the run's most drift-proof numpy / torch ratio. Memory and MFU are not measured
-    here (two models share the process): :func:`measure`'s workers report them.
+    Each turn runs a few steps of one backend, then the same batches on the other (numpy
+    first in even turns, torch first in odd ones); the first step of each turn is not
+    timed, so every timed step follows a step of its own backend, as in training. The
+    k-th timed step of each backend in a turn make a pair: a drift in the machine's
+    speed slows both alike, and the median of the pairs' ratios is the run's most
+    drift-proof numpy / torch ratio. Why turns and not single steps: torch's OpenMP
+    threads keep spinning for a few milliseconds after its step, on the cores the next
+    step needs; a NumPy step right after a torch step ran its forward 4.3 ms slower
+    (docs/speed.md, "The paired ratio"). Memory and MFU are not measured here (two
+    models share the process): :func:`measure`'s workers report them.
 
     Returns:
         a JSON-serialisable dict: ``variants``, ``batch_size``, ``block_size``,
-        ``iters``, ``step_times_s`` and ``median_step_s`` per variant, and
-        ``median_pair_ratio`` (median over steps of numpy's time / torch's).
+        ``iters`` (pairs), ``turn_steps``, ``step_times_s`` and ``median_step_s`` per
+        variant (timed steps, in order), and ``median_pair_ratio`` (median over the
+        pairs of numpy's time / torch's).
     """
     from ..plumbing.backends import make_backend
 
@@ -399,13 +410,22 @@ def measure_paired(B: int, T: int, iters: int, warmup: int, seed: int = 0) -> di
         backends[variant] = make_backend(backend_name, model_config, seed=seed, **kwargs)
     rng = np.random.default_rng(seed)
     times: dict[str, list] = {variant: [] for variant in PAIRED}
-    for i in range(warmup + iters):
+    for _ in range(warmup):
         x, y = rng.integers(0, VOCAB, (B, T)), rng.integers(0, VOCAB, (B, T))
-        for variant in PAIRED[:: -1 if i % 2 else 1]:
-            t0 = time.perf_counter()
+        for variant in PAIRED:
             backends[variant].train_step(x, y)
-            if i >= warmup:
-                times[variant].append(time.perf_counter() - t0)
+    turn = 0
+    while len(times[PAIRED[0]]) < iters:
+        timed = min(PAIRED_TURN - 1, iters - len(times[PAIRED[0]]))
+        # one untimed batch, then the timed ones: the same batches for both backends
+        batches = [rng.integers(0, VOCAB, (2, B, T)) for _ in range(timed + 1)]
+        for variant in PAIRED[:: -1 if turn % 2 else 1]:
+            for j, (x, y) in enumerate(batches):  # x, y: (B, T) each
+                t0 = time.perf_counter()
+                backends[variant].train_step(x, y)
+                if j:  # the turn's first step: untimed (the other backend's threads settle)
+                    times[variant].append(time.perf_counter() - t0)
+        turn += 1
     first, second = PAIRED
     ratios = [a / b for a, b in zip(times[first], times[second], strict=True)]
     return {
@@ -414,6 +434,7 @@ def measure_paired(B: int, T: int, iters: int, warmup: int, seed: int = 0) -> di
         "batch_size": B,
         "block_size": T,
         "iters": iters,
+        "turn_steps": PAIRED_TURN,
         "step_times_s": times,
         "median_step_s": {variant: statistics.median(t) for variant, t in times.items()},
         "median_pair_ratio": statistics.median(ratios),
@@ -620,7 +641,7 @@ def main(args: argparse.Namespace) -> int:
             library = VARIANTS[variant][0]
             same = [r for v in VARIANTS if VARIANTS[v][0] == library for r in runs[v]]
             results.append(pool_rounds(runs[variant], [r for r in same if "error" not in r]))
-        say(f"measuring numpy and torch at B={B}, T={T}, their steps alternated ...")
+        say(f"measuring numpy and torch at B={B}, T={T}, their steps alternated in turns ...")
         paired.append(
             _run_worker("paired", B, T, PAIRED_ITERS_FACTOR * _iters_at(args, index), args)
         )
@@ -714,14 +735,14 @@ def _print_table(summary: dict, sizes, load_before: float) -> None:
             print(f"numpy / {label} step time at B={B}, T={T}: {_fmt(summary[key], '.2f')}x")
     for index, ((B, T), pair) in enumerate(zip(sizes, summary["paired"], strict=True)):
         ratio = summary[ratio_key("numpy_over_torch_paired", index, B, T)]
-        label = f"numpy / torch at B={B}, T={T}, steps alternated in one process"
+        label = f"numpy / torch at B={B}, T={T}, steps alternated in turns in one process"
         if "error" in pair:
             print(f"{label}: failed: {pair['error']}")
         else:
             print(f"{label} (median of {pair['iters']} pairs): {_fmt(ratio, '.2f')}x")
     print(
-        "(the paired ratio, steps alternated in one process, is the one to compare when the "
-        "machine's speed drifts: docs/speed.md, 'The paired ratio')"
+        "(the paired ratio, steps alternated in turns in one process, is the one to compare "
+        "when the machine's speed drifts: docs/speed.md, 'The paired ratio')"
     )
     if "profile" in summary:
         from .bench_profile import format_comparison, format_profile
