@@ -14,6 +14,7 @@ import json
 import math
 import statistics
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -287,12 +288,16 @@ def test_train_iters_runs_both_backends(tmp_path, monkeypatch):
     assert sorted(p.name for p in Path(tmp_path).iterdir()) == ["tiny.txt"]
 
 
-@pytest.mark.parametrize("iters", [1, 3, 5, 7])
-def test_paired_steps_run_in_turns_each_timed_step_after_its_own(iters, monkeypatch):
+@pytest.mark.parametrize("warmup", [0, 1, 2])
+@pytest.mark.parametrize("iters", [1, 3, 5, 6, 7])
+def test_paired_steps_run_in_turns_each_timed_step_after_its_own(iters, warmup, monkeypatch):
     """Every timed step follows a step of its own backend (the turn's first is untimed),
-    turns alternate which backend goes first, both run the same batches, and ``iters``
-    pairs come out whatever the turn length leaves over."""
+    turns alternate which backend goes first, both run the same batches, a pair is the
+    two backends' steps on one batch, and ``iters`` pairs come out whatever the turn
+    length leaves over. No real timing: a fake clock advances by n on the n-th step,
+    so each recorded time names the step it timed."""
     calls = []  # (variant, x) in the order the steps ran
+    clock = [0.0]
 
     class Fake:
         def __init__(self, name):
@@ -300,12 +305,15 @@ def test_paired_steps_run_in_turns_each_timed_step_after_its_own(iters, monkeypa
 
         def train_step(self, x, y):
             calls.append((self.name, x.copy()))
+            clock[0] += len(calls)  # the n-th step (1-based) lasts n
 
     monkeypatch.setattr("labs.plumbing.backends.make_backend", lambda name, *a, **k: Fake(name))
-    result = bench.measure_paired(2, 4, iters, warmup=1)
+    monkeypatch.setattr(bench, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    result = bench.measure_paired(2, 4, iters, warmup=warmup)
     assert result["iters"] == iters and result["turn_steps"] == bench.PAIRED_TURN
-    assert len(result["step_times_s"]["numpy"]) == len(result["step_times_s"]["torch"]) == iters
-    expected, turns, left = ["numpy", "torch"], [], iters  # the warm-up, then the turns
+    times = result["step_times_s"]
+    assert len(times["numpy"]) == len(times["torch"]) == iters
+    expected, turns, left = ["numpy", "torch"] * warmup, [], iters  # the warm-up, the turns
     while left:
         timed = min(bench.PAIRED_TURN - 1, left)
         first, second = ("numpy", "torch") if len(turns) % 2 == 0 else ("torch", "numpy")
@@ -316,6 +324,22 @@ def test_paired_steps_run_in_turns_each_timed_step_after_its_own(iters, monkeypa
     for start, steps in turns:  # both backends ran the turn's batches, in the same order
         ours, theirs = calls[start : start + steps], calls[start + steps : start + 2 * steps]
         assert all(np.array_equal(a[1], b[1]) for a, b in zip(ours, theirs, strict=True))
+    # every step of a turn but each backend's first was timed, once, in order; each
+    # timed step (1-based n) came right after a step of its own backend
+    for variant in ("numpy", "torch"):
+        expected_timed = [
+            n + 1  # calls[n] is the (n + 1)-th step
+            for start, steps in turns
+            for n in range(start, start + 2 * steps)
+            if calls[n][0] == variant and n not in (start, start + steps)
+        ]
+        assert times[variant] == expected_timed
+        assert all(calls[int(n) - 2][0] == variant for n in times[variant])
+    for a, b in zip(times["numpy"], times["torch"], strict=True):  # a pair: one batch
+        assert np.array_equal(calls[int(a) - 1][1], calls[int(b) - 1][1])
+    assert result["median_pair_ratio"] == statistics.median(
+        [a / b for a, b in zip(times["numpy"], times["torch"], strict=True)]
+    )
 
 
 def test_rounds_are_pooled_step_by_step():
