@@ -382,6 +382,9 @@ def test_rounds_are_pooled_step_by_step():
         (("--train-iters", "1", "--train-args", "--out runs/x"), "--train-args"),
         (("--train-iters", "1", "--train-args", "'unclosed"), "--train-args"),
         (("--train-iters", "1", "--data", "/nonexistent/corpus.txt"), "corpus"),
+        (("--worker", "--paired", "--batch-size", "0"), "--batch-size"),
+        (("--worker", "--paired", "--block-size", "-8"), "--block-size"),
+        (("--worker", "--variant", "numpy", "--batch-size", "-2"), "--batch-size"),
     ],
 )
 def test_bad_options_are_clean_errors(argv, option):

@@ -594,6 +594,9 @@ def _check_args(args: argparse.Namespace) -> None:
     if (args.data is not None or args.train_args is not None) and args.train_iters == 0:
         given = "--data" if args.data is not None else "--train-args"
         raise UserError(f"{given} is for the training runs: give --train-iters N too")
+    for option, value in (("--batch-size", args.batch_size), ("--block-size", args.block_size)):
+        if args.worker and value < 1:  # the worker's own size (the parent's come from --sizes)
+            raise UserError(f"{option} must be >= 1, got {value}")
     parse_sizes(args.sizes)
 
 
