@@ -387,11 +387,11 @@ def measure_paired(B: int, T: int, iters: int, warmup: int, seed: int = 0) -> di
     Each turn runs a few steps of one backend, then the same batches on the other (numpy
     first in even turns, torch first in odd ones); the first step of each turn is not
     timed, so every timed step follows a step of its own backend, as in training. The
-    k-th timed step of each backend in a turn make a pair: a drift in the machine's
+    two backends' k-th timed steps in a turn make a pair: a drift in the machine's
     speed slows both alike, and the median of the pairs' ratios is the run's most
     drift-proof numpy / torch ratio. Why turns and not single steps: torch's OpenMP
     threads keep spinning for a few milliseconds after its step, on the cores the next
-    step needs; a NumPy step right after a torch step ran its forward 4.3 ms slower
+    step needs; a NumPy step right after a torch step ran its forward 3.3-4.3 ms slower
     (docs/speed.md, "The paired ratio"). Memory and MFU are not measured here (two
     models share the process): :func:`measure`'s workers report them.
 
