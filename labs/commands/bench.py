@@ -385,8 +385,8 @@ def measure_paired(B: int, T: int, iters: int, warmup: int, seed: int = 0) -> di
     in turns of :data:`PAIRED_TURN` steps.
 
     Each turn runs a few steps of one backend, then the same batches on the other (numpy
-    first in even turns, torch first in odd ones); the first step of each turn is not
-    timed, so every timed step follows a step of its own backend, as in training. The
+    first in even turns, torch first in odd ones); each backend's first step in a turn is
+    not timed, so every timed step follows a step of its own backend, as in training. The
     two backends' k-th timed steps in a turn make a pair: a drift in the machine's
     speed slows both alike, and the median of the pairs' ratios is the run's most
     drift-proof numpy / torch ratio. Why turns and not single steps: torch's OpenMP
@@ -423,7 +423,7 @@ def measure_paired(B: int, T: int, iters: int, warmup: int, seed: int = 0) -> di
             for j, (x, y) in enumerate(batches):  # x, y: (B, T) each
                 t0 = time.perf_counter()
                 backends[variant].train_step(x, y)
-                if j:  # the turn's first step: untimed (the other backend's threads settle)
+                if j:  # its first step in the turn: untimed (the other's threads settle)
                     times[variant].append(time.perf_counter() - t0)
         turn += 1
     first, second = PAIRED
