@@ -5,14 +5,18 @@ Each step allocates a new array and walks over it once, and every NumPy call
 has a fixed cost (argument checks, a short loop per row where an operand
 broadcasts): GELU's backward written as its formula is some fifteen passes and
 fourteen temporaries over a ``(B T, 4C)`` array, LayerNorm's a dozen calls over
-``(B T, C)``, AdamW's update a dozen temporaries per parameter, and
-``np.add.at`` (the embedding's backward) adds one row at a time. PyTorch runs
-each of these as one fused kernel.
+``(B T, C)``, the attention's scores, mask and softmax six new ``(B, H, T, T)``
+arrays, AdamW's update a dozen temporaries per parameter, and ``np.add.at``
+(the embedding's backward) adds one row at a time. PyTorch runs each of these
+as one fused kernel.
 
 This module holds the same computations written for speed instead of for
 reading: LayerNorm's forward and backward (``norm.layer_norm``,
 ``norm.layer_norm_backward``), GELU's tanh form and its backward
-(``activations.gelu_tanh``, ``activations.gelu_tanh_backward``), AdamW's update
+(``activations.gelu_tanh``, ``activations.gelu_tanh_backward``), the explicit
+attention's arithmetic and its backward (``attention.scaled_dot_product_attention``
+and ``scaled_dot_product_attention_backward``: the ``(T_q, T_k)`` scores scaled,
+masked and made probabilities in one array), AdamW's update
 of one parameter (``optim.AdamW.step``; ``flat_buffers.py`` runs it over a whole
 param group in one call) and the embedding's scatter-add (``embedding.Embedding.backward``).
 Each computes its formula (its docstring gives the identity it uses) with these
@@ -42,7 +46,7 @@ They are not what a learner reads or writes: the chapters' exercises are the
 formulas, and ``parity_tests/test_fused.py`` proves each fused form equal (to rounding) to its
 formula (float64 and float32, drawn shapes, the overflowing and non-finite
 inputs the formulas' docstrings name; AdamW bit for bit), and a whole GPT's
-forward and backward with them equal to the formulas'. The layers and AdamW use
+forward and backward with them equal to the formulas'. The layers, the attention and AdamW use
 them only while :func:`active` is true, which :func:`kernels` switches for a
 ``with`` block, in the calling thread (as :func:`module.no_grad`; the blocks
 and shards ``parallel.py`` hands to its pool run under their caller's setting,
@@ -54,7 +58,8 @@ everything else (the labs' scripts, the parity tests of each layer, sampling)
 runs the formulas unless it asks.
 
 No twin: PyTorch's own kernels (``torch.nn.functional.layer_norm``,
-``torch.nn.functional.gelu``, the embedding's ``index_add_``) are already fused;
+``torch.nn.functional.gelu``, ``torch.nn.functional.scaled_dot_product_attention``,
+the embedding's ``index_add_``) are already fused;
 the torch backend's AdamW runs one tensor at a time (``foreach=False``), as
 the NumPy loop does, fused here or not.
 """
@@ -222,6 +227,65 @@ def gelu_tanh_backward(dout: np.ndarray, x: np.ndarray) -> np.ndarray:
     t *= 0.5  # dy/dx
     t *= dout
     return t
+
+
+def attention(q, k, v, mask, scale: float, keep):
+    """``attention.scaled_dot_product_attention``'s arithmetic fused: (out, probs).
+
+    Same formula (Vaswani et al. 2017, eq. 1): scores = q k^T scale, -inf where a
+    bool ``mask`` is False (a float one is added), probs = softmax(scores) row by
+    row, out = (probs keep) v. The scores are scaled, masked, shifted by their
+    row maximum, exponentiated and normalised in their own array, one pass each
+    (the formula makes a new array at every step); the row sums by einsum. A row
+    that is all ``-inf`` gives zeros, as the formula's softmax.
+
+    Shapes: q ``(B, H, T_q, d_k)``, k ``(B, H, T_k, d_k)``, v ``(B, H, T_k, d_v)``;
+    mask None, bool or float, broadcastable to ``(B, H, T_q, T_k)``; keep None or
+    ``(B, H, T_q, T_k)`` -> out ``(B, H, T_q, d_v)``, probs ``(B, H, T_q, T_k)``.
+    Raises nothing: ``scaled_dot_product_attention`` checks its arguments first.
+    """
+    probs = q @ k.swapaxes(-1, -2)  # (B, H, T_q, T_k): the scores, made probs in place below
+    probs *= scale
+    if mask is not None and mask.dtype == np.bool_:
+        np.copyto(probs, -np.inf, where=~mask)  # a masked key gets probability 0
+    elif mask is not None:
+        probs += mask
+    row_max = probs.max(axis=-1, keepdims=True)  # (..., 1)
+    row_max[~np.isfinite(row_max)] = 0.0  # a row all -inf: exp(-inf - 0) = 0
+    probs -= row_max
+    np.exp(probs, out=probs)
+    total = _row_sums(probs)[..., None]  # (..., 1)
+    total[~(total > 0.0)] = 1.0  # a row of zeros stays zeros (NaN too, as the formula)
+    probs /= total
+    out = (probs if keep is None else probs * keep) @ v  # (B, H, T_q, d_v)
+    return out, probs
+
+
+def attention_backward(dout: np.ndarray, cache) -> tuple:
+    """``attention.scaled_dot_product_attention_backward`` fused: (dq, dk, dv).
+
+    Same formulas, the softmax's Jacobian-vector product dS = P (dP - rowsum(dP P))
+    built in dP's own array, its row sums by einsum (no ``dP * P`` temporary), and
+    the scale applied to dq and dk in place. ``cache`` is the forward's
+    ``AttentionCache`` (q, k, v, probs, keep, scale); nothing in it is written.
+
+    Shapes: dout ``(B, H, T_q, d_v)`` -> dq ``(B, H, T_q, d_k)``, dk ``(B, H, T_k, d_k)``,
+    dv ``(B, H, T_k, d_v)``. Source: Vaswani et al. 2017, eq. 1; the derivation is
+    chapter 03's. Raises nothing.
+    """
+    q, k, v, probs, keep, scale = cache
+    dropped = probs if keep is None else probs * keep
+    dv = dropped.swapaxes(-1, -2) @ dout  # (B, H, T_k, d_v)
+    dS = dout @ v.swapaxes(-1, -2)  # (B, H, T_q, T_k): dP, made dS in place below
+    if keep is not None:
+        dS *= keep
+    dS -= _row_sums(dS, probs)[..., None]  # dP - rowsum(dP P)
+    dS *= probs
+    dq = dS @ k  # (B, H, T_q, d_k)
+    dq *= scale
+    dk = dS.swapaxes(-1, -2) @ q  # (B, H, T_k, d_k)
+    dk *= scale
+    return dq, dk, dv
 
 
 def adamw_update(p, g, m, v, t, lr, beta1, beta2, eps, weight_decay) -> None:

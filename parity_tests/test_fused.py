@@ -1,7 +1,8 @@
 """The fused kernels of ``numpy_impl/fused.py`` are their formulas, written for speed.
 
 Each fused function is held to the formula it replaces (``norm.layer_norm``,
-``activations.gelu_tanh`` and their backwards) on drawn shapes, in float64 and
+``activations.gelu_tanh``, ``attention.scaled_dot_product_attention`` and their
+backwards) on drawn shapes, in float64 and
 float32, with the project's tolerance table; non-finite and overflowing inputs
 give the formula's results in the same places; the inputs are never written;
 rows cut into blocks on any thread count give the same bits; and a whole GPT's
@@ -18,9 +19,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import numpy_impl as N
-from numpy_impl import activations, fused, norm, parallel
+from numpy_impl import activations, attention, fused, norm, parallel
 from parity_tests.harness import count_calls, finite_difference_check
-from parity_tests.strategies import SeededRng, batch_sizes, gpt_configs, lengths, rngs
+from parity_tests.strategies import (
+    ATTENTION_MASKS,
+    SeededRng,
+    attention_inputs,
+    attention_problems,
+    batch_sizes,
+    gpt_configs,
+    lengths,
+    rngs,
+)
 from parity_tests.tolerances import assert_close
 
 DTYPES = st.sampled_from([np.float64, np.float32])
@@ -413,3 +423,85 @@ def test_fused_backwards_against_central_differences(lead, C, rng):
     )
     dx = fused.gelu_tanh_backward(dout, x)
     finite_difference_check("fused GELU dx", lambda: fused.gelu_tanh(x), x, dx, dout, rng)
+
+
+def attention_both_ways(q, k, v, mask, is_causal, scale, dropout_p, dout, seed):
+    """out, probs, dq, dk, dv of ``scaled_dot_product_attention`` and its backward, the
+    formulas' and the fused forms' (the dropout masks drawn alike from ``seed``)."""
+    runs = []
+    for on in (False, True):
+        with fused.kernels(on):
+            rng = np.random.default_rng(seed)
+            out, cache = attention.scaled_dot_product_attention(
+                q, k, v, mask, is_causal, scale, dropout_p, rng=rng
+            )
+            runs.append(
+                (out, cache.probs, *attention.scaled_dot_product_attention_backward(dout, cache))
+            )
+    return runs
+
+
+@given(
+    p=attention_problems(),
+    mask_kind=st.sampled_from(ATTENTION_MASKS),
+    is_causal=st.booleans(),
+    dropout_p=st.sampled_from([0.0, 0.3]),
+    dtype=DTYPES,
+    rng=rngs,
+)
+def test_fused_attention_is_the_formula(p, mask_kind, is_causal, dropout_p, dtype, rng):
+    """Every mask the explicit attention takes (fully masked rows included), causal or
+    not, with and without dropout: the fused forward and backward give the formulas'
+    output, probabilities and gradients, and write none of their inputs."""
+    q, k, v, mask = attention_inputs(p, mask_kind, rng, dtype)
+    mask = None if mask_kind == "causal" else mask
+    is_causal = is_causal or mask_kind == "causal"
+    dout = rng.gen.standard_normal((*q.shape[:-1], v.shape[-1])).astype(dtype)
+    inputs = [a for a in (q, k, v, mask, dout) if a is not None]
+    before = [a.copy() for a in inputs]
+    formula, fused_run = attention_both_ways(
+        q, k, v, mask, is_causal, p["scale"], dropout_p, dout, rng.seed
+    )
+    for name, a, e in zip(("out", "probs", "dq", "dk", "dv"), fused_run, formula, strict=True):
+        assert a.shape == e.shape and a.dtype == e.dtype == dtype, name
+        assert_close(f"fused attention {name}", a, e, dtype)
+    for b, a in zip(before, inputs, strict=True):
+        assert np.array_equal(b, a)  # nothing the caller passed was written
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_attention_at_infinities_and_nan(dtype):
+    """Non-finite scores: +inf behind a bool mask stays hidden (the formula's where),
+    a NaN query and an unmasked +inf give the formula's NaN rows, a row with every key
+    masked gives zeros; the same results in the same places."""
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 2, 4, 3)).astype(dtype) for _ in range(3))
+    dout = rng.standard_normal((1, 2, 4, 3)).astype(dtype)
+    k[0, 0, 3] = np.inf  # key 3 of head 0: +-inf scores, hidden from queries 0-2 by causality
+    q[0, 1, 2, 0] = np.nan  # query 2 of head 1: a row of NaN scores
+    mask = np.tril(np.ones((4, 4), bool))
+    mask[1] = False  # query 1 sees no key
+    with np.errstate(invalid="ignore", over="ignore"):
+        formula, fused_run = attention_both_ways(q, k, v, mask, False, None, 0.0, dout, 0)
+    for name, a, e in zip(("out", "probs", "dq", "dk", "dv"), fused_run, formula, strict=True):
+        assert np.array_equal(np.isnan(a), np.isnan(e)), name
+        assert_close(f"fused attention {name}, non-finite", a, e, dtype)
+
+
+@given(p=attention_problems(), mask_kind=st.sampled_from(ATTENTION_MASKS), rng=rngs)
+def test_fused_attention_backward_against_central_differences(p, mask_kind, rng):
+    """The fused backward checked on its own: central differences of the fused forward."""
+    q, k, v, mask = attention_inputs(p, mask_kind, rng, np.float64)
+    dout = rng.gen.standard_normal((*q.shape[:-1], v.shape[-1]))
+    with fused.kernels(True):
+        out, cache = attention.scaled_dot_product_attention(q, k, v, mask, scale=p["scale"])
+        grads = attention.scaled_dot_product_attention_backward(dout, cache)
+        for name, x, g in zip(("q", "k", "v"), (q, k, v), grads, strict=True):
+            finite_difference_check(
+                f"fused attention d{name}",
+                lambda: attention.scaled_dot_product_attention(q, k, v, mask, scale=p["scale"])[0],
+                x,
+                g,
+                dout,
+                rng,
+            )
