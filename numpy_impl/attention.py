@@ -135,7 +135,9 @@ def scaled_dot_product_attention(
         attn_mask = np.asarray(attn_mask)
         check_attn_mask(attn_mask, (*q.shape[:2], T_q, T_k), q.dtype)
     mask = combine_attn_mask(attn_mask, is_causal, T_q, T_k)  # bool, float or None
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    # a Python float: a NumPy float64 scale would make float32 scores float64 (NEP 50), which
+    # neither the fused path, flash nor torch does; the output keeps q's dtype
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     keep = None
     if dropout_p > 0.0:
         rng = np.random.default_rng() if rng is None else rng

@@ -194,8 +194,8 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
         y *= x  # u
     np.tanh(y, out=y)
     y += 1.0
+    y *= 0.5  # before x: (1 + t) x overflows past half the largest float, 0.5 x does not
     y *= x
-    y *= 0.5
     return y
 
 

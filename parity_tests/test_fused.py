@@ -505,3 +505,51 @@ def test_fused_attention_backward_against_central_differences(p, mask_kind, rng)
                 dout,
                 rng,
             )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_attention_at_unmasked_infinities_and_non_finite_float_masks(dtype):
+    """Scores that are +inf (not NaN) where a key is visible, and float masks holding
+    +inf, -inf and NaN: the formula's inf / inf = NaN at the +inf key and zeros beside
+    it, a row with a NaN score left unnormalised with its NaN; the same results in
+    the same places, forward and backward."""
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal((1, 2, 4, 3)).astype(dtype) for _ in range(3))
+    dout = rng.standard_normal((1, 2, 4, 3)).astype(dtype)
+    q[0, 0, :, 0] = np.abs(q[0, 0, :, 0]) + 0.5  # every query of head 0 positive on feature 0
+    k[0, 0, 1] = (np.inf, 0.0, 0.0)  # key 1 of head 0: a +inf score for every query of it
+    mask = rng.standard_normal((4, 4)).astype(dtype)
+    mask[1, 2] = np.inf  # query 1: one +inf key (head 1), two in head 0
+    mask[2, 0] = np.nan  # query 2: a NaN score
+    mask[3, :] = -np.inf  # query 3 sees no key
+    for m in (mask, np.isfinite(mask) | (mask > 0)):  # the float mask, and a bool one
+        with np.errstate(invalid="ignore", over="ignore"):
+            formula, fused_run = attention_both_ways(q, k, v, m, False, None, 0.0, dout, 0)
+        assert np.isnan(formula[1][0, 0, 1, 1]) and formula[1][0, 0, 1, 0] == 0  # inf / inf
+        for name, a, e in zip(("out", "probs", "dq", "dk", "dv"), fused_run, formula, strict=True):
+            assert np.array_equal(np.isnan(a), np.isnan(e)), name
+            assert_close(f"fused attention {name}, non-finite mask", a, e, dtype)
+
+
+def test_attention_keeps_the_dtype_of_q_whatever_the_type_of_scale():
+    """A NumPy float64 (or float32) scale: float32 q gives float32 out, probabilities and
+    gradients on both paths, as flash and torch do (NumPy 2 would otherwise promote)."""
+    rng = np.random.default_rng(2)
+    for dtype, scale in ((np.float32, np.float64(0.3)), (np.float64, np.float32(0.3))):
+        q, k, v = (rng.standard_normal((2, 2, 3, 4)).astype(dtype) for _ in range(3))
+        dout = rng.standard_normal((2, 2, 3, 4)).astype(dtype)
+        formula, fused_run = attention_both_ways(q, k, v, None, True, scale, 0.0, dout, 0)
+        for name, a, e in zip(("out", "probs", "dq", "dk", "dv"), fused_run, formula, strict=True):
+            assert a.dtype == e.dtype == dtype, name
+            assert_close(f"fused attention {name}, NumPy scale", a, e, dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_gelu_keeps_the_largest_floats_finite(dtype):
+    """x past half the largest float: y = 0.5 x (1 + t) is x, finite, as the formula's
+    (0.5 x first); (1 + t) x first overflowed to inf. Found by Hypothesis (2 ** 127)."""
+    big = np.finfo(dtype).max
+    x = np.array([big, big / 2 * 1.5, -big, 2.0**127], dtype=dtype)
+    with np.errstate(invalid="ignore"):
+        y, y_formula = fused.gelu_tanh(x), activations.gelu_tanh(x)
+    assert np.array_equal(y, y_formula) and np.isfinite(y).all()
