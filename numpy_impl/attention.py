@@ -21,12 +21,12 @@ from typing import NamedTuple
 import numpy as np
 
 from . import fused
-from .attention_checks import check_qkv, check_scale, check_sizes
+from .attention_checks import check_layer_inputs, check_qkv, check_scale, check_sizes
 from .dropout import Dropout
 from .flash_attention import check_tile, flash_attention, flash_attention_backward
 from .linear import Linear, linear, linear_backward
 from .masks import cached_attn_mask, check_attn_mask, check_is_causal, combine_attn_mask
-from .module import Module, check_float, check_last_dim
+from .module import Module, check_float
 from .rope import RotaryEmbedding
 
 ATTN_IMPLS = ("explicit", "flash")
@@ -300,7 +300,8 @@ class SelfAttention(Module):
         start_pos: int = 0,
         kv_cache=None,
     ) -> np.ndarray:
-        self._check_inputs(x, kv, attn_mask, kv_cache)
+        dtype, rope = self.qkv_proj.weight.dtype, self.rope is not None
+        check_layer_inputs(x, kv, attn_mask, kv_cache, self.d_model, dtype, rope)
         ### BEGIN SOLUTION ch04
         ### TODO: q, k, v = self.project(x, kv); with RoPE (chapter 13) q, k = self.rope(q, k,
         ###   start_pos); then y, _ = self.attend(...) (y is (B, T, C)) and resid_dropout
@@ -437,22 +438,3 @@ class SelfAttention(Module):
         k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
         attn_mask, is_causal = cached_attn_mask(k.shape[-2] - start_pos, start_pos)
         return k, v, attn_mask, is_causal
-
-    def _check_inputs(self, x, kv, attn_mask, kv_cache) -> None:
-        for name, a in (("x", x), ("kv", kv)):
-            if a is None:
-                continue
-            if a.ndim != 3 or a.shape[1] < 1:
-                raise ValueError(
-                    f"{name}: expected shape (B, T>=1, d_model={self.d_model}), got {a.shape}"
-                )
-            check_last_dim(a, self.d_model, name, "d_model")
-        if kv is not None and kv.shape[0] != x.shape[0]:
-            raise ValueError(f"kv: expected batch size B={x.shape[0]} (that of x), got {kv.shape}")
-        for name, a in (("x", x), ("kv", kv)):  # cross-attention projects with bare linear()
-            if a is not None:
-                check_float(a, name, self.qkv_proj.weight.dtype)
-        if kv is not None and (self.rope is not None or kv_cache is not None):
-            raise ValueError("kv: cross-attention takes neither RoPE nor a kv_cache")
-        if kv_cache is not None and attn_mask is not None:
-            raise ValueError("attn_mask: decoding with a kv_cache builds its own causal mask")

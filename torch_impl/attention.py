@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention_checks import check_qkv, check_scale, check_sizes
+from .attention_checks import check_layer_inputs, check_qkv, check_scale, check_sizes
 from .dropout import Dropout, check_probability
 from .linear import Linear, check_float, linear
 from .masks import cached_attn_mask, check_attn_mask, check_is_causal, combine_attn_mask
@@ -248,7 +248,8 @@ class SelfAttention(nn.Module):
         start_pos: int = 0,
         kv_cache=None,
     ) -> torch.Tensor:
-        self._check_inputs(x, kv, attn_mask, kv_cache)
+        dtype, rope = self.qkv_proj.weight.dtype, self.rope is not None
+        check_layer_inputs(x, kv, attn_mask, kv_cache, self.d_model, dtype, rope)
         q, k, v = self.project(x, kv)  # (B, H, T, d_k), (B, H, S, d_k), (B, H, S, d_k)
         if self.rope is not None:  # positions enter here, by rotating q and k (never v)
             q, k = self.rope(q, k, start_pos)
@@ -296,27 +297,6 @@ class SelfAttention(nn.Module):
         k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
         attn_mask, is_causal = cached_attn_mask(k.shape[-2] - start_pos, start_pos, device=k.device)
         return k, v, attn_mask, is_causal
-
-    def _check_inputs(self, x, kv, attn_mask, kv_cache) -> None:
-        for name, a in (("x", x), ("kv", kv)):
-            if a is None:
-                continue
-            if a.dim() != 3 or a.shape[1] < 1 or a.shape[-1] != self.d_model:
-                raise ValueError(
-                    f"{name}: expected shape (B, T>=1, d_model={self.d_model}), "
-                    f"got {tuple(a.shape)}"
-                )
-        if kv is not None and kv.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"kv: expected batch size B={x.shape[0]} (that of x), got {tuple(kv.shape)}"
-            )
-        for name, a in (("x", x), ("kv", kv)):  # cross-attention projects with bare linear()
-            if a is not None:
-                check_float(a, name, self.qkv_proj.weight.dtype)
-        if kv is not None and (self.rope is not None or kv_cache is not None):
-            raise ValueError("kv: cross-attention takes neither RoPE nor a kv_cache")
-        if kv_cache is not None and attn_mask is not None:
-            raise ValueError("attn_mask: decoding with a kv_cache builds its own causal mask")
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}, attn_impl={self.attn_impl!r}"

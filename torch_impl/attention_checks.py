@@ -11,6 +11,8 @@ import numbers
 
 import torch
 
+from .linear import check_float
+
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """q, k, v are 4-D with matching batch, heads, T_k and d_k, and one floating dtype.
@@ -60,3 +62,32 @@ def check_sizes(d_model, n_heads) -> None:
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
     if d_model % n_heads:
         raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+
+
+def check_layer_inputs(x, kv, attn_mask, kv_cache, d_model: int, dtype, rope: bool) -> None:
+    """The inputs of ``SelfAttention.forward``: x (and kv) ``(B, T>=1, d_model)`` of the
+    layer's dtype, kv of x's batch size, no RoPE (``rope``) or kv_cache with kv, no
+    ``attn_mask`` with a kv_cache.
+
+    Raises:
+        ValueError: a shape, or a combination of arguments, the layer does not take.
+        TypeError: x or kv not of ``dtype`` (the layer's parameters').
+    """
+    for name, a in (("x", x), ("kv", kv)):
+        if a is None:
+            continue
+        if a.dim() != 3 or a.shape[1] < 1 or a.shape[-1] != d_model:
+            raise ValueError(
+                f"{name}: expected shape (B, T>=1, d_model={d_model}), got {tuple(a.shape)}"
+            )
+    if kv is not None and kv.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"kv: expected batch size B={x.shape[0]} (that of x), got {tuple(kv.shape)}"
+        )
+    for name, a in (("x", x), ("kv", kv)):  # cross-attention projects with bare linear()
+        if a is not None:
+            check_float(a, name, dtype)
+    if kv is not None and (rope or kv_cache is not None):
+        raise ValueError("kv: cross-attention takes neither RoPE nor a kv_cache")
+    if kv_cache is not None and attn_mask is not None:
+        raise ValueError("attn_mask: decoding with a kv_cache builds its own causal mask")
