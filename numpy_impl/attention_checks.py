@@ -64,9 +64,11 @@ def check_sizes(d_model, n_heads) -> None:
 
 
 def check_layer_inputs(x, kv, attn_mask, kv_cache, d_model: int, dtype, rope: bool) -> None:
-    """The inputs of ``SelfAttention.forward``: x (and kv) ``(B, T>=1, d_model)`` of the
-    layer's dtype, kv of x's batch size, no RoPE (``rope``) or kv_cache with kv, no
-    ``attn_mask`` with a kv_cache.
+    """The inputs of ``SelfAttention.forward``: x (and kv) of the layer's dtype, kv of
+    x's batch size, no RoPE (``rope``) or kv_cache with kv, no ``attn_mask`` with a
+    kv_cache.
+
+    Shapes: x ``(B, T>=1, d_model)``, kv ``(B, S>=1, d_model)`` or None. Returns None.
 
     Raises:
         ValueError: a shape, or a combination of arguments, the layer does not take.
