@@ -70,6 +70,7 @@ def check_layer_inputs(x, kv, attn_mask, kv_cache, d_model: int, dtype, rope: bo
     kv_cache.
 
     Shapes: x ``(B, T>=1, d_model)``, kv ``(B, S>=1, d_model)`` or None. Returns None.
+    Source: the checks ``torch.nn.MultiheadAttention.forward`` makes of its query and key.
 
     Raises:
         ValueError: a shape, or a combination of arguments, the layer does not take.
