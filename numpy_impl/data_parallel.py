@@ -165,10 +165,21 @@ def _reseed(own: list, replicas_twins: list) -> None:
     a stream of their own, seeded from ``own`` (one draw each, replica by replica, in
     order), so no two shards drop the same units. ``replicas_twins``: for each replica,
     :func:`~numpy_impl.module.replicate_with_twins`'s map from originals to copies."""
-    for twins in replicas_twins:
-        for g in own:
-            seed = int(g.integers(2**63))
-            twins[id(g)][1].bit_generator.state = type(g.bit_generator)(seed).state
+    seeds = shard_seeds(own, len(replicas_twins))
+    for twins, replica_seeds in zip(replicas_twins, seeds, strict=True):
+        seed_generators([twins[id(g)][1] for g in own], replica_seeds)
+
+
+def shard_seeds(own: list, n_copies: int) -> list:
+    """``[[seed per generator] per copy]``: one draw from each generator of ``own``, copy
+    by copy, in order (what :class:`DataParallel` gives each shard past the first)."""
+    return [[int(g.integers(2**63)) for g in own] for _ in range(n_copies)]
+
+
+def seed_generators(generators: list, seeds: list) -> None:
+    """Start each generator's stream afresh from its seed (the same kind of bit generator)."""
+    for g, seed in zip(generators, seeds, strict=True):
+        g.bit_generator.state = type(g.bit_generator)(seed).state
 
 
 def _halves_by_size(params: list) -> list:

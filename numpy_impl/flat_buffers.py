@@ -89,6 +89,23 @@ class FlatParameters:
         self.exp_avg = self.exp_avg_sq = None
         self._moments: dict[int, tuple] = {}  # id(p) -> the views state[p] should hold
 
+    def move_data(self, buffer: np.ndarray) -> None:
+        """Move the values into ``buffer`` (``(N,)``, ``data``'s dtype; shared memory, say:
+        ``labs/plumbing/shard_process.py``), every parameter's ``data`` made its view there.
+
+        Shapes: buffer ``(N,)``. Raises: ValueError: another shape or dtype (named).
+        """
+        if buffer.shape != self.data.shape or buffer.dtype != self.data.dtype:
+            raise ValueError(
+                f"buffer: expected shape {self.data.shape} and dtype {self.data.dtype}, "
+                f"got {buffer.shape} and {buffer.dtype}"
+            )
+        buffer[...] = self.data
+        self.data = buffer
+        for p, lo, hi in zip(self.params, self.bounds[:-1], self.bounds[1:], strict=True):
+            p.data = buffer[lo:hi].reshape(p.data.shape)
+        self._views = [(p, p.data, p._grad) for p in self.params]
+
     def zero_grad(self) -> None:
         """Every gradient set to zero, in one call (``optim.AdamW.zero_grad``, flat)."""
         self.grad[...] = 0.0

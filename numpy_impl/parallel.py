@@ -176,6 +176,24 @@ def _blas_limited(limit: int):
                 _blas_limit = None
 
 
+@contextlib.contextmanager
+def as_block(n_blocks: int):
+    """Run the ``with`` body as :func:`for_blocks` runs each of ``n_blocks`` blocks: the
+    body's own ``map_rows`` and ``for_blocks`` calls in this thread, BLAS on the threads
+    the blocks leave (``num_threads() // n_blocks``, at least one). For a block whose
+    siblings run elsewhere: ``labs/plumbing/shard_process.py`` runs a batch's first shard
+    here while a worker process runs the second.
+
+    Shapes: none. Raises nothing of its own.
+    """
+    was, _inside.busy = getattr(_inside, "busy", False), True
+    try:
+        with _blas_limited(max(1, num_threads() // max(1, n_blocks))):
+            yield
+    finally:
+        _inside.busy = was
+
+
 def row_blocks(n_rows: int, row_elements: int, block_elements: int = BLOCK_ELEMENTS) -> list:
     """``[(start, stop), ...]``: ``n_rows`` rows cut into blocks of at most about
     ``block_elements`` elements (at least one row each), as few as that allows and of

@@ -47,10 +47,13 @@ measurement's memory and thread pools cannot leak into the next. Reported:
 * peak RSS growth: resident memory before the first step (from
   ``/proc/self/statm``) subtracted from the peak afterwards
   (``getrusage(RUSAGE_SELF).ru_maxrss``): activations, gradients, optimizer
-  moments and allocator slack;
+  moments and allocator slack; for ``numpy``, plus the whole peak of the
+  worker process that runs its second shard (``VmHWM``: its interpreter,
+  its half of the activations, its gradients);
 * for NumPy, the ``tracemalloc`` peak of one extra step (NumPy reports its
   buffers to tracemalloc; PyTorch does not), measured after the timed steps
-  so its bookkeeping does not slow them;
+  so its bookkeeping does not slow them (this process's only: the worker's
+  half of the batch is not traced);
 * each worker's threads (torch's ``get_num_threads``; NumPy's BLAS threads, from
   ``threadpoolctl``) and the attention implementation that ran;
 * the paired ratio: ``numpy`` and ``torch`` in one more worker, their steps in
@@ -92,7 +95,10 @@ VOCAB = 65  # Tiny Shakespeare's character count
 MiB = 1024 * 1024
 #: variant -> (backend, GPTConfig fields over the defaults, backend keyword arguments)
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
-    "numpy": ("numpy", {}, {}),  # the backend's defaults: FlashAttention's tiles, fused kernels
+    # as `labs train` runs it: FlashAttention's tiles, fused kernels, the second shard in a
+    # worker process (labs/plumbing/shard_process.py)
+    "numpy": ("numpy", {}, {"shard_processes": True}),
+    "numpy-threads": ("numpy", {}, {"shard_processes": False}),  # both shards on threads
     # the learner's reading path: attention, LayerNorm, GELU, AdamW and the embedding's
     # backward as the chapters write them
     "numpy-explicit": ("numpy", {}, {"attn_impl": "explicit", "fused": False}),
@@ -331,6 +337,10 @@ def measure(variant: str, B: int, T: int, iters: int, warmup: int, seed: int = 0
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     peak_growth = _peak_rss_bytes() - rss_before
+    # the second shard's worker process, when it ran one: all of its peak (its interpreter too)
+    peak_of = getattr(getattr(backend, "parallel", None), "worker_peak_rss_bytes", None)
+    worker_peak = peak_of() if peak_of else None
+    peak_growth += worker_peak or 0
 
     traced_peak = None
     if backend_name == "numpy":
@@ -370,6 +380,7 @@ def measure(variant: str, B: int, T: int, iters: int, warmup: int, seed: int = 0
         "mfu": achieved / sgemm["sgemm_gflops"],
         "rss_before_mib": rss_before / MiB,
         "peak_rss_growth_mib": peak_growth / MiB,
+        "shard_worker_peak_rss_mib": None if worker_peak is None else worker_peak / MiB,
         "tracemalloc_peak_mib": traced_peak,
         "threads": threads,
         "thread_pools": pools,

@@ -197,6 +197,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(the default)",
     )
     g.add_argument(
+        "--shard-threads",
+        dest="shard_processes",
+        action="store_false",
+        help="numpy backend: run the batch's second shard on a thread of this process instead "
+        "of a worker process (the default, where the platform allows: the same results, "
+        "faster; labs/plumbing/shard_process.py)",
+    )
+    g.add_argument(
         "--amp",
         choices=("bf16", "fp16"),
         default=None,
@@ -479,13 +487,16 @@ def _train(this: Run, resumed, init, say) -> dict:
 
 def _how_it_runs(backend) -> str:
     """``attention flash, fused kernels, 2 threads``: the attention the model runs, (NumPy)
-    whether LayerNorm, GELU and AdamW run as numpy_impl/fused.py's forms, the CPU threads."""
+    whether LayerNorm, GELU and AdamW run as numpy_impl/fused.py's forms and whether the
+    batch's second shard runs in a worker process, the CPU threads."""
     impl = getattr(backend.model, "attn_impl", None)
     if backend.name == "numpy":
         from numpy_impl import parallel
 
         threads = parallel.num_threads()
         impl = f"{impl}, {'fused kernels' if backend.fused else 'the formulas as written'}"
+        if getattr(backend, "shard_processes", False):
+            impl = f"{impl}, the second shard in a worker process"
     else:
         import torch
 

@@ -178,6 +178,7 @@ def build_backend(args: argparse.Namespace, model_config: dict, train_config: di
             device=_device(args, world),
             amp=args.amp,
             fused=getattr(args, "fused", True),
+            shard_processes=getattr(args, "shard_processes", True),
         )
     except ValueError as e:
         raise UserError(str(e)) from e

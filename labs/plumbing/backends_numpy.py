@@ -44,6 +44,11 @@ class NumpyBackend:
             flat buffers from the first training step (``numpy_impl/flat_buffers.py``: zeroing,
             clipping's scaling and AdamW as one call over all of them); False runs the formulas
             the chapters write, one parameter at a time (``bench``'s ``numpy-explicit``).
+        shard_processes: with ``fused``, run the batch's second shard in a worker process
+            that maps the weights' flat buffer (``labs/plumbing/shard_process.py``: each
+            core with a GIL of its own, the same bits as the threads), from the first
+            training step; False (the default here, and where no worker can start) keeps both
+            shards on threads. ``labs train`` and ``labs bench`` turn it on.
 
     Raises:
         ValueError: an invalid model config (the field is named), unknown
@@ -60,6 +65,7 @@ class NumpyBackend:
         dtype: str = "float32",
         attn_impl: str = "flash",
         fused: bool = True,
+        shard_processes: bool = False,
     ):
         from numpy_impl.data_parallel import DATA_PARALLEL_SHARDS, DataParallel
         from numpy_impl.gpt import GPT, GPTConfig
@@ -89,6 +95,13 @@ class NumpyBackend:
         grad_bytes = sum(p.data.nbytes for p in self._params)
         shards = DATA_PARALLEL_SHARDS if grad_bytes <= SHARDED_GRADIENTS_MAX_BYTES else 1
         self.parallel = DataParallel(self.model, n_shards=shards)
+        if not isinstance(shard_processes, bool):
+            raise TypeError(f"shard_processes: expected True or False, got {shard_processes!r}")
+        self.shard_processes = shard_processes and fused and shards == 2
+        if self.shard_processes:
+            from .shard_process import ProcessDataParallel
+
+            self.parallel = ProcessDataParallel(self.parallel)
         self._flat = None  # the parameters in flat buffers, from the first fused training step
         self.step = 0
 
@@ -130,6 +143,8 @@ class NumpyBackend:
             group["lr"] = lr
         self.model.train()
         flat = self._flat_parameters() if self.fused else None
+        if self.shard_processes:
+            self.parallel.use(flat)  # its buffer shared with the worker process (None: threads)
         if flat is not None:
             flat.zero_grad()  # every gradient, in one call
         else:

@@ -1,0 +1,456 @@
+"""The second shard of a NumPy step in a worker process: each core with a GIL of its own.
+
+``numpy_impl.data_parallel.DataParallel`` runs a batch's two shards on two
+threads of one process. Every NumPy call holds the GIL for its Python part,
+and at the default model's size (B = 12, T = 64) a shard's forward and
+backward make a few thousand short calls: the two threads keep handing the
+GIL to each other, and each hand-off puts a thread to sleep and wakes it,
+which a VM pays for in tens of microseconds. Half a batch's forward and
+backward took 32.5 ms alone on one core, 36.2 ms beside the other shard's
+thread, and 32.5 ms beside another process doing the same (docs/speed.md,
+stage 10). So :class:`ProcessDataParallel` runs the second shard in a worker
+process, as ``torch.nn.parallel.DistributedDataParallel`` runs one process
+per device:
+
+* **The weights are shared, not sent.** The model's parameters live in
+  ``numpy_impl/flat_buffers.py``'s flat buffer; that buffer is moved into
+  shared memory (an anonymous ``memfd`` on Linux, an unlinked temporary file
+  elsewhere: nothing to clean up after a crash), and the worker maps the same
+  pages. AdamW's update in this process is what the worker reads at its
+  next step. The worker's gradients go to a second shared buffer, added here
+  into the model's after its backward, in shard order: the same sums, in the
+  same order, as the threads' (tested bit for bit, dropout and gradient
+  accumulation included).
+* **The model's structure is sent as it is now, at every forward** (a pickle
+  of a few KiB that names each parameter's array instead of holding it, as
+  ``DataParallel`` copies the model at every forward), and the worker
+  unpickles it only when it changed. Each generator gets its stream from
+  this process's draws (``data_parallel.shard_seeds``), as a thread's copy does.
+* **Nothing is lost when the worker is.** A worker that dies (killed, out of
+  memory) makes this process warn once and run the threads' ``DataParallel``
+  from then on; the step in flight is finished here from its inputs and its
+  seeds: the same bits. The worker exits when this process closes its end
+  of the socket (also when this process is killed), and :meth:`close` (or
+  garbage collection, or the interpreter's exit) stops it.
+
+Where no worker can run or help (the optimizer's parameters not in one flat
+buffer, a batch of one row, one thread asked for with ``parallel.set_num_threads(1)``
+or ``TWINFORMER_NUM_THREADS=1``, a platform without ``pass_fds``: Windows) the
+threads' ``DataParallel`` runs instead. Its process-wide settings come from
+the caller at each command: ``no_grad()``, ``fused.kernels()`` and
+``np.errstate``; BLAS in the worker keeps to the threads the shards leave.
+
+Source: PyTorch's ``DistributedDataParallel`` (Li et al. 2020, "PyTorch
+Distributed", sec. 3: one process per replica, gradients summed across
+processes); ``multiprocessing.connection`` for the messages.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import mmap
+import os
+import pickle
+import socket
+import subprocess
+import sys
+import tempfile
+import warnings
+import weakref
+from multiprocessing.connection import Connection
+
+import numpy as np
+
+#: The worker's command line: this module run as a script.
+WORKER_MODULE = "labs.plumbing.shard_process"
+
+
+def processes_supported() -> bool:
+    """True where a worker can be started: POSIX (``pass_fds`` and ``socketpair``)."""
+    return os.name == "posix"
+
+
+def shared_array(n: int, dtype) -> tuple[np.ndarray, int]:
+    """``(array, fd)``: ``n`` zeros of ``dtype`` in memory another process can map from
+    ``fd`` (a ``memfd`` where Linux has one, else an unlinked temporary file: freed when
+    the last process holding it exits). The caller closes ``fd`` once it is passed on."""
+    nbytes = max(1, n * np.dtype(dtype).itemsize)
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("twinformer-shard", getattr(os, "MFD_CLOEXEC", 0))
+    else:
+        with tempfile.TemporaryFile() as f:  # unlinked already: nothing left on disk
+            fd = os.dup(f.fileno())
+    os.ftruncate(fd, nbytes)
+    return np.frombuffer(mmap.mmap(fd, nbytes), dtype=dtype, count=n), fd
+
+
+def _map_shared(fd: int, n: int, dtype) -> np.ndarray:
+    nbytes = max(1, n * np.dtype(dtype).itemsize)
+    array = np.frombuffer(mmap.mmap(fd, nbytes), dtype=dtype, count=n)
+    os.close(fd)  # the mapping keeps the memory
+    return array
+
+
+class _ModulePickler(pickle.Pickler):
+    """Pickles a model with each parameter's array (and gradient) named by its place in
+    the flat buffers, each random generator named by its order, and no layer's
+    backward caches (its ``_caches``, None in the copy): the structure, a few KiB."""
+
+    def __init__(self, file, places: dict):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.places = places  # id(array) -> ("data" | "grad", lo, hi, shape)
+        self.generators: list = []  # in the order the pickle first meets them
+        self._generator_ids: dict = {}
+
+    def persistent_id(self, obj):
+        if isinstance(obj, np.ndarray):
+            return self.places.get(id(obj))
+        if isinstance(obj, np.random.Generator):
+            i = self._generator_ids.setdefault(id(obj), len(self.generators))
+            if i == len(self.generators):
+                self.generators.append(obj)
+            return ("generator", i, type(obj.bit_generator).__name__)
+        return None
+
+    def reducer_override(self, obj):
+        from numpy_impl.module import Module
+
+        if not isinstance(obj, Module) or not type(obj)._caches:
+            return NotImplemented
+        state = dict(vars(obj))
+        for name in type(obj)._caches:
+            if name in state:
+                state[name] = None
+        return _new_module, (type(obj),), state
+
+
+def _new_module(cls):
+    return object.__new__(cls)
+
+
+class _ModuleUnpickler(pickle.Unpickler):
+    def __init__(self, file, data: np.ndarray, grad: np.ndarray):
+        super().__init__(file)
+        self.buffers = {"data": data, "grad": grad}
+        self.generators: list = []
+
+    def persistent_load(self, pid):
+        if pid[0] == "generator":  # a stream of its own: seeded at every forward
+            if pid[1] == len(self.generators):
+                self.generators.append(np.random.Generator(getattr(np.random, pid[2])(0)))
+            return self.generators[pid[1]]
+        kind, lo, hi, shape = pid
+        return self.buffers[kind][lo:hi].reshape(shape)
+
+
+class ProcessDataParallel:
+    """``DataParallel``'s two shards, the second in a worker process (see the module's
+    docstring); the same ``forward``/``backward`` and the same bits as the threads'.
+
+    Args:
+        threads: the ``numpy_impl.data_parallel.DataParallel`` to run where no worker can
+            (and whose ``module``'s first shard runs here).
+
+    Call :meth:`use` with the step's ``FlatParameters`` before a training step's forward;
+    without one (or with one that no longer holds the model's arrays) the threads run.
+
+    Shapes: as ``DataParallel``. Raises: what ``DataParallel`` raises, for the same inputs.
+    """
+
+    def __init__(self, threads):
+        self.threads = threads
+        self.module = threads.module
+        self._flat = None  # the FlatParameters whose data the worker maps
+        self._worker = None  # _Worker, once started
+        self._broken = False  # a worker died: the threads from then on
+        self._pending = None  # (x of the second shard, its seeds, flags) until backward
+        self._sent = None  # the model's pickle the worker holds
+
+    def use(self, flat) -> None:
+        """Share ``flat``'s buffers from the next step (a new ``flat`` restarts the worker)."""
+        if flat is not self._flat:
+            self.close()
+            self._flat = flat
+
+    def __call__(self, x):
+        return self.forward(x)
+
+    def _ready(self, x) -> bool:
+        from numpy_impl import parallel
+
+        flat = self._flat
+        if self._broken or flat is None or not processes_supported():
+            return False
+        if parallel.num_threads() < 2:  # one core asked for: the shards one after the other
+            return False
+        if np.ndim(x) == 0 or len(self.threads.shards(len(x))) != 2 or not flat.intact():
+            return False
+        if self._worker is None:
+            self._worker = _Worker(flat)
+        return True
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        from numpy_impl import fused, parallel
+        from numpy_impl.data_parallel import shard_seeds
+        from numpy_impl.module import is_grad_enabled
+
+        x = np.asarray(x)
+        self._pending = None
+        if not self._ready(x):
+            return self.threads.forward(x)
+        (lo0, hi0), (lo1, hi1) = self.threads.shards(len(x))
+        blob, generators = self._pickle()
+        states = [g.bit_generator.state for g in generators]
+        seeds = shard_seeds(generators, 1)[0] if self.module.training else []
+        grad = is_grad_enabled()
+        flags = {"grad": grad, "fused": fused.active(), "errors": np.geterr()}
+        try:
+            sent = None if blob == self._sent else blob  # the worker keeps the last it got
+            self._worker.send(("forward", sent, x[lo1:hi1], seeds, flags))
+            self._sent = None  # until the worker says it holds this one
+        except OSError as e:
+            return self._lost(e, x, generators, states)
+        try:
+            with parallel.as_block(2):
+                first = self.module(x[lo0:hi0])
+        except Exception as shard_error:
+            self._reply_or_none()  # the worker's answer, so the next command is in step
+            return self._refused(shard_error, x, generators, states)
+        try:
+            second = self._reply()
+        except _WorkerLost as e:
+            return self._lost(e, x, generators, states)
+        except Exception as shard_error:
+            return self._refused(shard_error, x, generators, states)
+        self._sent = blob
+        out = np.concatenate([first, second], axis=0)
+        if grad:
+            self._pending = (x[lo1:hi1], seeds, flags, out.shape, hi0 - lo0)
+        return out
+
+    def backward(self, dout: np.ndarray):
+        from numpy_impl import parallel
+
+        pending = self._pending
+        if pending is None:  # the threads ran the forward
+            return self.threads.backward(dout)
+        if np.shape(dout) != pending[3]:  # as DataParallel says it
+            raise ValueError(f"dout: expected shape {pending[3]}, got {np.shape(dout)}")
+        self._pending, h = None, pending[4]
+        try:
+            self._worker.send(("backward", dout[h:]))
+        except OSError as e:
+            self._warn(e)
+            second_sent = False
+        else:
+            second_sent = True
+        with parallel.as_block(2):
+            first = self.module.backward(dout[:h])
+        second = None
+        if second_sent:
+            try:
+                second = self._reply()
+            except _WorkerLost as e:
+                self._warn(e)
+                second_sent = False
+        if second_sent:
+            self._flat.grad += self._worker.grad  # shard order: the model's, then the copy's
+        else:
+            second = self._backward_here(pending, dout[h:])
+        return None if first is None else np.concatenate([first, second], axis=0)
+
+    def _pickle(self) -> tuple[bytes, list]:
+        flat = self._flat
+        places = {}
+        for p, lo, hi in zip(flat.params, flat.bounds[:-1], flat.bounds[1:], strict=True):
+            places[id(p.data)] = ("data", lo, hi, p.data.shape)
+            places[id(p.grad)] = ("grad", lo, hi, p.data.shape)
+        f = io.BytesIO()
+        pickler = _ModulePickler(f, places)
+        pickler.dump(self.module)
+        return f.getvalue(), pickler.generators
+
+    def _reply(self):
+        status, value = self._worker.recv()
+        if status == "error":
+            raise value
+        return value
+
+    def _reply_or_none(self):
+        try:
+            return self._reply()
+        except _WorkerLost as e:
+            self._warn(e)
+        except Exception:
+            pass
+        return None
+
+    def _refused(self, shard_error, x, generators, states):
+        """A shard raised: the whole batch raises the caller's error, as ``DataParallel``."""
+        for g, state in zip(generators, states, strict=True):
+            g.bit_generator.state = state
+        self.module(x)
+        raise shard_error
+
+    def _lost(self, error, x, generators, states):
+        """The worker is gone before its forward: the threads run this batch, from the same
+        generator states (the same draws)."""
+        self._warn(error)
+        for g, state in zip(generators, states, strict=True):
+            g.bit_generator.state = state
+        return self.threads.forward(x)
+
+    def _backward_here(self, pending, dout):
+        """The worker died with the second shard's forward in it: run that shard here on a
+        copy of the model, from its input and seeds, then its backward; its gradients are
+        added as the worker's would have been."""
+        from numpy_impl import fused
+        from numpy_impl.data_parallel import seed_generators
+        from numpy_impl.module import Parameter, replicate_with_twins
+
+        x, seeds, flags = pending[:3]
+        copy, twins = replicate_with_twins(self.module)
+        _, generators = self._pickle()
+        if seeds:
+            seed_generators([twins[id(g)][1] for g in generators], seeds)
+        with fused.kernels(flags["fused"]), np.errstate(**flags["errors"]):
+            copy(x)
+            dx = copy.backward(dout)
+        for original, twin in twins.values():
+            if isinstance(original, Parameter) and twin._grad is not None:
+                original.grad += twin._grad
+        return dx
+
+    def _warn(self, error) -> None:
+        warnings.warn(
+            f"the shard worker process stopped ({error}); the second shard runs on a thread "
+            "from now on (the same results, slower)",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        self._broken = True
+        self.close()
+
+    def worker_peak_rss_bytes(self) -> int | None:
+        """The worker's peak resident memory so far (``VmHWM``, Linux; its share of the
+        weights' pages included), or None without a running worker or ``/proc``."""
+        try:
+            with open(f"/proc/{self._worker.process.pid}/status") as f:
+                line = next(line for line in f if line.startswith("VmHWM:"))
+        except (AttributeError, OSError, StopIteration):
+            return None
+        return int(line.split()[1]) * 1024  # kB
+
+    def close(self) -> None:
+        """Stop the worker (if any); the threads run until the next :meth:`use`."""
+        worker, self._worker, self._sent = self._worker, None, None
+        if worker is not None:
+            worker.close()
+
+
+class _WorkerLost(RuntimeError):
+    pass
+
+
+class _Worker:
+    """The process, its socket, and the gradient buffer it writes."""
+
+    def __init__(self, flat):
+        from numpy_impl import parallel
+
+        data, fd = shared_array(flat.data.size, flat.data.dtype)
+        flat.move_data(data)  # the values copied in: the model's arrays are views there
+        self.grad, grad_fd = shared_array(data.size, data.dtype)
+        here, there = socket.socketpair()
+        blas = str(max(1, parallel.num_threads() // 2))
+        env = {
+            **os.environ,
+            "OPENBLAS_NUM_THREADS": blas,
+            "OMP_NUM_THREADS": blas,
+            "MKL_NUM_THREADS": blas,
+            "TWINFORMER_NUM_THREADS": "1",
+        }
+        fds = (there.fileno(), fd, grad_fd)
+        args = [str(a) for a in (*fds, data.size, data.dtype.str)]
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", WORKER_MODULE, *args], pass_fds=fds, env=env, close_fds=True
+        )
+        there.close()
+        os.close(fd)
+        os.close(grad_fd)
+        self.conn = Connection(here.detach())
+        self._finalizer = weakref.finalize(self, _stop, self.conn, self.process)
+
+    def send(self, message) -> None:
+        self.conn.send(message)
+
+    def recv(self):
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError) as e:
+            code = self.process.poll()
+            raise _WorkerLost(f"exit status {code}" if code is not None else str(e)) from e
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _stop(conn: Connection, process: subprocess.Popen) -> None:
+    """Close the socket (the worker exits at its end of file) and wait for the process."""
+    try:
+        conn.close()
+    except OSError:
+        pass
+    try:
+        process.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def _serve(sock_fd: int, data_fd: int, grad_fd: int, n: int, dtype: str) -> None:
+    """The worker's loop: a command in, a reply out, until its socket closes."""
+    from labs.plumbing.runtime import tune_malloc
+
+    tune_malloc()
+    from numpy_impl import fused
+    from numpy_impl.data_parallel import seed_generators
+    from numpy_impl.module import no_grad
+
+    data = _map_shared(data_fd, n, dtype)
+    grad = _map_shared(grad_fd, n, dtype)
+    conn = Connection(sock_fd)
+    model = generators = None
+    flags = {"grad": False, "fused": False, "errors": np.geterr()}
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the main process closed its end (or is gone)
+        try:
+            if message[0] == "forward":
+                _, blob, x, seeds, flags = message
+                if blob is not None:
+                    unpickler = _ModuleUnpickler(io.BytesIO(blob), data, grad)
+                    model, generators = unpickler.load(), unpickler.generators
+                if seeds:
+                    seed_generators(generators, seeds)
+                if flags["grad"]:
+                    grad[...] = 0.0  # this shard's gradients alone: added in by the caller
+            with (  # the caller's settings, for the forward and for its backward
+                fused.kernels(flags["fused"]),
+                np.errstate(**flags["errors"]),
+                contextlib.nullcontext() if flags["grad"] else no_grad(),
+            ):
+                reply = model(x) if message[0] == "forward" else model.backward(message[1])
+            conn.send(("ok", reply))
+        except Exception as e:  # the caller raises it (or the whole batch's error)
+            try:
+                conn.send(("error", e))
+            except Exception:
+                conn.send(("error", RuntimeError(f"{type(e).__name__}: {e}")))
+
+
+if __name__ == "__main__":
+    _serve(*(int(a) for a in sys.argv[1:5]), sys.argv[5])

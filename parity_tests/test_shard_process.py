@@ -1,0 +1,249 @@
+"""The second shard in a worker process (``labs/plumbing/shard_process.py``): the threads' bits.
+
+``ProcessDataParallel`` must be ``DataParallel`` run elsewhere: the same losses,
+gradients and weights, bit for bit (``np.array_equal``, not a tolerance), with
+dropout and gradient accumulation, in training and evaluation; the same errors
+for the same bad inputs; and a worker that dies mid-run must cost nothing but
+speed (a warning, then the threads, the same bits), leaving no process behind.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from labs.plumbing import shard_process
+from labs.plumbing.backends import make_backend
+
+pytestmark = pytest.mark.skipif(
+    not shard_process.processes_supported(), reason="worker processes need POSIX"
+)
+
+
+@pytest.fixture(autouse=True)
+def two_threads():
+    """Two cores' worth: the worker runs (one thread keeps both shards here)."""
+    from numpy_impl import parallel
+
+    before = parallel.num_threads()
+    parallel.set_num_threads(2)
+    yield
+    parallel.set_num_threads(before)
+
+
+CONFIG = {"vocab_size": 11, "block_size": 8, "n_layers": 2, "n_heads": 2, "d_model": 16}
+
+
+def _batches(n: int, B: int = 6, T: int = 8, seed: int = 0) -> list:
+    rng = np.random.default_rng(seed)
+    return [(rng.integers(0, 11, (B, T)), rng.integers(0, 11, (B, T))) for _ in range(n)]
+
+
+def _run(shard_processes: bool, steps: int = 4, grad_accum: int = 1, **config) -> dict:
+    backend = make_backend("numpy", {**CONFIG, **config}, seed=0, shard_processes=shard_processes)
+    batches = _batches(steps + 2)
+    losses = [backend.train_step(x, y, grad_accum=grad_accum) for x, y in batches[:steps]]
+    result = {
+        "losses": [(r["loss"], r["grad_norm"]) for r in losses],
+        "eval": backend.eval_loss(batches[steps:]),
+        "weights": backend.state_dict(),
+        "optimizer": backend.optimizer_state(),
+        "rng": backend.rng_state(),
+        "backend": backend,
+    }
+    return result
+
+
+def _assert_same_bits(a: dict, b: dict) -> None:
+    assert a["losses"] == b["losses"]
+    assert a["eval"] == b["eval"]
+    assert a["rng"] == b["rng"]
+    for key in ("weights", "optimizer"):
+        assert a[key].keys() == b[key].keys()
+        for name in a[key]:
+            assert np.array_equal(a[key][name], b[key][name]), (key, name)
+
+
+@pytest.mark.parametrize(
+    ("dropout", "grad_accum"), [(0.0, 1), (0.2, 1), (0.2, 2)], ids=["plain", "dropout", "accum"]
+)
+def test_a_worker_process_gives_the_threads_bits(dropout, grad_accum):
+    threads = _run(False, grad_accum=grad_accum, dropout=dropout)
+    processes = _run(True, grad_accum=grad_accum, dropout=dropout)
+    assert isinstance(processes["backend"].parallel, shard_process.ProcessDataParallel)
+    assert processes["backend"].parallel._worker is not None  # it did run
+    _assert_same_bits(threads, processes)
+
+
+def test_the_worker_follows_the_models_changes_between_steps():
+    """A setting changed after the first step (the attention's implementation) reaches the
+    worker, as it reaches a thread's fresh copy: the same bits, both ways."""
+    runs = []
+    for shard_processes in (False, True):
+        backend = make_backend("numpy", CONFIG, seed=0, shard_processes=shard_processes)
+        batches = _batches(4)
+        losses = [backend.train_step(*batches[0])["loss"]]
+        for block in backend.model.blocks:
+            block.attn.attn_impl = "explicit"
+        losses += [backend.train_step(x, y)["loss"] for x, y in batches[1:]]
+        runs.append((losses, backend.state_dict()))
+    assert runs[0][0] == runs[1][0]
+    assert all(np.array_equal(runs[0][1][k], runs[1][1][k]) for k in runs[0][1])
+
+
+def test_the_second_shards_bad_input_raises_the_callers_error():
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    x, y = _batches(1)[0]
+    backend.train_step(x, y)  # the worker is running
+    bad = x.copy()
+    bad[-1, -1] = 11  # only the worker's rows hold the bad id
+    with pytest.raises(ValueError, match=r"got min=0, max=11"):
+        backend.train_step(bad, y)
+    before = backend.state_dict()
+    assert backend.train_step(x, y)["loss"] > 0  # and the next step runs as usual
+    assert any(not np.array_equal(before[k], v) for k, v in backend.state_dict().items())
+
+
+def test_dout_of_another_shape_is_refused_as_the_threads_refuse_it():
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    x, y = _batches(1)[0]
+    backend.train_step(x, y)
+    net = backend.parallel
+    logits = net.forward(x)
+    with pytest.raises(ValueError, match=r"dout: expected shape \(6, 8, 11\), got \(3, 8, 11\)"):
+        net.backward(logits[:3])
+    net.backward(np.zeros_like(logits))
+
+
+@pytest.mark.parametrize("when", ["between steps", "before the backward"])
+def test_a_killed_worker_costs_a_warning_and_no_bits(when):
+    threads = _run(False, steps=4, dropout=0.2)
+    backend = make_backend("numpy", {**CONFIG, "dropout": 0.2}, seed=0, shard_processes=True)
+    batches = _batches(6)
+    losses = []
+    for i, (x, y) in enumerate(batches[:4]):
+        if i == 2:
+            worker = backend.parallel._worker
+            if when == "between steps":
+                _kill(worker.process)
+                with pytest.warns(RuntimeWarning, match="shard worker process stopped"):
+                    r = backend.train_step(x, y)
+            else:  # the worker holds the second shard's forward when it dies
+                net, original = backend.parallel, backend.parallel.backward
+
+                def kill_then_backward(dout, worker=worker, original=original):
+                    _kill(worker.process)
+                    return original(dout)
+
+                net.backward = kill_then_backward
+                with pytest.warns(RuntimeWarning, match="shard worker process stopped"):
+                    r = backend.train_step(x, y)
+                del net.backward
+        else:
+            r = backend.train_step(x, y)
+        losses.append((r["loss"], r["grad_norm"]))
+    assert backend.parallel._worker is None  # the threads from then on
+    processes = {
+        "losses": losses,
+        "eval": backend.eval_loss(batches[4:]),
+        "weights": backend.state_dict(),
+        "optimizer": backend.optimizer_state(),
+        "rng": backend.rng_state(),
+    }
+    _assert_same_bits(threads, processes)
+
+
+def test_closing_stops_the_worker_and_a_new_flat_buffer_starts_another():
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    x, y = _batches(1)[0]
+    backend.train_step(x, y)
+    process = backend.parallel._worker.process
+    backend.parallel.close()
+    assert process.wait(timeout=10) == 0  # it saw its socket close and left
+    backend.train_step(x, y)  # the next step starts a worker again
+    assert backend.parallel._worker.process.pid != process.pid
+
+
+def test_the_worker_exits_when_its_parent_is_killed(tmp_path):
+    """No orphan: a parent killed with SIGKILL closes the socket, and the worker leaves."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import numpy as np, sys, time\n"
+        "from labs.plumbing.backends import make_backend\n"
+        f"b = make_backend('numpy', {CONFIG!r}, shard_processes=True)\n"
+        "x = np.zeros((6, 8), np.int64)\n"
+        "b.train_step(x, x)\n"
+        "print(b.parallel._worker.process.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env)
+    try:
+        worker_pid = int(parent.stdout.readline())
+    finally:
+        parent.kill()
+        parent.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker_pid):
+        time.sleep(0.05)
+    assert not _alive(worker_pid)
+
+
+def test_no_worker_where_none_can_help():
+    """A batch of one row, one thread, the formulas' path (no flat buffer) and a torch
+    backend: threads (or nothing) run, and no process starts."""
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    x, y = _batches(1, B=1)[0]
+    backend.train_step(x, y)
+    assert backend.parallel._worker is None
+    from numpy_impl import parallel
+
+    parallel.set_num_threads(1)
+    one = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    one.train_step(*_batches(1)[0])
+    assert one.parallel._worker is None
+    parallel.set_num_threads(2)
+    formulas = make_backend("numpy", CONFIG, seed=0, shard_processes=True, fused=False)
+    assert not formulas.shard_processes
+    assert make_backend("torch", CONFIG, seed=0, shard_processes=True).name == "torch"
+    with pytest.raises(TypeError, match="shard_processes: expected True or False"):
+        make_backend("numpy", CONFIG, seed=0, shard_processes=1)
+
+
+def test_move_data_keeps_the_values_and_refuses_another_layout():
+    from numpy_impl import flat_buffers
+    from numpy_impl.module import Parameter
+
+    params = [Parameter(np.arange(6.0).reshape(2, 3)), Parameter(np.ones(2))]
+    flat = flat_buffers.FlatParameters(params)
+    shared, fd = shard_process.shared_array(8, np.float64)
+    os.close(fd)
+    flat.move_data(shared)
+    assert flat.intact() and params[0].data.base is not None
+    assert np.array_equal(params[0].data, np.arange(6.0).reshape(2, 3))
+    shared[0] = 42.0
+    assert params[0].data[0, 0] == 42.0  # a view of the new buffer
+    with pytest.raises(ValueError, match=r"buffer: expected shape \(8,\) and dtype float64"):
+        flat.move_data(np.zeros(8, np.float32))
+
+
+def _kill(process) -> None:
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=10)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone but for its parent's wait
+        return f.read().split(") ")[-1][0] != "Z"
