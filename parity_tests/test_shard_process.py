@@ -157,6 +157,63 @@ def test_a_killed_worker_costs_a_warning_and_no_bits(when):
     _assert_same_bits(threads, processes)
 
 
+def test_an_interrupt_while_the_worker_computes_leaves_no_reply_to_read_out_of_turn(monkeypatch):
+    """Ctrl-C during the first shard: the worker's reply is never read by a later command
+    (the worker is closed and a fresh one starts), so the next steps give the threads' bits."""
+    import contextlib
+
+    from numpy_impl import parallel
+
+    threads = make_backend("numpy", CONFIG, seed=0, shard_processes=False)
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    b0, b1, b2 = _batches(3)
+    expected = [threads.train_step(*b)["loss"] for b in (b0, b1)]
+    got = [backend.train_step(*b0)["loss"]]
+    first = backend.parallel._worker.process
+
+    @contextlib.contextmanager
+    def interrupted(n_blocks):
+        raise KeyboardInterrupt
+        yield
+
+    with monkeypatch.context() as m:
+        m.setattr(parallel, "as_block", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            backend.train_step(*b2)
+    assert first.wait(timeout=10) is not None  # closed
+    got.append(backend.train_step(*b1)["loss"])
+    assert got == expected
+    assert backend.parallel._worker.process.pid != first.pid
+
+
+def test_the_workers_warnings_reach_the_caller_as_the_threads_would_raise_them():
+    """Weights that overflow float32: the same warnings, of the same kinds, both ways."""
+    import warnings
+
+    seen = []
+    for shard_processes in (False, True):
+        backend = make_backend("numpy", CONFIG, seed=0, shard_processes=shard_processes)
+        x, y = _batches(1)[0]
+        backend.train_step(x, y)
+        backend.model.blocks[0].ffn.fc1.weight.data[...] = 3e38  # the flat buffer, in place
+        with warnings.catch_warnings(record=True) as caught, np.errstate(all="warn"):
+            warnings.simplefilter("always")
+            backend.eval_loss([(x, y)])
+        seen.append(sorted({(w.category.__name__, str(w.message)) for w in caught}))
+    assert seen[0] and seen[0] == seen[1]
+
+
+def test_a_model_that_cannot_be_sent_runs_on_threads_with_a_warning():
+    threads = _run(False, steps=3)
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    backend.model.note = lambda: None  # a learner's attribute that pickle refuses
+    batches = _batches(5)
+    with pytest.warns(RuntimeWarning, match="the model could not be sent"):
+        losses = [backend.train_step(x, y) for x, y in batches[:3]]
+    assert [(r["loss"], r["grad_norm"]) for r in losses] == threads["losses"]
+    assert backend.parallel._worker is None
+
+
 def test_closing_stops_the_worker_and_a_new_flat_buffer_starts_another():
     backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
     x, y = _batches(1)[0]

@@ -38,7 +38,11 @@ buffer, a batch of one row, one thread asked for with ``parallel.set_num_threads
 or ``TWINFORMER_NUM_THREADS=1``, a platform without ``pass_fds``: Windows) the
 threads' ``DataParallel`` runs instead. Its process-wide settings come from
 the caller at each command: ``no_grad()``, ``fused.kernels()`` and
-``np.errstate``; BLAS in the worker keeps to the threads the shards leave.
+``np.errstate`` (a ``"call"`` or ``"log"`` setting keeps the step on threads: the
+callback lives here); BLAS in the worker keeps to the threads the shards leave.
+The worker's warnings are raised again here, under this process's filters,
+and its errors too; a ``KeyboardInterrupt`` while the worker computes closes it
+(a fresh one starts at the next step), so no reply is ever read out of turn.
 
 Source: PyTorch's ``DistributedDataParallel`` (Li et al. 2020, "PyTorch
 Distributed", sec. 3: one process per replica, gradients summed across
@@ -47,7 +51,6 @@ processes); ``multiprocessing.connection`` for the messages.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import mmap
 import os
@@ -62,8 +65,8 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-#: The worker's command line: this module run as a script.
-WORKER_MODULE = "labs.plumbing.shard_process"
+#: The worker's command line: ``python -m`` this module (its loop: ``shard_worker.py``).
+WORKER_MODULE = "labs.plumbing.shard_worker"
 
 
 def processes_supported() -> bool:
@@ -83,13 +86,6 @@ def shared_array(n: int, dtype) -> tuple[np.ndarray, int]:
             fd = os.dup(f.fileno())
     os.ftruncate(fd, nbytes)
     return np.frombuffer(mmap.mmap(fd, nbytes), dtype=dtype, count=n), fd
-
-
-def _map_shared(fd: int, n: int, dtype) -> np.ndarray:
-    nbytes = max(1, n * np.dtype(dtype).itemsize)
-    array = np.frombuffer(mmap.mmap(fd, nbytes), dtype=dtype, count=n)
-    os.close(fd)  # the mapping keeps the memory
-    return array
 
 
 class _ModulePickler(pickle.Pickler):
@@ -129,21 +125,6 @@ def _new_module(cls):
     return object.__new__(cls)
 
 
-class _ModuleUnpickler(pickle.Unpickler):
-    def __init__(self, file, data: np.ndarray, grad: np.ndarray):
-        super().__init__(file)
-        self.buffers = {"data": data, "grad": grad}
-        self.generators: list = []
-
-    def persistent_load(self, pid):
-        if pid[0] == "generator":  # a stream of its own: seeded at every forward
-            if pid[1] == len(self.generators):
-                self.generators.append(np.random.Generator(getattr(np.random, pid[2])(0)))
-            return self.generators[pid[1]]
-        kind, lo, hi, shape = pid
-        return self.buffers[kind][lo:hi].reshape(shape)
-
-
 class ProcessDataParallel:
     """``DataParallel``'s two shards, the second in a worker process (see the module's
     docstring); the same ``forward``/``backward`` and the same bits as the threads'.
@@ -166,6 +147,7 @@ class ProcessDataParallel:
         self._broken = False  # a worker died: the threads from then on
         self._pending = None  # (x of the second shard, its seeds, flags) until backward
         self._sent = None  # the model's pickle the worker holds
+        self._seen: dict = {}  # the worker's warnings already shown (warnings' registry)
 
     def use(self, flat) -> None:
         """Share ``flat``'s buffers from the next step (a new ``flat`` restarts the worker)."""
@@ -186,6 +168,8 @@ class ProcessDataParallel:
             return False
         if np.ndim(x) == 0 or len(self.threads.shards(len(x))) != 2 or not flat.intact():
             return False
+        if {"call", "log"} & set(np.geterr().values()):  # a callback lives in this process
+            return False
         if self._worker is None:
             self._worker = _Worker(flat)
         return True
@@ -200,7 +184,11 @@ class ProcessDataParallel:
         if not self._ready(x):
             return self.threads.forward(x)
         (lo0, hi0), (lo1, hi1) = self.threads.shards(len(x))
-        blob, generators = self._pickle()
+        try:
+            blob, generators = self._pickle()
+        except Exception as e:  # something in the model that cannot travel: threads, from now on
+            self._warn(f"the model could not be sent: {type(e).__name__}: {e}")
+            return self.threads.forward(x)
         states = [g.bit_generator.state for g in generators]
         seeds = shard_seeds(generators, 1)[0] if self.module.training else []
         grad = is_grad_enabled()
@@ -217,6 +205,9 @@ class ProcessDataParallel:
         except Exception as shard_error:
             self._reply_or_none()  # the worker's answer, so the next command is in step
             return self._refused(shard_error, x, generators, states)
+        except BaseException:  # KeyboardInterrupt: the worker's reply stays unread
+            self.close()  # so no later command reads it: a fresh worker next time
+            raise
         try:
             second = self._reply()
         except _WorkerLost as e:
@@ -245,8 +236,13 @@ class ProcessDataParallel:
             second_sent = False
         else:
             second_sent = True
-        with parallel.as_block(2):
-            first = self.module.backward(dout[:h])
+        try:
+            with parallel.as_block(2):
+                first = self.module.backward(dout[:h])
+        except BaseException:
+            if second_sent:
+                self._reply_or_none()
+            raise
         second = None
         if second_sent:
             try:
@@ -272,7 +268,18 @@ class ProcessDataParallel:
         return f.getvalue(), pickler.generators
 
     def _reply(self):
-        status, value = self._worker.recv()
+        """The worker's answer: its value, its warnings raised again here (under this
+        process's filters), its error raised here."""
+        try:
+            status, value, caught = self._worker.recv()
+        except BaseException as e:  # KeyboardInterrupt while waiting: a reply may be on its way
+            if not isinstance(e, _WorkerLost):
+                self.close()
+            raise
+        for message, category, filename, lineno in caught:  # once per place, as a module's
+            warnings.warn_explicit(message, category, filename, lineno, registry=self._seen)
+        if status == "unusable":  # the worker cannot run this model: as if it were gone
+            raise _WorkerLost(value)
         if status == "error":
             raise value
         return value
@@ -325,7 +332,7 @@ class ProcessDataParallel:
     def _warn(self, error) -> None:
         warnings.warn(
             f"the shard worker process stopped ({error}); the second shard runs on a thread "
-            "from now on (the same results, slower)",
+            "from now on (the same results, slower; `labs train --shard-threads` asks for that)",
             RuntimeWarning,
             stacklevel=3,
         )
@@ -407,50 +414,3 @@ def _stop(conn: Connection, process: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
-
-
-def _serve(sock_fd: int, data_fd: int, grad_fd: int, n: int, dtype: str) -> None:
-    """The worker's loop: a command in, a reply out, until its socket closes."""
-    from labs.plumbing.runtime import tune_malloc
-
-    tune_malloc()
-    from numpy_impl import fused
-    from numpy_impl.data_parallel import seed_generators
-    from numpy_impl.module import no_grad
-
-    data = _map_shared(data_fd, n, dtype)
-    grad = _map_shared(grad_fd, n, dtype)
-    conn = Connection(sock_fd)
-    model = generators = None
-    flags = {"grad": False, "fused": False, "errors": np.geterr()}
-    while True:
-        try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return  # the main process closed its end (or is gone)
-        try:
-            if message[0] == "forward":
-                _, blob, x, seeds, flags = message
-                if blob is not None:
-                    unpickler = _ModuleUnpickler(io.BytesIO(blob), data, grad)
-                    model, generators = unpickler.load(), unpickler.generators
-                if seeds:
-                    seed_generators(generators, seeds)
-                if flags["grad"]:
-                    grad[...] = 0.0  # this shard's gradients alone: added in by the caller
-            with (  # the caller's settings, for the forward and for its backward
-                fused.kernels(flags["fused"]),
-                np.errstate(**flags["errors"]),
-                contextlib.nullcontext() if flags["grad"] else no_grad(),
-            ):
-                reply = model(x) if message[0] == "forward" else model.backward(message[1])
-            conn.send(("ok", reply))
-        except Exception as e:  # the caller raises it (or the whole batch's error)
-            try:
-                conn.send(("error", e))
-            except Exception:
-                conn.send(("error", RuntimeError(f"{type(e).__name__}: {e}")))
-
-
-if __name__ == "__main__":
-    _serve(*(int(a) for a in sys.argv[1:5]), sys.argv[5])
