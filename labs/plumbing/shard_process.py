@@ -371,8 +371,12 @@ class _Worker:
         self.grad, grad_fd = shared_array(data.size, data.dtype)
         here, there = socket.socketpair()
         blas = str(max(1, parallel.num_threads() // 2))
+        # the parent's own copy of this package first, however the parent found it
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         env = {
             **os.environ,
+            "PYTHONPATH": path,
             "OPENBLAS_NUM_THREADS": blas,
             "OMP_NUM_THREADS": blas,
             "MKL_NUM_THREADS": blas,
