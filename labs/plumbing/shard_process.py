@@ -36,8 +36,8 @@ per device:
 Where no worker can run or help (the optimizer's parameters not in one flat
 buffer, a batch of one row, one thread asked for with ``parallel.set_num_threads(1)``
 or ``TWINFORMER_NUM_THREADS=1``, a platform without ``pass_fds``: Windows) the
-threads' ``DataParallel`` runs instead. Its process-wide settings come from
-the caller at each command: ``no_grad()``, ``fused.kernels()`` and
+threads' ``DataParallel`` runs instead. The worker's per-thread settings come
+from the caller with each command: ``no_grad()``, ``fused.kernels()`` and
 ``np.errstate`` (a ``"call"`` or ``"log"`` setting keeps the step on threads: the
 callback lives here); BLAS in the worker keeps to the threads the shards leave.
 The worker's warnings are raised again here, under this process's filters,
@@ -65,7 +65,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-#: The worker's command line: ``python -m`` this module (its loop: ``shard_worker.py``).
+#: The worker: ``python -m labs.plumbing.shard_worker`` (its loop; this module starts it).
 WORKER_MODULE = "labs.plumbing.shard_worker"
 
 
@@ -171,7 +171,11 @@ class ProcessDataParallel:
         if {"call", "log"} & set(np.geterr().values()):  # a callback lives in this process
             return False
         if self._worker is None:
-            self._worker = _Worker(flat)
+            try:
+                self._worker = _Worker(flat)
+            except OSError as e:  # no process or no shared memory to be had: threads
+                self._warn(f"it could not start: {e}")
+                return False
         return True
 
     def forward(self, x: np.ndarray) -> np.ndarray:
