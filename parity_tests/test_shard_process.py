@@ -304,3 +304,60 @@ def _alive(pid: int) -> bool:
         return False
     with open(f"/proc/{pid}/stat") as f:  # a zombie is gone but for its parent's wait
         return f.read().split(") ")[-1][0] != "Z"
+
+
+@pytest.mark.parametrize("to", ["the process group", "the parent alone"])
+def test_ctrl_c_stops_the_run_without_a_traceback_from_the_worker(tmp_path, to):
+    """Ctrl-C in a terminal signals the whole process group, the worker too; `kill -INT`
+    signals the parent alone, which closes the worker's socket while the worker computes
+    its shard's forward (raised here where the parent's own shard starts). Either way the
+    parent's KeyboardInterrupt is the only thing said: no traceback from the worker, no
+    warning that it stopped, and no process left behind."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "parent.py"
+    config = {**CONFIG, "d_model": 64, "block_size": 32}
+    script.write_text(
+        "import numpy as np, sys\n"
+        "from labs.plumbing.backends import make_backend\n"
+        f"b = make_backend('numpy', {config!r}, shard_processes=True)\n"
+        "x = np.zeros((12, 32), np.int64)\n"
+        "b.train_step(x, x)\n"
+        "print(b.parallel._worker.process.pid, flush=True)\n"
+        "if sys.argv[1] == 'forward':  # the parent alone, while the worker computes its shard\n"
+        "    from numpy_impl import parallel\n"
+        "    def as_block(n):\n"
+        "        raise KeyboardInterrupt\n"
+        "    parallel.as_block = as_block\n"
+        "try:\n"
+        "    while True:\n"
+        "        b.train_step(x, x)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted', file=sys.stderr)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    parent = subprocess.Popen(
+        [sys.executable, str(script), "forward" if to == "the parent alone" else "group"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,  # a process group of its own, as a terminal's job
+        text=True,
+    )
+    try:
+        worker_pid = int(parent.stdout.readline())
+        if to == "the process group":
+            time.sleep(0.5)  # steps in flight
+            os.killpg(parent.pid, signal.SIGINT)
+        _, err = parent.communicate(timeout=30)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert err.strip().splitlines() == ["interrupted"], err
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(worker_pid):
+        time.sleep(0.05)
+    assert not _alive(worker_pid)

@@ -19,6 +19,7 @@ import io
 import mmap
 import os
 import pickle
+import signal
 import sys
 import warnings
 from multiprocessing.connection import Connection
@@ -56,6 +57,10 @@ def _serve(sock_fd: int, data_fd: int, grad_fd: int, n: int, dtype: str) -> None
     from labs.plumbing.runtime import tune_malloc
 
     tune_malloc()
+    # Ctrl-C in a terminal signals the whole process group, this worker too: the caller
+    # alone decides (it closes the socket, or reads the reply in flight), and this loop
+    # leaves at the socket's end, so an interrupt here would only print a traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from numpy_impl import fused
     from numpy_impl.data_parallel import seed_generators
     from numpy_impl.module import no_grad
@@ -94,9 +99,14 @@ def _serve(sock_fd: int, data_fd: int, grad_fd: int, n: int, dtype: str) -> None
                 status, reply = ("error", e) if model is not None else ("unusable", repr(e))
         found = [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
         try:
-            conn.send((status, reply, found))
-        except Exception as e:  # an error or a warning that does not pickle: said in words
-            conn.send(("error", RuntimeError(f"{type(reply).__name__}: {reply} ({e})"), []))
+            try:
+                conn.send((status, reply, found))
+            except OSError:
+                raise
+            except Exception as e:  # an error or a warning that does not pickle: said in words
+                conn.send(("error", RuntimeError(f"{type(reply).__name__}: {reply} ({e})"), []))
+        except OSError:
+            return  # the caller closed its end while this one computed (an interrupt): leave
 
 
 if __name__ == "__main__":
