@@ -4,11 +4,14 @@ One training step (forward, backward, AdamW update) is timed at two sizes:
 nanoGPT's CPU default (B=12, T=64) and a larger one (B=64, T=256), where
 attention's T^2 terms start to dominate. The model is GPTConfig's default
 (4 layers, 4 heads, d_model 128) with a 65-character vocabulary; batches are
-random tokens, so no corpus is needed. Four rows per size:
+random tokens, so no corpus is needed. Five rows per size:
 
 * ``numpy``: the NumPy backend as ``labs train`` runs it: FlashAttention's
   tiles (``attn_impl="flash"``), the fused kernels of ``numpy_impl/fused.py``
-  and the batch in two shards on the cores (``numpy_impl/data_parallel.py``);
+  and the batch in two shards on the cores (``numpy_impl/data_parallel.py``), the
+  second in a worker process (``labs/plumbing/shard_process.py``);
+* ``numpy-threads``: the same with both shards on threads of this process
+  (``labs train --shard-threads``), to show what the worker process gains;
 * ``numpy-explicit``: the same with the formulas the chapters write: attention
   written out (``attn_impl="explicit"``), LayerNorm, GELU, AdamW and the
   embedding's backward unfused (``fused=False``), the learner's reading path;
@@ -120,6 +123,15 @@ PAIRED_ITERS_FACTOR = 2  # measure_paired times this many times --iters pairs of
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``bench`` command's options."""
+    p.epilog = (
+        "Rows (variants), each at B=12, T=64 and B=64, T=256: numpy (as `labs train` runs "
+        "it: flash attention, fused kernels, the batch's second half in a worker process); "
+        "numpy-threads (the same with both halves on threads of one process, as `labs train "
+        "--shard-threads`); numpy-explicit (the chapters' formulas: --attn-impl explicit "
+        "--no-fused); torch (the project's PyTorch model); torch-nanogpt (nanoGPT's settings: "
+        "no biases, exact GELU). Takes a few minutes on both cores; run it on an idle "
+        "machine. The columns: docs/speed.md."
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object, no table")
     p.add_argument(
         "--iters",
