@@ -388,8 +388,14 @@ class _Worker:
         }
         fds = (there.fileno(), fd, grad_fd)
         args = [str(a) for a in (*fds, data.size, data.dtype.str)]
+        # a session of its own: a terminal's Ctrl-C (or Ctrl-Z) reaches the caller alone, which
+        # decides; the worker leaves when its socket closes
         self.process = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, *args], pass_fds=fds, env=env, close_fds=True
+            [sys.executable, "-m", WORKER_MODULE, *args],
+            pass_fds=fds,
+            env=env,
+            close_fds=True,
+            start_new_session=True,
         )
         there.close()
         os.close(fd)
@@ -405,7 +411,8 @@ class _Worker:
             return self.conn.recv()
         except (EOFError, OSError) as e:
             code = self.process.poll()
-            raise _WorkerLost(f"exit status {code}" if code is not None else str(e)) from e
+            why = f"exit status {code}" if code is not None else str(e) or "its socket closed"
+            raise _WorkerLost(why) from e
 
     def close(self) -> None:
         self._finalizer()
