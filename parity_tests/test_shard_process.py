@@ -361,3 +361,132 @@ def test_ctrl_c_stops_the_run_without_a_traceback_from_the_worker(tmp_path, to):
     while time.monotonic() < deadline and _alive(worker_pid):
         time.sleep(0.05)
     assert not _alive(worker_pid)
+@pytest.mark.parametrize("command", ["forward", "backward"])
+def test_an_interrupt_just_after_a_command_is_written_never_desyncs_the_replies(
+    command, monkeypatch
+):
+    """A KeyboardInterrupt that lands inside ``send``, once the command is written (the
+    signal handler runs at the next bytecode), leaves the worker's reply unread: the
+    next step starts a fresh worker instead of reading it out of turn (which gave the
+    wrong loss, then a ValueError from ``np.concatenate``)."""
+    threads = make_backend("numpy", CONFIG, seed=0, shard_processes=False)
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    b0, b1, b2, b3 = _batches(4)
+    expected = [threads.train_step(*b)["loss"] for b in (b0, b1, b2)]
+    got = [backend.train_step(*b0)["loss"]]
+    send = shard_process._Worker.send
+
+    def send_then_interrupt(self, message):
+        send(self, message)
+        if message[0] == command:
+            raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(shard_process._Worker, "send", send_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            backend.train_step(*b3)
+    got += [backend.train_step(*b)["loss"] for b in (b1, b2)]
+    assert got == expected
+
+
+def test_a_forked_child_steps_weights_of_its_own_and_leaves_the_parents_worker_alone():
+    """After ``os.fork`` the child's weights were the parent's shared pages: its AdamW
+    step changed the parent's weights (and it talked to the parent's worker)."""
+    import sys
+
+    threads = _run(False, steps=4)
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    batches = _batches(6)
+    losses = [backend.train_step(*b) for b in batches[:2]]
+    worker = backend.parallel._worker
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a step of its own, then out without pytest's teardown
+        code = 1
+        try:
+            r = backend.train_step(*batches[2])
+            os.write(write, repr(r["loss"]).encode())
+            code = 0 if backend.parallel._worker is not worker else 3
+        finally:
+            sys.stdout.flush()
+            os._exit(code)
+    os.close(write)
+    child_loss = os.read(read, 100).decode()
+    os.close(read)
+    assert os.waitpid(pid, 0)[1] == 0
+    losses += [backend.train_step(*b) for b in batches[2:4]]
+    assert child_loss == repr(threads["losses"][2][0])  # the child's step was a right one
+    assert [(r["loss"], r["grad_norm"]) for r in losses] == threads["losses"]
+    assert backend.parallel._worker is worker  # still the parent's, still in step
+    for name, value in backend.state_dict().items():
+        assert np.array_equal(value, threads["weights"][name]), name
+
+
+def test_the_worker_ignores_ctrl_c_which_reaches_the_whole_process_group():
+    """A terminal's Ctrl-C reaches the worker too: it printed a KeyboardInterrupt
+    traceback and died (costing a warning and the rest of the run on threads whenever
+    the caller goes on). The caller decides: the worker keeps running."""
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    x, y = _batches(1)[0]
+    backend.train_step(x, y)
+    worker = backend.parallel._worker
+    time.sleep(0.2)  # past its start
+    worker.process.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    assert worker.process.poll() is None
+    backend.train_step(x, y)
+    assert backend.parallel._worker is worker
+
+
+def test_a_worker_whose_caller_is_gone_mid_command_leaves_quietly():
+    """The caller killed while the worker computes: its reply meets a closed socket. It
+    exits (status 0), without a BrokenPipeError traceback on the terminal."""
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    x, y = _batches(1, B=64, T=8)[0]
+    backend.train_step(x, y)
+    worker = backend.parallel._worker
+    flags = {"grad": True, "fused": True, "errors": np.geterr()}
+    worker.send(("forward", None, x, [], flags))
+    worker.conn.close()  # as a killed caller's end closes
+    assert worker.process.wait(timeout=10) == 0
+    backend.parallel.close()
+
+
+def test_the_worker_imports_the_numpy_impl_its_caller_imported(tmp_path):
+    """A learner's workspace put first on ``sys.path`` (as parity_tests/conftest.py does
+    for ``TWINFORMER_WORKSPACE``): the worker ran the reference package's layers for the
+    second shard (``-m`` puts the working directory, the repository, first)."""
+    import shutil
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ws = tmp_path / "ws"
+    shutil.copytree(os.path.join(root, "numpy_impl"), ws / "numpy_impl")
+    gpt = ws / "numpy_impl" / "gpt.py"
+    source = gpt.read_text()
+    line = "        return self.head(x)  # (B, T, C) -> (B, T, vocab_size)"
+    assert source.count(line) == 1
+    gpt.write_text(source.replace(line, "        return self.head(x) * 2  # the learner's"))
+    script = tmp_path / "parent.py"
+    script.write_text(
+        f"import sys; sys.path.insert(0, {str(ws)!r})\n"
+        "import numpy as np, numpy_impl\n"
+        f"assert numpy_impl.__file__.startswith({str(ws)!r})\n"
+        "numpy_impl.parallel.set_num_threads(2)\n"
+        "from labs.plumbing.backends import make_backend\n"
+        "x = np.arange(48).reshape(6, 8) % 11\n"
+        "outs = []\n"
+        "for sp in (False, True):\n"
+        f"    b = make_backend('numpy', {CONFIG!r}, shard_processes=sp)\n"
+        "    b.train_step(x, x)\n"
+        "    outs.append(b.parallel(x))\n"
+        "assert b.parallel._worker is not None\n"
+        "print(np.array_equal(*outs))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=root
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True"]

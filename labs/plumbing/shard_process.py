@@ -36,13 +36,18 @@ per device:
 Where no worker can run or help (the optimizer's parameters not in one flat
 buffer, a batch of one row, one thread asked for with ``parallel.set_num_threads(1)``
 or ``TWINFORMER_NUM_THREADS=1``, a platform without ``pass_fds``: Windows) the
-threads' ``DataParallel`` runs instead. The worker's per-thread settings come
-from the caller with each command: ``no_grad()``, ``fused.kernels()`` and
+threads' ``DataParallel`` runs instead. Its process-wide settings come from
+the caller at each command: ``no_grad()``, ``fused.kernels()`` and
 ``np.errstate`` (a ``"call"`` or ``"log"`` setting keeps the step on threads: the
 callback lives here); BLAS in the worker keeps to the threads the shards leave.
 The worker's warnings are raised again here, under this process's filters,
-and its errors too; a ``KeyboardInterrupt`` while the worker computes closes it
+and its errors too; a ``KeyboardInterrupt`` while the worker computes (or just
+after a command is written: the worker counts the replies it owes) closes it
 (a fresh one starts at the next step), so no reply is ever read out of turn.
+The worker imports what this process imported (its ``sys.path``, the folders of
+``numpy_impl`` and ``labs`` first: a learner's workspace, say). A child of
+``os.fork`` copies its weights out of the shared memory and leaves its parent's
+worker alone (its own starts at its next step), as a fork copies the threads'.
 
 Source: PyTorch's ``DistributedDataParallel`` (Li et al. 2020, "PyTorch
 Distributed", sec. 3: one process per replica, gradients summed across
@@ -52,6 +57,7 @@ processes); ``multiprocessing.connection`` for the messages.
 from __future__ import annotations
 
 import io
+import json
 import mmap
 import os
 import pickle
@@ -65,8 +71,17 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-#: The worker: ``python -m labs.plumbing.shard_worker`` (its loop; this module starts it).
+#: The worker's module (its loop: ``shard_worker.py``), run as ``python -m`` would run it
+#: but with this process's import path (:data:`_BOOT`).
 WORKER_MODULE = "labs.plumbing.shard_worker"
+
+#: ``python -c`` this: ``sys.path`` set to the list in ``argv[1]`` (JSON) before anything
+#: is imported (``-m`` would put the working directory first, where another checkout's
+#: ``labs`` or ``numpy_impl`` may lie), then the worker's module run as ``__main__``.
+_BOOT = (
+    "import json, runpy, sys; sys.path[:] = json.loads(sys.argv.pop(1)); "
+    f"runpy.run_module({WORKER_MODULE!r}, run_name='__main__', alter_sys=True)"
+)
 
 
 def processes_supported() -> bool:
@@ -148,6 +163,8 @@ class ProcessDataParallel:
         self._pending = None  # (x of the second shard, its seeds, flags) until backward
         self._sent = None  # the model's pickle the worker holds
         self._seen: dict = {}  # the worker's warnings already shown (warnings' registry)
+        self._shared = None  # the shared buffer the weights were moved into, while they are
+        _LIVE.add(self)  # so that a fork's child gets weights of its own (_after_fork_in_child)
 
     def use(self, flat) -> None:
         """Share ``flat``'s buffers from the next step (a new ``flat`` restarts the worker)."""
@@ -170,12 +187,11 @@ class ProcessDataParallel:
             return False
         if {"call", "log"} & set(np.geterr().values()):  # a callback lives in this process
             return False
+        if self._worker is not None and self._worker.unread:
+            self.close()  # an interrupted command's reply is on its way: never read out of turn
         if self._worker is None:
-            try:
-                self._worker = _Worker(flat)
-            except OSError as e:  # no process or no shared memory to be had: threads
-                self._warn(f"it could not start: {e}")
-                return False
+            self._worker = _Worker(flat)
+            self._shared = flat.data
         return True
 
     def forward(self, x: np.ndarray) -> np.ndarray:
@@ -197,10 +213,10 @@ class ProcessDataParallel:
         seeds = shard_seeds(generators, 1)[0] if self.module.training else []
         grad = is_grad_enabled()
         flags = {"grad": grad, "fused": fused.active(), "errors": np.geterr()}
+        sent = None if blob == self._sent else blob  # the worker keeps the last it got
+        self._sent = None  # until the worker says it holds this one
         try:
-            sent = None if blob == self._sent else blob  # the worker keeps the last it got
             self._worker.send(("forward", sent, x[lo1:hi1], seeds, flags))
-            self._sent = None  # until the worker says it holds this one
         except OSError as e:
             return self._lost(e, x, generators, states)
         try:
@@ -221,7 +237,7 @@ class ProcessDataParallel:
         self._sent = blob
         out = np.concatenate([first, second], axis=0)
         if grad:
-            self._pending = (x[lo1:hi1], seeds, flags, out.shape, hi0 - lo0)
+            self._pending = (x[lo1:hi1], seeds, flags, out.shape, hi0 - lo0, self._worker)
         return out
 
     def backward(self, dout: np.ndarray):
@@ -233,13 +249,16 @@ class ProcessDataParallel:
         if np.shape(dout) != pending[3]:  # as DataParallel says it
             raise ValueError(f"dout: expected shape {pending[3]}, got {np.shape(dout)}")
         self._pending, h = None, pending[4]
-        try:
-            self._worker.send(("backward", dout[h:]))
-        except OSError as e:
-            self._warn(e)
-            second_sent = False
-        else:
-            second_sent = True
+        second_sent = False
+        if self._worker is not None and self._worker.unread:
+            self.close()  # an interrupted command's reply is on its way: never read out of turn
+        if self._worker is pending[5] is not None:  # the worker that ran this forward
+            try:
+                self._worker.send(("backward", dout[h:]))
+            except OSError as e:
+                self._warn(e)
+            else:
+                second_sent = True
         try:
             with parallel.as_block(2):
                 first = self.module.backward(dout[:h])
@@ -359,9 +378,37 @@ class ProcessDataParallel:
         if worker is not None:
             worker.close()
 
+    def _forked(self) -> None:
+        """In a child of ``os.fork``: the weights copied out of the shared memory (a fork
+        copies a process's memory; a child's steps must not write its parent's weights),
+        and the parent's worker left alone, this process's end of its socket closed (so
+        the worker still sees its parent go). A worker of its own starts at the next step."""
+        worker, self._worker, self._sent, self._pending = self._worker, None, None, None
+        if worker is not None:
+            worker._finalizer.detach()  # neither waited for nor killed from here
+            try:
+                worker.conn.close()
+            except OSError:
+                pass
+        flat, shared, self._shared = self._flat, self._shared, None
+        if flat is not None and shared is not None and flat.data is shared:
+            flat.move_data(np.array(flat.data))  # private pages, the same values
+
 
 class _WorkerLost(RuntimeError):
     pass
+
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()  # every ProcessDataParallel not yet collected
+
+
+def _after_fork_in_child() -> None:
+    for net in list(_LIVE):
+        net._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Worker:
@@ -375,12 +422,8 @@ class _Worker:
         self.grad, grad_fd = shared_array(data.size, data.dtype)
         here, there = socket.socketpair()
         blas = str(max(1, parallel.num_threads() // 2))
-        # the parent's own copy of this package first, however the parent found it
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
         env = {
             **os.environ,
-            "PYTHONPATH": path,
             "OPENBLAS_NUM_THREADS": blas,
             "OMP_NUM_THREADS": blas,
             "MKL_NUM_THREADS": blas,
@@ -388,34 +431,52 @@ class _Worker:
         }
         fds = (there.fileno(), fd, grad_fd)
         args = [str(a) for a in (*fds, data.size, data.dtype.str)]
-        # a session of its own: a terminal's Ctrl-C (or Ctrl-Z) reaches the caller alone, which
-        # decides; the worker leaves when its socket closes
         self.process = subprocess.Popen(
-            [sys.executable, "-m", WORKER_MODULE, *args],
+            [sys.executable, "-c", _BOOT, json.dumps(_import_path()), *args],
             pass_fds=fds,
             env=env,
             close_fds=True,
-            start_new_session=True,
         )
         there.close()
         os.close(fd)
         os.close(grad_fd)
         self.conn = Connection(here.detach())
         self._finalizer = weakref.finalize(self, _stop, self.conn, self.process)
+        # replies owed: counted before a command is written and after its reply is read, so
+        # a command cut short anywhere (a KeyboardInterrupt inside ``send``, say) leaves a
+        # count that makes the caller close this worker rather than read a reply out of turn
+        self.unread = 0
 
     def send(self, message) -> None:
+        self.unread += 1
         self.conn.send(message)
 
     def recv(self):
         try:
-            return self.conn.recv()
+            reply = self.conn.recv()
         except (EOFError, OSError) as e:
             code = self.process.poll()
-            why = f"exit status {code}" if code is not None else str(e) or "its socket closed"
-            raise _WorkerLost(why) from e
+            raise _WorkerLost(f"exit status {code}" if code is not None else str(e)) from e
+        self.unread -= 1
+        return reply
 
     def close(self) -> None:
         self._finalizer()
+
+
+def _import_path() -> list[str]:
+    """The worker's ``sys.path``: the folders this process imported ``numpy_impl`` and
+    ``labs`` from (a learner's workspace, say, put first on ``sys.path`` as
+    ``parity_tests/conftest.py`` does), then this process's ``sys.path`` (as
+    ``multiprocessing``'s spawn passes it on): the worker unpickles the model into the
+    very classes this process runs, whatever its working directory holds."""
+    import numpy_impl
+
+    here = os.path.dirname(os.path.abspath(__file__))  # .../labs/plumbing
+    roots = [os.path.dirname(os.path.dirname(os.path.abspath(numpy_impl.__file__)))]
+    roots.append(os.path.dirname(os.path.dirname(here)))
+    roots += [p for p in sys.path if isinstance(p, str)]  # as they are (path hooks' names)
+    return list(dict.fromkeys(roots))  # each once, in order
 
 
 def _stop(conn: Connection, process: subprocess.Popen) -> None:

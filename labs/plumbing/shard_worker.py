@@ -1,8 +1,11 @@
 """The worker process of ``shard_process.py``: the batch's second shard, a command at a time.
 
-Started as ``python -m labs.plumbing.shard_worker SOCKET DATA GRAD N DTYPE`` by
+Started as ``python -m labs.plumbing.shard_worker SOCKET DATA GRAD N DTYPE`` would
+start it (with the caller's ``sys.path``: ``shard_process._BOOT``) by
 ``shard_process.ProcessDataParallel`` (the numbers are file descriptors it
-inherits, the buffers' size and dtype). It maps the weights' flat buffer and
+inherits, the buffers' size and dtype). It ignores SIGINT (a terminal's Ctrl-C
+reaches the whole process group: the caller decides) and leaves quietly when its
+reply meets a closed socket (the caller is gone). It maps the weights' flat buffer and
 its own gradients' buffer, then answers commands on the socket until the
 socket closes: ``("forward", model pickle or None, x, seeds, settings)`` and
 ``("backward", dout)``, each answered ``(status, value, warnings)``. The model
@@ -24,7 +27,12 @@ import sys
 import warnings
 from multiprocessing.connection import Connection
 
-import numpy as np
+if __name__ == "__main__":
+    # Ctrl-C in a terminal reaches the whole process group: the caller decides what an
+    # interrupt stops (and closes this worker's socket when it stops it), not the worker
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+import numpy as np  # noqa: E402 (after the signal: numpy's import takes a while)
 
 
 def _map_shared(fd: int, n: int, dtype) -> np.ndarray:
@@ -57,10 +65,6 @@ def _serve(sock_fd: int, data_fd: int, grad_fd: int, n: int, dtype: str) -> None
     from labs.plumbing.runtime import tune_malloc
 
     tune_malloc()
-    # Ctrl-C in a terminal signals the whole process group, this worker too: the caller
-    # alone decides (it closes the socket, or reads the reply in flight), and this loop
-    # leaves at the socket's end, so an interrupt here would only print a traceback
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from numpy_impl import fused
     from numpy_impl.data_parallel import seed_generators
     from numpy_impl.module import no_grad
@@ -106,7 +110,7 @@ def _serve(sock_fd: int, data_fd: int, grad_fd: int, n: int, dtype: str) -> None
             except Exception as e:  # an error or a warning that does not pickle: said in words
                 conn.send(("error", RuntimeError(f"{type(reply).__name__}: {reply} ({e})"), []))
         except OSError:
-            return  # the caller closed its end while this one computed (an interrupt): leave
+            return  # the main process is gone (killed mid-step): nobody to answer
 
 
 if __name__ == "__main__":
