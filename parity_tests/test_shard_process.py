@@ -119,6 +119,9 @@ def test_dout_of_another_shape_is_refused_as_the_threads_refuse_it():
     net.backward(np.zeros_like(logits))
 
 
+STOPPED = r"shard worker process stopped \(killed by SIGKILL\)"  # the words say how
+
+
 @pytest.mark.parametrize("when", ["between steps", "before the backward"])
 def test_a_killed_worker_costs_a_warning_and_no_bits(when):
     threads = _run(False, steps=4, dropout=0.2)
@@ -130,7 +133,7 @@ def test_a_killed_worker_costs_a_warning_and_no_bits(when):
             worker = backend.parallel._worker
             if when == "between steps":
                 _kill(worker.process)
-                with pytest.warns(RuntimeWarning, match="shard worker process stopped"):
+                with pytest.warns(RuntimeWarning, match=STOPPED):
                     r = backend.train_step(x, y)
             else:  # the worker holds the second shard's forward when it dies
                 net, original = backend.parallel, backend.parallel.backward
@@ -140,7 +143,7 @@ def test_a_killed_worker_costs_a_warning_and_no_bits(when):
                     return original(dout)
 
                 net.backward = kill_then_backward
-                with pytest.warns(RuntimeWarning, match="shard worker process stopped"):
+                with pytest.warns(RuntimeWarning, match=STOPPED):
                     r = backend.train_step(x, y)
                 del net.backward
         else:
@@ -490,3 +493,15 @@ def test_the_worker_imports_the_numpy_impl_its_caller_imported(tmp_path):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True"]
+
+
+def test_the_run_banner_names_the_worker_only_where_one_runs():
+    """One thread asked for (``TWINFORMER_NUM_THREADS=1``): no worker starts, and
+    ``labs train``'s first line said "the second shard in a worker process" all the same."""
+    from labs.commands.train import _how_it_runs
+    from numpy_impl import parallel
+
+    backend = make_backend("numpy", CONFIG, seed=0, shard_processes=True)
+    assert "the second shard in a worker process, 2 threads" in _how_it_runs(backend)
+    parallel.set_num_threads(1)
+    assert "worker process" not in _how_it_runs(backend)

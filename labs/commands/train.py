@@ -495,7 +495,10 @@ def _how_it_runs(backend) -> str:
 
         threads = parallel.num_threads()
         impl = f"{impl}, {'fused kernels' if backend.fused else 'the formulas as written'}"
-        if getattr(backend, "shard_processes", False):
+        from ..plumbing.shard_process import processes_supported
+
+        # no worker on one thread (the shards run one after the other, here) nor on Windows
+        if getattr(backend, "shard_processes", False) and threads > 1 and processes_supported():
             impl = f"{impl}, the second shard in a worker process"
     else:
         import torch

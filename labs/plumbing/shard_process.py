@@ -218,7 +218,7 @@ class ProcessDataParallel:
         try:
             self._worker.send(("forward", sent, x[lo1:hi1], seeds, flags))
         except OSError as e:
-            return self._lost(e, x, generators, states)
+            return self._lost(self._worker.why(e), x, generators, states)
         try:
             with parallel.as_block(2):
                 first = self.module(x[lo0:hi0])
@@ -256,7 +256,7 @@ class ProcessDataParallel:
             try:
                 self._worker.send(("backward", dout[h:]))
             except OSError as e:
-                self._warn(e)
+                self._warn(self._worker.why(e))
             else:
                 second_sent = True
         try:
@@ -455,10 +455,25 @@ class _Worker:
         try:
             reply = self.conn.recv()
         except (EOFError, OSError) as e:
-            code = self.process.poll()
-            raise _WorkerLost(f"exit status {code}" if code is not None else str(e)) from e
+            raise _WorkerLost(self.why(e)) from e
         self.unread -= 1
         return reply
+
+    def why(self, error: BaseException) -> str:
+        """Words for a lost worker: how it ended (``killed by SIGKILL``, ``exit status 1``)
+        once it has (a second at most), else the socket's error."""
+        import signal
+
+        try:
+            code = self.process.wait(timeout=1)
+        except subprocess.TimeoutExpired:
+            return str(error) or type(error).__name__
+        if code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                pass
+        return f"exit status {code}"
 
     def close(self) -> None:
         self._finalizer()
