@@ -505,3 +505,23 @@ def test_the_run_banner_names_the_worker_only_where_one_runs():
     assert "the second shard in a worker process, 2 threads" in _how_it_runs(backend)
     parallel.set_num_threads(1)
     assert "worker process" not in _how_it_runs(backend)
+
+
+def test_a_warning_both_shards_raise_is_shown_once_as_the_threads_show_it():
+    """Under the default filter a warning shows once per place: the threads' two shards
+    share the layer's module registry; the worker's was relayed under a registry of its
+    own, so every warning showed twice."""
+    import warnings
+
+    counts = []
+    for shard_processes in (False, True):
+        backend = make_backend("numpy", CONFIG, seed=0, shard_processes=shard_processes)
+        x, y = _batches(1)[0]
+        backend.train_step(x, y)
+        backend.model.blocks[0].ffn.fc1.weight.data[...] = 3e38
+        with warnings.catch_warnings(record=True) as caught, np.errstate(all="warn"):
+            warnings.simplefilter("default")
+            backend.eval_loss([(x, y)])
+            backend.eval_loss([(x, y)])
+        counts.append(sorted((w.category.__name__, str(w.message), w.lineno) for w in caught))
+    assert counts[0] and counts[0] == counts[1]

@@ -300,7 +300,8 @@ class ProcessDataParallel:
                 self.close()
             raise
         for message, category, filename, lineno in caught:  # once per place, as a module's
-            warnings.warn_explicit(message, category, filename, lineno, registry=self._seen)
+            registry = _registry_of(filename, self._seen)
+            warnings.warn_explicit(message, category, filename, lineno, registry=registry)
         if status == "unusable":  # the worker cannot run this model: as if it were gone
             raise _WorkerLost(value)
         if status == "error":
@@ -397,6 +398,16 @@ class ProcessDataParallel:
 
 class _WorkerLost(RuntimeError):
     pass
+
+
+def _registry_of(filename: str, default: dict) -> dict:
+    """The ``__warningregistry__`` of this process's module at ``filename`` (where the
+    first shard's same warning is recorded: shown once in all, as the threads show it),
+    else ``default``."""
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) == filename:
+            return vars(module).setdefault("__warningregistry__", {})
+    return default
 
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()  # every ProcessDataParallel not yet collected
