@@ -243,8 +243,7 @@ def test_the_worker_exits_when_its_parent_is_killed(tmp_path):
         "print(b.parallel._worker.process.pid, flush=True)\n"
         "time.sleep(60)\n"
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = _env_with_this_checkout()
     parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, env=env)
     try:
         worker_pid = int(parent.stdout.readline())
@@ -339,8 +338,7 @@ def test_ctrl_c_stops_the_run_without_a_traceback_from_the_worker(tmp_path, to):
         "except KeyboardInterrupt:\n"
         "    print('interrupted', file=sys.stderr)\n"
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = _env_with_this_checkout()
     parent = subprocess.Popen(
         [sys.executable, str(script), "forward" if to == "the parent alone" else "group"],
         stdout=subprocess.PIPE,
@@ -364,6 +362,8 @@ def test_ctrl_c_stops_the_run_without_a_traceback_from_the_worker(tmp_path, to):
     while time.monotonic() < deadline and _alive(worker_pid):
         time.sleep(0.05)
     assert not _alive(worker_pid)
+
+
 @pytest.mark.parametrize("command", ["forward", "backward"])
 def test_an_interrupt_just_after_a_command_is_written_never_desyncs_the_replies(
     command, monkeypatch
@@ -487,7 +487,7 @@ def test_the_worker_imports_the_numpy_impl_its_caller_imported(tmp_path):
         "assert b.parallel._worker is not None\n"
         "print(np.array_equal(*outs))\n"
     )
-    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = _env_with_this_checkout()
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, env=env, cwd=root
     )
@@ -525,3 +525,9 @@ def test_a_warning_both_shards_raise_is_shown_once_as_the_threads_show_it():
             backend.eval_loss([(x, y)])
         counts.append(sorted((w.category.__name__, str(w.message), w.lineno) for w in caught))
     assert counts[0] and counts[0] == counts[1]
+
+
+def _env_with_this_checkout() -> dict:
+    """The environment for a child Python that must import this checkout's packages."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}

@@ -190,7 +190,11 @@ class ProcessDataParallel:
         if self._worker is not None and self._worker.unread:
             self.close()  # an interrupted command's reply is on its way: never read out of turn
         if self._worker is None:
-            self._worker = _Worker(flat)
+            try:
+                self._worker = _Worker(flat)
+            except OSError as e:  # no process or no shared memory to be had: threads
+                self._warn(f"it could not start: {e}")
+                return False
             self._shared = flat.data
         return True
 
@@ -447,6 +451,7 @@ class _Worker:
             pass_fds=fds,
             env=env,
             close_fds=True,
+            start_new_session=True,  # a terminal's Ctrl-C or Ctrl-Z reaches the caller alone
         )
         there.close()
         os.close(fd)
