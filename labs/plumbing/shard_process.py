@@ -68,6 +68,7 @@ import tempfile
 import warnings
 import weakref
 from multiprocessing.connection import Connection
+from typing import NamedTuple
 
 import numpy as np
 
@@ -160,7 +161,7 @@ class ProcessDataParallel:
         self._flat = None  # the FlatParameters whose data the worker maps
         self._worker = None  # _Worker, once started
         self._broken = False  # a worker died: the threads from then on
-        self._pending = None  # (x of the second shard, its seeds, flags) until backward
+        self._pending: _Pending | None = None  # the worker's forward, until its backward
         self._sent = None  # the model's pickle the worker holds
         self._seen: dict = {}  # the worker's warnings already shown (warnings' registry)
         self._shared = None  # the shared buffer the weights were moved into, while they are
@@ -241,7 +242,9 @@ class ProcessDataParallel:
         self._sent = blob
         out = np.concatenate([first, second], axis=0)
         if grad:
-            self._pending = (x[lo1:hi1], seeds, flags, out.shape, hi0 - lo0, self._worker)
+            self._pending = _Pending(
+                x[lo1:hi1], seeds, generators, flags, out.shape, hi0 - lo0, self._worker
+            )
         return out
 
     def backward(self, dout: np.ndarray):
@@ -250,13 +253,13 @@ class ProcessDataParallel:
         pending = self._pending
         if pending is None:  # the threads ran the forward
             return self.threads.backward(dout)
-        if np.shape(dout) != pending[3]:  # as DataParallel says it
-            raise ValueError(f"dout: expected shape {pending[3]}, got {np.shape(dout)}")
-        self._pending, h = None, pending[4]
+        if np.shape(dout) != pending.out_shape:  # as DataParallel says it
+            raise ValueError(f"dout: expected shape {pending.out_shape}, got {np.shape(dout)}")
+        self._pending, h = None, pending.split
         second_sent = False
         if self._worker is not None and self._worker.unread:
             self.close()  # an interrupted command's reply is on its way: never read out of turn
-        if self._worker is pending[5] is not None:  # the worker that ran this forward
+        if self._worker is pending.worker is not None:  # the worker that ran this forward
             try:
                 self._worker.send(("backward", dout[h:]))
             except OSError as e:
@@ -323,8 +326,7 @@ class ProcessDataParallel:
 
     def _refused(self, shard_error, x, generators, states):
         """A shard raised: the whole batch raises the caller's error, as ``DataParallel``."""
-        for g, state in zip(generators, states, strict=True):
-            g.bit_generator.state = state
+        _restore(generators, states)
         self.module(x)
         raise shard_error
 
@@ -332,11 +334,10 @@ class ProcessDataParallel:
         """The worker is gone before its forward: the threads run this batch, from the same
         generator states (the same draws)."""
         self._warn(error)
-        for g, state in zip(generators, states, strict=True):
-            g.bit_generator.state = state
+        _restore(generators, states)
         return self.threads.forward(x)
 
-    def _backward_here(self, pending, dout):
+    def _backward_here(self, pending: _Pending, dout):
         """The worker died with the second shard's forward in it: run that shard here on a
         copy of the model, from its input and seeds, then its backward; its gradients are
         added as the worker's would have been."""
@@ -344,13 +345,12 @@ class ProcessDataParallel:
         from numpy_impl.data_parallel import seed_generators
         from numpy_impl.module import Parameter, replicate_with_twins
 
-        x, seeds, flags = pending[:3]
         copy, twins = replicate_with_twins(self.module)
-        _, generators = self._pickle()
-        if seeds:
-            seed_generators([twins[id(g)][1] for g in generators], seeds)
+        if pending.seeds:  # the streams the worker's generators had: the same draws
+            seed_generators([twins[id(g)][1] for g in pending.generators], pending.seeds)
+        flags = pending.flags
         with fused.kernels(flags["fused"]), np.errstate(**flags["errors"]):
-            copy(x)
+            copy(pending.x)
             dx = copy.backward(dout)
         for original, twin in twins.values():
             if isinstance(original, Parameter) and twin._grad is not None:
@@ -398,6 +398,24 @@ class ProcessDataParallel:
         flat, shared, self._shared = self._flat, self._shared, None
         if flat is not None and shared is not None and flat.data is shared:
             flat.move_data(np.array(flat.data))  # private pages, the same values
+
+
+class _Pending(NamedTuple):
+    """What a forward run through the worker leaves for its backward."""
+
+    x: np.ndarray  # the second shard's rows
+    seeds: list  # one per generator, as the worker's generators were seeded
+    generators: list  # the model's generators, in the pickle's order
+    flags: dict  # the caller's no_grad, fused.kernels and errstate settings
+    out_shape: tuple  # the whole batch's output shape
+    split: int  # the first shard's rows
+    worker: _Worker  # the worker that ran it
+
+
+def _restore(generators: list, states: list) -> None:
+    """Put each generator back to its state (before the shards drew their seeds)."""
+    for g, state in zip(generators, states, strict=True):
+        g.bit_generator.state = state
 
 
 class _WorkerLost(RuntimeError):
