@@ -24,7 +24,7 @@ def write_assets(out_dir: Path) -> None:
     """The CSS (with Pygments' colours), the script and MiniSearch, into ``out_dir``."""
     from pygments.formatters import HtmlFormatter
 
-    for name in ("site.js", "minisearch.min.js", "minisearch.LICENSE.txt"):
+    for name in ("site.js", "minisearch.js", "minisearch.LICENSE.txt"):
         shutil.copyfile(ASSETS / name, out_dir / name)
     css = (ASSETS / "site.css").read_text(encoding="utf-8")
     pygments = HtmlFormatter(style="default").get_style_defs(".highlight")
@@ -148,6 +148,10 @@ def markdown_page(text: str, base_dir: Path, out_dir: Path, pages: dict[Path, st
             if name in figures.found:
                 p.tag, p.attrib = "figure", {"id": figure_anchor(name)}
                 img.set("src", figures.found[name].relative_to(out_dir).as_posix())
+                link = etree.Element("a", href=img.get("src"), title="full size")
+                p.insert(list(p).index(img), link)  # a click opens the PNG at full size
+                p.remove(img)
+                link.append(img)
                 etree.SubElement(p, "figcaption").text = img.get("alt")
             else:
                 p.set("class", "note")
