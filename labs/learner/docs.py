@@ -516,7 +516,10 @@ def build_site(
         pages[ch.directory.resolve()] = pages[(ch.directory / "README.md").resolve()] = ch.page
     groups = {
         "Chapters": [(ch.page, f"{ch.number} {_short(ch.title)}") for ch in all_chapters],
-        "Reference": [(_reference(p), _title(p)) for p in references],
+        "Reference": [
+            (_reference(p), "Overview" if _reference(p) == "overview.html" else _title(p))
+            for p in references
+        ],
     }
     site = _Site(out_dir, groups, pages, solutions, search=[])
     drawn = collect_figures(all_chapters, out_dir, figures, say=say)
