@@ -17,7 +17,7 @@ files become links between pages. Below 1100 px the sidebar folds behind a butto
 and the code columns stack.
 
 The search runs in the browser, offline: MiniSearch 7.2.0 (``site_assets/``: npm's
-``dist/umd/index.js``, unchanged, and its MIT licence) indexes ``search-index.js``,
+``dist/umd/index.js``, minified, and its MIT licence) indexes ``search-index.js``,
 the sections of every page, when the box is first used. Needs the ``docs`` extra (markdown,
 Pygments, latex2mathml): ``pip install -e ".[docs]"``. ``docs_html.py`` has the
 HTML pieces, ``diff_pairs.py`` the pairs.

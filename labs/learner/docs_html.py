@@ -24,7 +24,7 @@ def write_assets(out_dir: Path) -> None:
     """The CSS (with Pygments' colours), the script and MiniSearch, into ``out_dir``."""
     from pygments.formatters import HtmlFormatter
 
-    for name in ("site.js", "minisearch.js", "minisearch.LICENSE.txt"):
+    for name in ("site.js", "minisearch.min.js", "minisearch.LICENSE.txt"):
         shutil.copyfile(ASSETS / name, out_dir / name)
     css = (ASSETS / "site.css").read_text(encoding="utf-8")
     pygments = HtmlFormatter(style="default").get_style_defs(".highlight")

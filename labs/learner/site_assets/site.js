@@ -1,4 +1,4 @@
-// The site's search box: MiniSearch (minisearch.js, MIT licence) over the sections of
+// The site's search box: MiniSearch (minisearch.min.js, MIT licence) over the sections of
 // every page (search-index.js), both loaded on first use by script tags, so that the
 // search works offline and from file:// too. "/" jumps to the box; Enter opens the first hit.
 (() => {
@@ -16,7 +16,7 @@
       document.head.append(s);
     });
   const ready = () =>
-    (loading ??= Promise.all([load("minisearch.js"), load("search-index.js")]).then(() => {
+    (loading ??= Promise.all([load("minisearch.min.js"), load("search-index.js")]).then(() => {
       engine = new MiniSearch({
         fields: ["title", "heading", "text"],
         storeFields: ["title", "heading"],
