@@ -7,6 +7,8 @@
   added to a copy of it that reports, once the page has loaded, what the
   browser drew: the ``<math>`` elements it laid out as maths, the images it
   decoded, and any LaTeX left in the visible text;
+* :data:`LAYOUT_PROBE`, :data:`SEARCH_PROBE`: other scripts for it: the layout at a
+  window's width (overflow, sidebar, code columns), and the search box's hits;
 * :func:`raw_latex` / :class:`PageText`: the same question asked of the HTML
   alone, without a browser.
 """
@@ -83,9 +85,60 @@ window.addEventListener("load", () => {
 </script>"""
 
 
-def probe_pages(exe: str, pages: list[Path], tmp: Path, parallel: int = 3) -> dict[Path, dict]:
-    """What Chromium drew on each page (see the module docstring): page -> findings."""
-    script = _PROBE % json.dumps(RAW_LATEX.pattern)
+# The layout at the window's width: how wide the document is, whether the sidebar shows,
+# and how the first pair of code cells stands ("side by side", "stacked", or null).
+LAYOUT_PROBE = """<script>
+window.addEventListener("load", () => {
+  const bar = document.querySelector("nav.sidebar");
+  const cell = [...document.querySelectorAll(".col-numpy:not(.empty)")].find(
+    (c) => c.nextElementSibling && c.nextElementSibling.matches(".col-torch:not(.empty)"));
+  let columns = null;
+  if (cell) {
+    const [a, b] = [cell, cell.nextElementSibling].map((c) => c.getBoundingClientRect());
+    columns = b.left >= a.right ? "side by side" : b.top >= a.bottom ? "stacked" : "overlap";
+  }
+  const wide = [...document.querySelectorAll("body *")].filter(
+    (e) => e.getBoundingClientRect().right > innerWidth + 1);
+  document.body.dataset.probe = JSON.stringify({
+    width: innerWidth,
+    scroll: document.documentElement.scrollWidth,
+    sidebar: !!bar && getComputedStyle(bar).display !== "none" && bar.offsetWidth > 0,
+    columns,
+    wide: wide.slice(0, 5).map((e) => `${e.tagName}.${e.className}`),
+  });
+});
+</script>"""
+
+# Types a query (``%`` it in, as a JSON string) into the search box and reports the links
+# of the hits, once MiniSearch and the index have loaded.
+SEARCH_PROBE = """<script>
+window.addEventListener("load", () => {
+  const box = document.querySelector(".search input");
+  box.focus();
+  box.value = %s;
+  box.dispatchEvent(new Event("input"));
+  let tries = 0;
+  const report = () => {
+    const hits = [...document.querySelectorAll(".search ol a")].map((a) => a.getAttribute("href"));
+    if (!hits.length && tries++ < 50) return setTimeout(report, 100);
+    document.body.dataset.probe = JSON.stringify({ hits });
+  };
+  setTimeout(report, 100);
+});
+</script>"""
+
+
+def probe_pages(
+    exe: str,
+    pages: list[Path],
+    tmp: Path,
+    parallel: int = 3,
+    script: str | None = None,
+    size: tuple[int, int] = (1400, 1000),
+) -> dict[Path, dict]:
+    """What Chromium drew on each page (see the module docstring; or what another
+    ``script`` reports, :data:`LAYOUT_PROBE`), in a window of ``size``: page -> findings."""
+    script = script or _PROBE % json.dumps(RAW_LATEX.pattern)
 
     def one(page: Path) -> tuple[Path, dict]:
         copy = page.with_name(f"_probe_{page.name}")  # beside it: its images resolve
@@ -93,7 +146,8 @@ def probe_pages(exe: str, pages: list[Path], tmp: Path, parallel: int = 3) -> di
             page.read_text(encoding="utf-8").replace("</body>", script + "</body>"),
             encoding="utf-8",
         )
-        r = browse(exe, tmp, "--virtual-time-budget=10000", "--dump-dom", copy.as_uri())
+        window = f"--window-size={size[0]},{size[1]}"
+        r = browse(exe, tmp, window, "--virtual-time-budget=10000", "--dump-dom", copy.as_uri())
         copy.unlink()
         m = re.search(r'data-probe="([^"]*)"', r.stdout)
         assert m, f"{page.name}: the probe did not run (exit {r.returncode}):\n{r.stderr[-1500:]}"

@@ -3,11 +3,16 @@
 * diff: the terminal view pairs the two files by class and method (``forward``
   faces ``forward`` on the same rows, ``backward`` faces blank space), fits the
   terminal down to 80 columns (stacked below 115), and pages on a terminal;
-* docs: the site has an index and one page per chapter, with both columns and
-  an anchor per method, the contents at the top, the maths as MathML (no LaTeX
-  left in the text) and the lab's figures;
-* the browser: headless Chromium renders chapter 03, and the screenshot shows
-  two columns of highlighted code (copied to ``ci-artifacts/docs-ch03.png``).
+* docs: the site has an index, one page per chapter and per reference page
+  (``docs/*.md``), a sidebar on each, a search index; a chapter page has both
+  columns with an anchor per method, every exercise region of the chapter (from
+  the fences), the contents at the top, the maths as MathML (no LaTeX left in
+  the text) and each figure in its section; the figures are cached in the
+  chapters' folders; ``--no-solutions`` shows the regions as stubs only;
+* the browser: headless Chromium renders chapter 03 in two columns (screenshot
+  copied to ``ci-artifacts/docs-ch03.png``); every page at 1280 and 800 px is no
+  wider than the window, with the sidebar and columns as the width wants
+  (``ci-artifacts/docs-*-1280.png``, ``-800.png``); the search box finds a section.
   Skipped without a ``chromium`` binary, except under ``CI=true`` (CI installs it).
   Every chapter page with its real figures, in Chromium: test_lab_scripts.py,
   which draws them.
@@ -16,7 +21,9 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import html
+import json
 import os
 import re
 import shlex
@@ -29,7 +36,15 @@ import pytest
 
 from labs.__main__ import main
 from labs.learner import diff, diff_pairs, docs, docs_figures, docs_html, docs_math
-from parity_tests.browser import PageText, browse, chromium, raw_latex
+from parity_tests.browser import (
+    LAYOUT_PROBE,
+    SEARCH_PROBE,
+    PageText,
+    browse,
+    chromium,
+    probe_pages,
+    raw_latex,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "ci-artifacts"
@@ -250,41 +265,89 @@ def test_diff_unknown_component_is_one_line(capsys):
 
 
 # -- docs ------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    """The site as ``python -m labs docs --figures existing`` builds it where no lab has
-    run yet (its figures are looked for in an empty folder): every page, no figure."""
+def _build(out: Path, figures: Path, *options: str) -> Path:
+    """``python -m labs docs --figures existing``, the labs' figures looked for in ``figures``."""
     pytest.importorskip("markdown")
     pytest.importorskip("pygments")
     pytest.importorskip("latex2mathml")
-    out = tmp_path_factory.mktemp("site")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TWINFORMER_FIGURES", str(tmp_path_factory.mktemp("no-figures")))
-        assert main(["docs", "--out", str(out), "--figures", "existing"]) == 0
+        mp.setenv("TWINFORMER_FIGURES", str(figures))
+        assert main(["docs", "--out", str(out), "--figures", "existing", *options]) == 0
     return out
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    """The site where no lab has run yet (an empty figures folder): every page, no figure."""
+    return _build(tmp_path_factory.mktemp("site"), tmp_path_factory.mktemp("no-figures"))
 
 
 def _chapter(number: str) -> docs.Chapter:
     return next(c for c in docs.chapters() if c.number == number)
 
 
-def test_docs_index_and_one_page_per_chapter(site):
+def _reference_pages() -> set[str]:
+    return {"overview.html"} | {f"{p.stem}.html" for p in (ROOT / "docs").glob("*.md")}
+
+
+def test_docs_every_page_with_the_sidebar_and_one_script(site):
     found = {d.name for d in (ROOT / "labs").glob("[0-9][0-9]_*") if d.is_dir()}
     expected = {f"{c.slug}.html" for c in docs.chapters()}
     assert {f"{name}.html" for name in found} <= expected
     assert {n for n, _ in docs.CHAPTER_CODE.items()} <= {p[:2] for p in expected}
     pages = {p.name for p in site.glob("*.html")}
-    assert pages == expected | {"index.html"}
-    index = (site / "index.html").read_text(encoding="utf-8")
-    for page in expected:
-        assert f'href="{page}"' in index
+    assert pages == expected | _reference_pages() | {"index.html"}
+    for name in sorted(pages):
+        text = (site / name).read_text(encoding="utf-8")
+        assert re.findall(r"<script[^>]*>", text) == ['<script src="site.js" defer>'], name
+        sidebar = text[text.index('<nav class="sidebar">') : text.index("</nav>")]
+        for other in expected | _reference_pages():
+            assert f'href="{other}"' in sidebar, (name, other)
+        if name != "index.html":
+            assert f'<a href="{name}" aria-current="page">' in sidebar, name
     for c in docs.chapters():
         text = (site / c.page).read_text(encoding="utf-8")
-        assert "<script" not in text
         if c.readme is None:
             assert "not written yet" in text
         else:
             assert html.escape(c.title, quote=False) in text
+
+
+def test_docs_reference_pages_and_links_between_pages(site):
+    """docs/*.md and the README are pages; a link to a Markdown file opens its page."""
+    masks = (site / "masks.html").read_text(encoding="utf-8")
+    assert "<h1" in masks and "<math" in masks or "<table>" in masks
+    ch03 = (site / _chapter("03").page).read_text(encoding="utf-8")
+    assert 'href="masks.html"' in ch03  # [docs/masks.md](../../docs/masks.md)
+    speed = (site / "speed.html").read_text(encoding="utf-8")
+    assert 'href="12_efficient_attention.html#memory-and-time-measured"' in speed
+    assert 'href="training.html"' in (site / "overview.html").read_text(encoding="utf-8")
+    for page in site.glob("*.html"):
+        links = re.findall(r'href="([^"#]*)', page.read_text(encoding="utf-8"))
+        assert not [u for u in links if u.endswith(".md") and "://" not in u], page.name
+
+
+def test_docs_search_index_and_library(site):
+    text = (site / "search-index.js").read_text(encoding="utf-8")
+    prefix = "window.TWINFORMER_SEARCH = "
+    assert text.startswith(prefix)
+    entries = json.loads(text[len(prefix) :].strip().rstrip(";"))
+    ids = [e["id"] for e in entries]
+    assert len(ids) == len(set(ids))  # MiniSearch refuses a repeated id
+    assert {i.split("#")[0] for i in ids} == {p.name for p in site.glob("*.html")} - {"index.html"}
+    for e in entries:  # every hit opens a place that exists
+        page, _, anchor = e["id"].partition("#")
+        assert not anchor or f'id="{anchor}"' in (site / page).read_text(encoding="utf-8"), e
+    assert any(
+        e["heading"] == "The causal mask" and "before the softmax" in e["text"] for e in entries
+    )
+    assert any(e["heading"] == "softmax" and e["id"].startswith("03_") for e in entries)
+    # npm's minisearch 7.2.0, dist/umd/index.js minified as its first line says
+    library = (site / "minisearch.min.js").read_bytes()
+    assert library.startswith(b"/*! MiniSearch 7.2.0") and library.count(b"\n") == 2
+    digest = hashlib.sha256(library).hexdigest()
+    assert digest == "fafbf364f7cded483d6dd868430f9c0b9745222da70dd9ae77c4ce7b0fd1d6e7"
+    assert "Permission is hereby granted" in (site / "minisearch.LICENSE.txt").read_text("utf-8")
 
 
 def test_docs_every_chapter_page_has_maths_and_no_raw_latex(site):
@@ -297,6 +360,10 @@ def test_docs_every_chapter_page_has_maths_and_no_raw_latex(site):
     text = (site / _chapter("09").page).read_text(encoding="utf-8")
     assert "<mfrac>" in text and "<msqrt>" in text and "&#x003B2;" in text  # beta
     assert r'<annotation encoding="application/x-tex">\hat m = \frac{m}{1 - \beta_1^t}' in text
+    # chapter 03's derivation of the backward is maths, not code
+    backward = (site / _chapter("03").page).read_text(encoding="utf-8")
+    backward = backward[backward.index('id="the-backward"') : backward.index('id="the-equations"')]
+    assert backward.count("<math") >= 8 and "delta_jk" not in backward
 
 
 def test_docs_contents_at_the_top_and_wrapping_code(site):
@@ -306,13 +373,27 @@ def test_docs_contents_at_the_top_and_wrapping_code(site):
     assert h1 < toc < first_h2 < text.index('id="code"')
     # one span per code line, wrapped under itself by the CSS
     assert 'id="numpy-attention-softmax-' in text and 'id="torch-attention-softmax-' in text
-    assert re.search(r"\.col pre > span\[id\] \{[^}]*white-space: pre-wrap", text)
+    css = (site / "site.css").read_text(encoding="utf-8")
+    assert re.search(r"\.col pre > span\[id\] \{[^}]*white-space: pre-wrap", css)
+    assert re.search(
+        r"@media \(max-width: 1099px\) \{.*?\.twin \{ grid-template-columns", css, re.S
+    )
+
+
+def test_every_lab_figure_is_shown_in_its_readme():
+    """Each figure a lab draws has its place in the chapter's text: an image line
+    ``![caption](figures/name.png)`` in the section it illustrates."""
+    for lab in sorted(ROOT.glob("labs/[0-9][0-9]_*/lab.py")):
+        text = (lab.parent / "README.md").read_text(encoding="utf-8")
+        for name in docs_figures.lab_figures(lab):
+            line = rf"^!\[[^\]\n]+\]\(figures/{re.escape(name)}\)$"
+            assert re.search(line, text, re.M), f"{lab.parent.name}: no image line for {name}"
 
 
 def test_docs_missing_figures_say_how_to_draw_them(site):
     text = (site / _chapter("03").page).read_text(encoding="utf-8")
-    assert 'id="figures"' in text and "not drawn yet" in text
-    assert "python labs/03_attention/lab.py" in text
+    assert '<p class="note"><code>attention_weights.png</code>: Not drawn yet' in text
+    assert "python labs/03_attention/lab.py" in text and "<img" not in text
 
 
 @pytest.mark.parametrize(
@@ -371,18 +452,104 @@ def test_docs_chapter_03_has_both_columns_and_anchors(site):
         assert f'id="attention-SelfAttention-{anchor}"' in ch04
 
 
+class _Code(HTMLParser):
+    """The code of a page's NumPy and PyTorch columns (line numbers left out), and the
+    page's text but the PyTorch column (``"page"``)."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.stack: list[tuple[str, str | None]] = []
+        self.text = {"numpy": [], "torch": [], "page": []}
+        self.cells = {"numpy": 0, "torch": 0}
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        classes = (dict(attrs).get("class") or "").split()
+        side = next((s for s in ("numpy", "torch") if f"col-{s}" in classes), None)
+        side = "skip" if "linenos" in classes else side
+        if side in self.cells:
+            self.cells[side] += 1
+        if tag not in PageText.VOID:
+            self.stack.append((tag, side))
+
+    def handle_endtag(self, tag):
+        while self.stack and self.stack.pop()[0] != tag:
+            pass
+
+    def handle_data(self, data):
+        sides = [s for _, s in self.stack if s]
+        if "skip" not in sides:
+            if sides:
+                self.text[sides[-1]].append(data)
+            if "torch" not in sides:
+                self.text["page"].append(data)
+
+    def lines(self, side: str) -> list[str]:
+        return [line.strip() for line in "".join(self.text[side]).splitlines() if line.strip()]
+
+
+def _regions() -> list:
+    from labs.learner.exercises_fences import parse_regions
+
+    return [
+        r
+        for path in sorted(diff_pairs.NUMPY_DIR.glob("*.py"))
+        for r in parse_regions(path.read_text(encoding="utf-8"), path.name)
+    ]
+
+
+def test_docs_every_exercise_region_on_its_chapter_page(site):
+    """Derived from the fences: each region of chapter NN, whole and tinted, on NN's page
+    (chapter 12's _cached_next_logits and 13's sinusoidal_table are not in CHAPTER_CODE)."""
+    pages = {}
+    for r in _regions():
+        ch = _chapter(r.chapter)
+        if ch.page not in pages:
+            text = (site / ch.page).read_text(encoding="utf-8")
+            pages[ch.page] = ("\n".join(_Code(text).lines("numpy")), text)
+        shown, text = pages[ch.page]
+        body = "\n".join(line.strip() for line in r.body if line.strip())
+        assert body in shown, f"{ch.page} does not show {r.file}'s region in {r.function}"
+    assert 'id="code-sampling-_cached_next_logits"' in pages[_chapter("12").page][1]
+    assert 'id="code-positional-sinusoidal_table"' in pages[_chapter("13").page][1]
+
+
+def test_docs_without_solutions(tmp_path):
+    """``--no-solutions``: every region shows its fences, TODO lines and a raise, and
+    the READMEs' quotes of the solutions ("After it passes") are gone."""
+    out = _build(tmp_path / "site", tmp_path / "no-figures", "--no-solutions")
+    regions = _regions()
+    for ch in docs.chapters():
+        code = _Code((out / ch.page).read_text(encoding="utf-8"))
+        lines, inside, begins = code.lines("numpy"), False, 0
+        for line in lines:
+            if line.startswith("### BEGIN SOLUTION"):
+                inside, begins = True, begins + (line.endswith(f"ch{ch.number}"))
+            elif line.startswith("### END SOLUTION"):
+                inside = False
+            else:
+                stub = line.startswith(("###", "raise NotImplementedError("))
+                assert not inside or stub, f"{ch.page}: {line!r} in a region"
+        assert begins >= sum(r.chapter == ch.number for r in regions), ch.page
+        assert "After it passes" not in "".join(code.text["page"]), ch.page
+        text = "\n".join(code.lines("page"))
+        for r in regions:  # nor elsewhere as a quote of two lines or more (the twin may match)
+            body = [s.strip() for s in r.body if s.strip() and not s.strip().startswith("#")]
+            assert len(body) < 2 or "\n".join(body[:2]) not in text, (ch.page, r.function)
+
+
 def test_docs_readme_links_notes_and_exercise_tint(tmp_path):
     pytest.importorskip("markdown")
     labs = tmp_path / "labs"
     (labs / "03_attention").mkdir(parents=True)
     (labs / "04_multihead").mkdir()
     (labs / "12_extra").mkdir()
-    (labs / "03_attention" / "figures").mkdir()
-    (labs / "03_attention" / "figures" / "p.png").write_bytes(b"not really a png")
+    (labs / "03_attention" / "img").mkdir()
+    (labs / "03_attention" / "img" / "p.png").write_bytes(b"not really a png")
     (labs / "03_attention" / "README.md").write_text(
         "# Chapter 3: `softmax` attention\n\nNext: [multi-head](../04_multihead/README.md), "
         "[the code](../../numpy_impl/attention.py).\n\n## A table\n\n| a | b |\n|---|---|\n"
-        "| 1 | 2 |\n\n```python\nx = 1\n```\n\n![a plot](figures/p.png)\n",
+        "| 1 | 2 |\n\n```python\nx = 1\n```\n\n![a plot](img/p.png)\n",
         encoding="utf-8",
     )
     out = tmp_path / "site"
@@ -393,8 +560,8 @@ def test_docs_readme_links_notes_and_exercise_tint(tmp_path):
     page = (out / "03_attention.html").read_text(encoding="utf-8")
     assert "<table>" in page and 'href="04_multihead.html"' in page
     assert 'id="a-table"' in page  # toc extension
-    assert 'src="assets/03_attention/figures/p.png"' in page  # images are copied in
-    assert (out / "assets" / "03_attention" / "figures" / "p.png").is_file()
+    assert 'src="assets/03_attention/p.png"' in page  # images are copied in
+    assert (out / "assets" / "03_attention" / "p.png").is_file()
     assert "numpy_impl/attention.py" in page
     tokens = (out / "01_tokens.html").read_text(encoding="utf-8")
     assert "no PyTorch twin" in tokens and "col-torch" not in tokens
@@ -429,84 +596,58 @@ save(fig, "square.png")
 """
 
 
-def test_docs_figures_drawn_by_running_the_lab(tmp_path, monkeypatch):
+def test_docs_figures_cached_in_the_chapters_folder(tmp_path, monkeypatch):
+    """A lab runs once: its figures stay in its cache (here ``$TWINFORMER_FIGURES``, else
+    ``labs/NN_topic/figures/``), later builds copy them and run nothing, until lab.py changes."""
     pytest.importorskip("latex2mathml")
-    monkeypatch.delenv("TWINFORMER_FIGURES", raising=False)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("TWINFORMER_FIGURES", str(cache))
     chapter = tmp_path / "labs" / "03_attention"
     chapter.mkdir(parents=True)
     (chapter / "README.md").write_text(
-        "# Chapter 3\n\n$x$\n\n## Run the lab\n\nIt draws `figures/square.png`.\n\n## Next\n",
+        "# Chapter 3\n\n$x$\n\n## 1. A square\n\n![The unit square](figures/square.png)\n\n"
+        "## Run the lab\n\nIt draws `figures/square.png`.\n",
         encoding="utf-8",
     )
-    (chapter / "lab.py").write_text(_FAKE_LAB.format(rest=""), encoding="utf-8")
-    assert [(f.name, f.section) for f in docs_figures.lab_figures(chapter / "lab.py")] == [
-        ("square.png", "1. A square")
-    ]
+    lab = chapter / "lab.py"
+    lab.write_text(_FAKE_LAB.format(rest=""), encoding="utf-8")
+    assert docs_figures.lab_figures(lab) == ["square.png"]
     out, said = tmp_path / "site", []
 
-    # auto, nothing drawn yet: the lab runs, its figure goes straight into the site
-    docs.build_site(out, labs_dir=chapter.parent, figures="auto", say=said.append)
-    png = out / "figures" / "03_attention" / "square.png"
+    def build(mode: str) -> str:
+        said.clear()
+        docs.build_site(out, labs_dir=chapter.parent, figures=mode, say=said.append)
+        return (out / "03_attention.html").read_text(encoding="utf-8")
+
+    page = build("auto")  # nothing drawn yet: the lab runs, into its cache
+    png = cache / "03_attention" / "square.png"
     assert png.read_bytes()[:4] == b"\x89PNG"
-    assert not (chapter / "figures").exists()  # the chapter's own folder is left alone
+    assert (out / "figures" / "03_attention" / "square.png").read_bytes() == png.read_bytes()
     assert any("03_attention: 1 figure(s)" in line for line in said), said
-    page = (out / "03_attention.html").read_text(encoding="utf-8")
-    assert '<img src="figures/03_attention/square.png"' in page
-    assert "<b>1. A square</b>" in page
+    figure = page.index('<figure id="fig-square">')
+    assert page.index('id="1-a-square"') < figure < page.index('id="run-the-lab"')
+    assert 'src="figures/03_attention/square.png"' in page[figure:]
+    assert '<a href="figures/03_attention/square.png"' in page[figure:]  # a click: full size
+    assert "<figcaption>The unit square</figcaption>" in page[figure:]
     assert '<a href="#fig-square"><code>figures/square.png</code></a>' in page  # the mention
-    assert page.index('id="run-the-lab"') < page.index('id="figures"') < page.index('id="next"')
-    assert '<a href="#fig-square">' in page[page.index('<nav class="toc">') :]  # in the contents
 
-    # existing: never runs a lab; without a last run the page says how to draw them
-    said.clear()
-    drawn = png.read_bytes()
-    shutil.rmtree(out)
-    docs.build_site(out, labs_dir=chapter.parent, figures="existing", say=said.append)
-    page = (out / "03_attention.html").read_text(encoding="utf-8")
-    assert not said and "<img" not in page and "not drawn yet" in page
-    # ... and with one, it takes that
-    (chapter / "figures").mkdir()
-    (chapter / "figures" / "square.png").write_bytes(drawn)
-    docs.build_site(out, labs_dir=chapter.parent, figures="existing", say=said.append)
-    assert (out / "figures" / "03_attention" / "square.png").is_file()
-    assert "not drawn yet" not in (out / "03_attention.html").read_text(encoding="utf-8")
+    assert "<figcaption>" in build("auto") and said == []  # the cache is used: no lab runs
+    os.utime(lab, (png.stat().st_mtime + 10,) * 2)  # lab.py edited after the figure
+    build("auto")
+    assert any("1 figure(s)" in line for line in said), said
 
-    # a lab that fails: the build goes on, the page says so
-    (chapter / "lab.py").write_text(_FAKE_LAB.format(rest="raise SystemExit(3)"), encoding="utf-8")
-    docs.build_site(out, labs_dir=chapter.parent, figures="run", say=said.append)
+    shutil.rmtree(cache)  # existing: never runs a lab; the page says how to draw it
+    page = build("existing")
+    assert not said and "<img" not in page and "Not drawn yet" in page
+    assert f"python {lab.as_posix()}" in page
+
+    lab.write_text(_FAKE_LAB.format(rest="raise SystemExit(3)"), encoding="utf-8")
+    page = build("run")  # a lab that fails: the build goes on, the page says so
     assert any("FAILED (exit status 3)" in line for line in said), said
-    assert "failed (exit status 3)" in (out / "03_attention.html").read_text(encoding="utf-8")
+    assert "failed (exit status 3)" in page
 
 
 # -- the browser -----------------------------------------------------------------------------
-class _Columns(HTMLParser):
-    """The text inside the NumPy and PyTorch code columns of a page."""
-
-    def __init__(self):
-        super().__init__()
-        self.stack: list[str | None] = []
-        self.text = {"numpy": [], "torch": []}
-        self.cells = {"numpy": 0, "torch": 0}
-
-    def handle_starttag(self, tag, attrs):
-        if tag != "div":
-            return
-        classes = (dict(attrs).get("class") or "").split()
-        side = next((s for s in ("numpy", "torch") if f"col-{s}" in classes), None)
-        if side:
-            self.cells[side] += 1
-        self.stack.append(side)
-
-    def handle_endtag(self, tag):
-        if tag == "div" and self.stack:
-            self.stack.pop()
-
-    def handle_data(self, data):
-        side = next((s for s in reversed(self.stack) if s), None)
-        if side:
-            self.text[side].append(data)
-
-
 def test_browser_renders_chapter_03_in_two_columns(site, tmp_path):
     exe = chromium()
     page = site / _chapter("03").page
@@ -514,8 +655,7 @@ def test_browser_renders_chapter_03_in_two_columns(site, tmp_path):
     # the DOM as Chromium built it: both columns hold code
     dom = browse(exe, tmp_path, "--dump-dom", page.as_uri())
     assert dom.returncode == 0, dom.stderr[-2000:]
-    cols = _Columns()
-    cols.feed(dom.stdout)
+    cols = _Code(dom.stdout)
     numpy_text, torch_text = ("".join(cols.text[s]) for s in ("numpy", "torch"))
     assert cols.cells["numpy"] >= 3 and cols.cells["torch"] >= 3
     assert "def scaled_dot_product_attention(" in numpy_text and "np.ndarray" in numpy_text
@@ -546,7 +686,52 @@ def test_browser_renders_chapter_03_in_two_columns(site, tmp_path):
     assert img.std() > 0.05  # not one flat colour
     ink = img.mean(axis=-1) < 0.55  # dark text pixels
     colour = (img.max(axis=-1) - img.min(axis=-1)) > 0.3  # syntax highlighting
-    half = img.shape[1] // 2
-    for name, sl in (("left (NumPy)", slice(0, half)), ("right (PyTorch)", slice(half, None))):
-        assert ink[:, sl].mean() > 0.01, f"the {name} half has almost no text"
-        assert colour[:, sl].mean() > 0.001, f"the {name} half has no highlighted code"
+    main = slice(int(img.shape[1] * 0.2), None)  # right of the sidebar: the two columns
+    width = img.shape[1] - main.start
+    for name, sl in (
+        ("left (NumPy)", slice(main.start, main.start + width // 2)),
+        ("right (PyTorch)", slice(main.start + width // 2, None)),
+    ):
+        assert ink[:, sl].mean() > 0.01, f"the {name} column has almost no text"
+        assert colour[:, sl].mean() > 0.001, f"the {name} column has no highlighted code"
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_browser_layout_fits_the_window(site, tmp_path, width):
+    """Every page at 1280 and 800 px: nothing wider than the window. At 1280 the sidebar
+    stands beside the text and the code columns side by side; at 800 the sidebar folds
+    behind its button and the columns stack. Screenshots: ci-artifacts/docs-*-{width}.png."""
+    import matplotlib.image as mpimg
+
+    exe = chromium()
+    pages = sorted(site.glob("*.html"))
+    found = probe_pages(exe, pages, tmp_path, script=LAYOUT_PROBE, size=(width, 1000))
+    for page, seen in found.items():
+        assert seen["width"] == width, (page.name, seen)
+        assert seen["scroll"] <= width, f"{page.name} overflows at {width} px: {seen}"
+        assert seen["sidebar"] == (width >= 1100), (page.name, seen)
+        if seen["columns"] is not None:
+            assert seen["columns"] == ("side by side" if width >= 1100 else "stacked"), page.name
+    assert found[site / _chapter("03").page]["columns"] is not None
+    ARTIFACTS.mkdir(exist_ok=True)
+    for name in (_chapter("03").page, "index.html"):
+        png = tmp_path / f"{name}-{width}.png"
+        shot = browse(
+            exe,
+            tmp_path,
+            f"--window-size={width},1400",
+            f"--screenshot={png}",
+            (site / name).as_uri(),
+        )
+        assert shot.returncode == 0, shot.stderr[-2000:]
+        shutil.copyfile(png, ARTIFACTS / f"docs-{Path(name).stem}-{width}.png")
+        img = mpimg.imread(png)[..., :3]
+        assert img.shape[:2] == (1400, width) and (img.mean(axis=-1) < 0.55).mean() > 0.01
+
+
+def test_browser_search_finds_a_section(site, tmp_path):
+    """The search box, offline from file://: "causal mask" finds chapter 03's section."""
+    exe = chromium()
+    found = probe_pages(exe, [site / "index.html"], tmp_path, script=SEARCH_PROBE % '"causal mask"')
+    hits = found[site / "index.html"]["hits"]
+    assert hits and f"{_chapter('03').page}#the-causal-mask" in hits[:5], hits

@@ -76,7 +76,7 @@ def test_lab_script_runs_and_writes_figures(script: Path, lab_runs, figures_root
     figures = {p.name for p in folder.glob("*.png") if p.stat().st_mtime >= started}
     assert figures, f"{script} wrote no PNG into {folder}"
     # every save(fig, "name.png") the docs site looks for was drawn
-    assert {f.name for f in lab_figures(script)} <= figures
+    assert set(lab_figures(script)) <= figures
 
 
 @pytest.fixture(scope="module")

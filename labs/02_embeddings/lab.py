@@ -26,11 +26,20 @@
 #    PyTorch twin.
 # 4. Weight tying: the LM head reuses the embedding matrix, and the two
 #    backward passes add into one gradient.
+# 5. What the rows learn: a bigram model trained for a few seconds, its
+#    embedding table seen in 2-D (PCA by SVD).
 
 # %%
 import time
 
-from labs.learner.notebook import figure_saver, limit_threads, max_diff, plot_to_files
+from labs.learner.notebook import (
+    SONNETS,
+    figure_saver,
+    limit_threads,
+    load_text,
+    max_diff,
+    plot_to_files,
+)
 
 save = figure_saver("02_embeddings")  # save(fig, "name.png") into figures/
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
@@ -296,3 +305,63 @@ for name, vocab, d, kw in (
         f"{name:<34} untied {sizes[False]:>11,}  tied {sizes[True]:>11,}"
         f"  saved {saved:>10,} ({saved / sizes[False]:.0%})"
     )
+
+# %% [markdown]
+# ## 5. What the rows learn
+#
+# Trained, the rows of the table stop being noise: characters that do the
+# same job in the text end up close together. The smallest model to show it
+# is a bigram model, this chapter's two layers alone: `Embedding(V, 16)`, then
+# `Linear(16, V)` from each character's vector to the logits of the next
+# character. AdamW (chapter 09) trains it for 400 steps, a few seconds.
+#
+# To see 16-dimensional rows on paper, project them onto their two directions
+# of largest variance (principal component analysis): subtract the mean row,
+# take the SVD `W - mean = U S V^T`, and plot the first two columns of `U S`.
+
+# %%
+text, source = load_text(SONNETS, "built-in sonnets", "training on two built-in sonnets instead")
+chars = N.CharTokenizer.from_text(text)
+ids = chars.encode_array(text)
+emb = N.Embedding(chars.vocab_size, 16, rng=rng)
+out = N.Linear(16, chars.vocab_size, rng=rng)
+loss_fn = N.CrossEntropyLoss()
+opt = N.AdamW(emb.parameters() + out.parameters(), lr=0.05, weight_decay=0.0)
+t0 = time.perf_counter()
+for step in range(400):
+    start = rng.integers(0, len(ids) - 1, 1024)  # 1024 (character, next character) pairs
+    emb.zero_grad()
+    out.zero_grad()
+    loss = loss_fn(out(emb(ids[start])), ids[start + 1])
+    emb.backward(out.backward(loss_fn.backward()))
+    opt.step()
+    if step % 100 == 0 or step == 399:
+        print(f"step {step:3d}  loss {loss:.3f}  (ln V = {np.log(chars.vocab_size):.3f})")
+print(f"{source}: 400 steps in {time.perf_counter() - t0:.1f} s")
+
+W = emb.weight.data - emb.weight.data.mean(axis=0)  # (V, 16), centred
+U, S, Vt = np.linalg.svd(W, full_matrices=False)
+xy = U[:, :2] * S[:2]  # (V, 2): each row's coordinates on the two main directions
+share = S[:2] ** 2 / np.sum(S**2)
+kinds = {  # name -> (members, colour)
+    "lowercase vowels": (set("aeiou"), "C3"),
+    "lowercase consonants": (set("bcdfghjklmnpqrstvwxyz"), "C0"),
+    "capitals": (set("ABCDEFGHIJKLMNOPQRSTUVWXYZ"), "C2"),
+}
+fig, ax = plt.subplots(figsize=(7.5, 6))
+for i, c in enumerate(chars.chars):
+    color = next((col for members, col in kinds.values() if c in members), "0.3")
+    label = {" ": "\u2423", "\n": "\u21b5"}.get(c, c)  # visible space, newline
+    ax.text(*xy[i], label, color=color, ha="center", va="center", family="monospace", fontsize=11)
+for kind, (_, color) in kinds.items():
+    ax.plot([], [], "s", color=color, label=kind)
+ax.plot([], [], "s", color="0.3", label="space, newline, punctuation")
+pad = 0.1 * np.ptp(xy, axis=0)
+ax.set_xlim(xy[:, 0].min() - pad[0], xy[:, 0].max() + pad[0])
+ax.set_ylim(xy[:, 1].min() - pad[1], xy[:, 1].max() + pad[1])
+ax.set_xlabel(f"first principal direction ({share[0]:.0%} of the variance)")
+ax.set_ylabel(f"second principal direction ({share[1]:.0%})")
+ax.set_title("A trained embedding table, its rows projected to 2-D")
+ax.legend(fontsize=8, loc="best")
+ax.grid(alpha=0.3)
+save(fig, "embedding_pca.png")

@@ -26,12 +26,15 @@
 #    1/sqrt(2 n_layers) scaling keeps the residual stream the same size at any
 #    depth.
 # 5. The NumPy GPT against the PyTorch GPT.
+# 6. A tiny GPT trained for a few seconds: its loss curve, and what its heads
+#    attend to.
 
 # %%
 import math
+import time
 from collections import Counter
 
-from labs.learner.notebook import figure_saver, limit_threads, plot_to_files
+from labs.learner.notebook import SONNETS, figure_saver, limit_threads, load_text, plot_to_files
 
 save = figure_saver("08_gpt")  # save(fig, "name.png") into figures/
 limit_threads()  # before NumPy loads: small arrays, extra threads only add overhead
@@ -300,3 +303,84 @@ with torch.no_grad():
 print(
     f"logits {logits_t.shape}: max |NumPy - torch| = {np.abs(numpy_gpt(idx) - logits_t).max():.1e}"
 )
+
+# %% [markdown]
+# ## 6. A tiny GPT, trained: its loss and its attention
+#
+# A small model (2 blocks of 4 heads, `d_model = 64`, 32 characters of
+# context) trains for 300 steps of AdamW on characters: the NumPy GPT and its
+# hand-written backward, nothing else, in a few seconds. Its loss starts at
+# ln(vocab_size), as section 4 predicts, and falls. Then one line goes
+# through the trained model, and each head's attention weights are read from
+# its cache: one map per head, queries down, keys across.
+
+# %%
+if __name__ == "__main__":
+    text, source = load_text(
+        SONNETS, "built-in sonnets", "training on two built-in sonnets instead"
+    )
+    chars = N.CharTokenizer.from_text(text)
+    ids = chars.encode_array(text)
+    split = int(0.9 * len(ids))
+    tiny_cfg = {"block_size": 32, "n_layers": 2, "n_heads": 4, "d_model": 64}
+    gpt = N.GPT(N.GPTConfig(vocab_size=chars.vocab_size, **tiny_cfg), seed=0)
+    opt = N.AdamW(gpt.parameters(), lr=3e-3, weight_decay=0.0)
+    T_ctx, STEPS = tiny_cfg["block_size"], 300
+
+    def batch(data: np.ndarray, rows: int) -> tuple[np.ndarray, np.ndarray]:
+        """``rows`` random windows of the text, and the same shifted by one: (B, T) each."""
+        start = rng.integers(0, len(data) - T_ctx - 1, rows)[:, None] + np.arange(T_ctx)
+        return data[start], data[start + 1]
+
+    val_x, val_y = batch(ids[split:], 32)
+    train_loss, val_loss = [], []
+    t0 = time.perf_counter()
+    for step in range(STEPS + 1):
+        if step % 25 == 0:
+            val_loss.append((step, loss_fn(gpt.eval()(val_x), val_y)))
+            gpt.train()
+        if step == STEPS:
+            break
+        x, y = batch(ids[:split], 16)
+        gpt.zero_grad()
+        train_loss.append(loss_fn(gpt(x), y))
+        gpt.backward(loss_fn.backward())
+        opt.step()
+    print(
+        f"{source}: {STEPS} steps in {time.perf_counter() - t0:.1f} s, loss "
+        f"{train_loss[0]:.3f} -> {val_loss[-1][1]:.3f} (validation; ln V = "
+        f"{math.log(chars.vocab_size):.3f})"
+    )
+
+    fig, ax = plt.subplots(figsize=(6.5, 3.8))
+    ax.plot(train_loss, lw=1, alpha=0.6, label="training batch")
+    ax.plot(*zip(*val_loss, strict=True), "o-", label="validation")
+    ax.axhline(math.log(chars.vocab_size), color="0.5", ls=":", label="ln(vocab_size)")
+    ax.set(xlabel="step", ylabel="loss (nats)", title="The tiny GPT learns in seconds")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    save(fig, "gpt_loss.png")
+
+    line = "".join(c for c in "To be, or not to be:" if c in chars.chars)
+    gpt.eval()(chars.encode_array(line)[None])  # (1, T): fills each attention's cache
+    ticks = [{" ": "\u2423", "\n": "\u21b5"}.get(c, c) for c in line]  # visible space, newline
+    fig, axes = plt.subplots(
+        2, 4, figsize=(11, 6.2), sharex=True, sharey=True, layout="constrained"
+    )
+    for layer, row in enumerate(axes):
+        P = gpt.blocks[layer].attn._cache.probs[0]  # (n_heads, T, T)
+        for h, ax in enumerate(row):
+            ax.imshow(P[h], cmap="viridis", vmin=0, vmax=1)
+            back = np.mean(np.diagonal(P[h], -1))  # the mean weight on the previous character
+            ax.set_title(f"block {layer}, head {h}: {back:.2f} back", fontsize=9)
+    for ax in axes.flat:  # characters on the outer edges only (the axes are shared)
+        ax.set_xticks(range(len(line)), ticks, family="monospace", fontsize=8)
+        ax.set_yticks(range(len(line)), ticks, family="monospace", fontsize=8)
+        ax.tick_params(length=0)
+        ax.label_outer()
+    fig.suptitle(
+        f"The trained GPT's heads on {line!r}: query down, key across; "
+        "'back' = mean weight on the previous character"
+    )
+    save(fig, "gpt_attention.png")

@@ -24,7 +24,7 @@
 # 2. GPT-2's pre-tokenization, and what it keeps merges from doing.
 # 3. Training: the from-scratch trainer learns HF's merges, in HF's order.
 # 4. The leading-space effect: `"the"`, `" the"` and `"The"` are different tokens.
-# 5. Compression against vocabulary size.
+# 5. Compression against vocabulary size, and one sentence cut by three vocabularies.
 # 6. Decoding: bytes first, UTF-8 once; a stream that never prints half a character;
 #    special tokens.
 
@@ -197,6 +197,40 @@ ax.set_ylabel("tokens")
 ax.set_title(f"The {len(big.vocab):,} tokens by length")
 save(fig, "token_lengths.png")
 print("longest tokens:", sorted(big.vocab, key=len)[-5:])
+
+# %% [markdown]
+# The same in one sentence: each token a coloured box, cut by three vocabularies.
+# At 256 (bytes only) every character is a token; with more merges, common words
+# and their leading space become one token each, and rare ones stay in pieces.
+
+# %%
+sentence = "To be, or not to be, that is the question: whether 'tis nobler"
+cuts = [v for v in (256, 1000, V_MAX) if v <= len(big.vocab)]
+fig, ax = plt.subplots(figsize=(11, 0.9 * len(cuts) + 0.4))
+for row, v in enumerate(cuts):
+    vocab = {t: i for t, i in big.vocab.items() if i < v}
+    cut = BPETokenizer(vocab, big.merges[: v - 256])
+    tokens = [cut.decode([i]) for i in cut.encode(sentence)]  # an ASCII sentence: whole
+    x = 0
+    for k, tok in enumerate(tokens):  # one box per token, one unit per character
+        ax.add_patch(plt.Rectangle((x, -row - 0.4), len(tok), 0.8, color=f"C{k % 10}", alpha=0.35))
+        for j, c in enumerate(tok):
+            ax.text(
+                x + j + 0.5,
+                -row,
+                "\u2423" if c == " " else c,
+                ha="center",
+                va="center",
+                family="monospace",
+                fontsize=10,
+            )
+        x += len(tok)
+    ax.text(-1, -row, f"vocab {v:,}: {len(tokens)} tokens", ha="right", va="center", fontsize=9)
+ax.set_xlim(-16, len(sentence) + 0.5)
+ax.set_ylim(-len(cuts) + 0.4, 0.6)
+ax.axis("off")
+ax.set_title("One sentence, its tokens coloured: more merges, fewer and longer tokens")
+save(fig, "token_boundaries.png")
 
 # %% [markdown]
 # ## 6. Decoding: join the bytes, decode UTF-8 once

@@ -8,7 +8,8 @@
   a terminal (``diff_pairs.py``: the pieces and their pairs, shared with ``docs``).
 * ``docs.py``: ``python -m labs docs``, the HTML site of the chapters and their code
   (``docs_html.py``: its HTML pieces; ``docs_math.py``: the LaTeX as MathML;
-  ``docs_figures.py``: the labs' figures).
+  ``docs_figures.py``: the labs' figures; ``site_assets/``: its CSS, script, and
+  MiniSearch for the search box).
 * ``notebook.py``: the set-up every chapter's ``lab.py`` shares;
   ``notebook_export.py``: ``python -m labs notebook``, a lab as a Jupyter notebook.
 """

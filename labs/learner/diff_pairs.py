@@ -109,9 +109,9 @@ def _split_lines(tokens: Iterable[tuple[object, str]]) -> list[Tokens]:
     return lines
 
 
-def load_source(path: Path, label: str | None = None) -> Source:
-    """Read and cut one Python file into its pieces."""
-    text = path.read_text(encoding="utf-8").expandtabs(TAB)
+def load_source(path: Path, label: str | None = None, text: str | None = None) -> Source:
+    """Read and cut one Python file into its pieces (``text``: its text, given)."""
+    text = (path.read_text(encoding="utf-8") if text is None else text).expandtabs(TAB)
     lines = text.splitlines()
     tree = ast.parse(text, filename=str(path))
     items = _items(tree.body, lines, len(lines), prefix="")

@@ -1,52 +1,54 @@
-"""``python -m labs docs``: a static HTML site of the chapters and their code.
+"""``python -m labs docs``: a static HTML site of the chapters, the reference pages and the code.
 
     python -m labs docs                    # -> docs/site/index.html
     python -m labs docs --out /tmp/site
     python -m labs docs --figures run      # run every lab again for its figures
+    python -m labs docs --no-solutions     # each exercise region as its TODO lines only
 
-One page per chapter, in the manner of d2l.ai: at the top the contents, then
-the chapter's ``labs/NN_topic/README.md`` rendered to HTML, its equations as
-MathML (``docs_math.py``: the browser draws them, no script and no network),
-the figures its ``lab.py`` draws at the end of the README's lab section
-(``docs_figures.py``: from the lab's last run, or drawn by running it), then
-the NumPy and PyTorch implementations of the components that the chapter covers
-(:data:`CHAPTER_CODE`), side by side and syntax-highlighted, aligned method by
-method with the same pairing as ``python -m labs diff``; long lines wrap. Each
-pair has an anchor, ``#attention-SelfAttention-forward``. A chapter whose README
-is not written yet still gets its page, with the code and a note. No
-JavaScript; the CSS is inline.
+In the manner of d2l.ai: a sidebar with every page, a search box, and one page
+per chapter. A chapter's page is its ``labs/NN_topic/README.md`` as HTML, its
+equations as MathML (``docs_math.py``: the browser draws them, no network), each
+figure of its ``lab.py`` where the README shows it (``docs_figures.py``), then the
+NumPy and PyTorch code of the chapter (:data:`CHAPTER_CODE`, and every exercise
+region of the chapter that it leaves out), side by side, aligned method by method
+as in ``python -m labs diff``; the lines of the chapter's exercise are tinted.
+The reference pages (``docs/*.md``) are pages too, and links between Markdown
+files become links between pages. Below 1100 px the sidebar folds behind a button
+and the code columns stack.
 
-Exercise fences (``### BEGIN SOLUTION chNN`` / ``### END SOLUTION``) stay in
-the code as the ordinary comments they are; on chapter NN's page the lines
-between them are tinted, since that is the code the chapter's exercise asks for.
-
-Needs the ``docs`` extra (markdown, Pygments, latex2mathml):
-``pip install -e ".[docs]"``. This module lists the chapters and builds the
-pages; ``docs_html.py`` has the HTML pieces, ``diff_pairs.py`` the pairs.
+The search runs in the browser, offline: MiniSearch 7.2.0 (``site_assets/``: npm's
+``dist/umd/index.js``, minified, and its MIT licence) indexes ``search-index.js``,
+the sections of every page, when the box is first used. Needs the ``docs`` extra (markdown,
+Pygments, latex2mathml): ``pip install -e ".[docs]"``. ``docs_html.py`` has the
+HTML pieces, ``diff_pairs.py`` the pairs.
 """
 
 from __future__ import annotations
 
 import argparse
 import html
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import UserError
-from .diff_pairs import (
-    NUMPY_DIR,
-    ROOT,
-    TORCH_DIR,
-    components,
-    load_source,
-    pair_sources,
-)
+from .diff_pairs import NUMPY_DIR, ROOT, TORCH_DIR, components, load_source, pair_sources
 from .docs_figures import FIGURE_MODES, ChapterFigures
 from .docs_figures import collect as collect_figures
-from .docs_html import _code_cell, _exercise_lines, _markdown, _page, _side_name, _toc_list
+from .docs_html import (
+    _code_cell,
+    _exercise_lines,
+    _side_name,
+    _toc_list,
+    markdown_page,
+    page,
+    write_assets,
+)
+from .exercises_fences import chapter_folder, parse_regions, replace_bodies, stub_body
 
 LABS_DIR = ROOT / "labs"
+DOCS_DIR = ROOT / "docs"
 DEFAULT_OUT = ROOT / "docs" / "site"
 #: Written into every site: a folder holding it is a previous site, rebuilt in place.
 SITE_MARKER = ".twinformer-site"
@@ -204,7 +206,7 @@ class Chapter:
 def _plain(markdown_text: str) -> str:
     """A heading's text without inline markup: `code`, *emphasis*, [links](url)."""
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown_text)
-    return re.sub(r"[`*_]", "", text)
+    return re.sub(r"`|\*", "", text)
 
 
 def chapters(labs_dir: Path = LABS_DIR) -> list[Chapter]:
@@ -224,6 +226,37 @@ def chapters(labs_dir: Path = LABS_DIR) -> list[Chapter]:
     return out
 
 
+def _source(path: Path, solutions: bool):
+    """A NumPy file cut into pieces; without ``solutions`` each exercise region is the
+    learner's stub: its ``### TODO`` lines and a ``raise NotImplementedError``."""
+    if solutions:
+        return load_source(path)
+    text = path.read_text(encoding="utf-8")
+    regions = parse_regions(text, path.name)
+    stubs = {r.key: stub_body(r, chapter_folder(r.chapter)) for r in regions}
+    return load_source(path, text=replace_bodies(text, regions, stubs))
+
+
+def exercise_parts(number: str, parts: tuple[Part, ...]) -> tuple[Part, ...]:
+    """``parts``, then a part for each exercise region of chapter ``number`` (found by
+    its fences in numpy_impl/) that ``parts`` do not show: its top-level function or class."""
+    shown: dict[str, set[int]] = {}
+    for part in parts:
+        path = NUMPY_DIR / f"{part.component}.py"
+        if path.is_file():
+            for pair in pair_sources(load_source(path), None, part.only):
+                if pair.left is not None:
+                    lines = range(pair.left.start, pair.left.end + 1)
+                    shown.setdefault(part.component, set()).update(lines)
+    missing: dict[str, list[str]] = {}
+    for path in sorted(NUMPY_DIR.glob("*.py")):
+        for r in parse_regions(path.read_text(encoding="utf-8"), path.name):
+            if r.chapter == number and r.begin + 1 not in shown.get(path.stem, ()):
+                missing.setdefault(path.stem, []).append(r.function.split(".")[0])
+    note = "More of this chapter's exercise."
+    return parts + tuple(Part(c, tuple(dict.fromkeys(n)), note) for c, n in missing.items())
+
+
 @dataclass
 class _Rendered:
     html: str
@@ -231,20 +264,19 @@ class _Rendered:
     tinted: bool
 
 
-def _component_html(part: Part, number: str) -> tuple[str, str, _Rendered]:
+def _component_html(part: Part, number: str, solutions: bool = True) -> tuple[str, _Rendered]:
     comp = part.component
     npath, tpath = NUMPY_DIR / f"{comp}.py", TORCH_DIR / f"{comp}.py"
-    left = load_source(npath) if npath.is_file() else None
+    left = _source(npath, solutions) if npath.is_file() else None
     right = load_source(tpath) if tpath.is_file() and not part.numpy_only else None
     section_id = f"code-{comp}" + ("" if part.only is None else f"-{_only_slug(part.only)}")
     if left is None and right is None:
         body = f'<p class="note">No <code>{comp}.py</code> in numpy_impl/ or torch_impl/ yet.</p>'
-        return section_id, comp, _Rendered(body, [], False)
-    pairs = pair_sources(left, right, part.only)
+        return section_id, _Rendered(body, [], False)
     single = left is None or right is None
     tinted = _exercise_lines(left, number) if left else set()
     rows, toc = [], []
-    for pair in pairs:
+    for pair in pair_sources(left, right, part.only):
         anchor = f"{comp}-{pair.anchor}"
         badge = "" if single else _side_name(pair)
         toc.append((anchor, pair.label, badge))
@@ -255,27 +287,24 @@ def _component_html(part: Part, number: str) -> tuple[str, str, _Rendered]:
         )
         tops = [s.def_line - s.start if s else 0 for s in (pair.left, pair.right)]
         hi = max(tops) if pair.left and pair.right else 0
-        cells = []
         if left is not None:
-            cells.append(_code_cell(pair.left, left, hi - tops[0], tinted, "numpy", anchor))
+            rows.append(_code_cell(pair.left, left, hi - tops[0], tinted, "numpy", anchor))
         if right is not None:
-            cells.append(_code_cell(pair.right, right, hi - tops[1], set(), "torch", anchor))
-        rows += cells
-    names = [s.label for s in (left, right) if s is not None]
-    files = "".join(f"<div><code>{html.escape(n)}</code></div>" for n in names)
-    notes = []
-    if part.note:
-        notes.append(html.escape(part.note))
+            rows.append(_code_cell(pair.right, right, hi - tops[1], set(), "torch", anchor))
+    klass = "twin single" if single else "twin"
+    files = "".join(f"<div><code>{s.label}</code></div>" for s in (left, right) if s is not None)
+    notes = [html.escape(part.note)] if part.note else []
     if single and not part.note:
         missing = "PyTorch" if right is None else "NumPy"
         notes.append(f"No {missing} twin of <code>{comp}.py</code> yet: one column only.")
     note = "".join(f'<p class="note">{n}</p>' for n in notes)
-    klass = "twin single" if single else "twin"
     body = (
-        f'{note}<div class="{klass}">\n<div class="files" style="grid-column: 1 / -1">'
-        f'<div class="{klass}">{files}</div></div>\n' + "\n".join(rows) + "\n</div>"
+        f'{note}<div class="{klass}">\n<div class="files"><div class="{klass}">{files}</div>'
+        + "</div>\n"
+        + "\n".join(rows)
+        + "\n</div>"
     )
-    return section_id, comp, _Rendered(body, toc, bool(tinted))
+    return section_id, _Rendered(body, toc, bool(tinted))
 
 
 def _only_slug(only) -> str:
@@ -283,86 +312,69 @@ def _only_slug(only) -> str:
 
 
 # -- pages ------------------------------------------------------------------------------------
-def _figures_html(ch: Chapter, figs: ChapterFigures | None, out_dir: Path) -> tuple[str, str]:
-    """The lab's figures as a section, and its entry in the contents ("" when the
-    lab draws none)."""
-    if figs is None or not figs.wanted:
-        return "", ""
-    lab = f"labs/{ch.slug}/lab.py"
-    items, links = [], []
-    for f in figs.wanted:
-        path = figs.found.get(f.name)
-        if path is None:
-            continue
-        src = path.relative_to(out_dir).as_posix()
-        section = f"<b>{html.escape(f.section)}</b>: " if f.section else ""
-        alt = f"{f.name}: {f.section}" if f.section else f.name
-        items.append(
-            f'<figure id="{f.anchor}"><img src="{html.escape(src)}" alt="{html.escape(alt)}">'
-            f"<figcaption>{section}<code>{html.escape(f.name)}</code>, from "
-            f"<code>{lab}</code></figcaption></figure>"
-        )
-        links.append(f'<li><a href="#{f.anchor}"><code>{html.escape(f.name)}</code></a></li>')
-    note = f'<p class="note">{figs.note}</p>' if figs.note else ""
-    intro = (
-        f'<p class="legend">Drawn by <code>python {lab}</code> (or open it as a notebook: '
-        f"<code>python -m labs notebook {ch.number}</code>)"
-        + (f", here in {figs.seconds:.0f} s" if figs.seconds is not None else "")
-        + ".</p>"
-    )
-    body = (
-        '<section class="figures" id="figures">\n<h2>The lab\'s figures</h2>\n'
-        + intro
-        + note
-        + "\n".join(items)
-        + "\n</section>\n"
-    )
-    toc = f'<div><b><a href="#figures">Figures</a></b><ul>{"".join(links)}</ul></div>'
-    return body, toc
+@dataclass
+class _Site:
+    """What every page shares: the sidebar's entries, the pages a link may name, the search."""
 
+    out_dir: Path
+    groups: dict[str, list[tuple[str, str]]]  # "Chapters" -> [(page, label)]
+    pages: dict[Path, str]  # a README, chapter folder or docs/*.md, resolved -> its page
+    solutions: bool = True
+    search: list[dict] | None = None
 
-def _insert_figures(prose: str, figures: str) -> str:
-    """The figures at the end of the README's lab section ("Run the lab", "The lab"),
-    else at the end of the text."""
-    m = re.search(r'<h2 id="(?:[a-z0-9-]*-)?lab(?:-[0-9]+)?">', prose)
-    if m:
-        nxt = prose.find("<h2", m.end())
-        if nxt != -1:
-            return prose[:nxt] + figures + prose[nxt:]
-    return prose + figures
+    def sidebar(self, current: str) -> str:
+        out = ['<nav class="sidebar"><label for="menu" class="close">close ✕</label>']
+        for group, entries in self.groups.items():
+            out.append(f"<h2>{group}</h2><ul>")
+            for pg, label in entries:
+                mark = ' aria-current="page"' if pg == current else ""
+                out.append(f'<li><a href="{pg}"{mark}>{html.escape(label)}</a></li>')
+            out.append("</ul>")
+        return "".join(out) + "</nav>"
 
-
-def chapter_page(
-    ch: Chapter,
-    out_dir: Path,
-    all_chapters: list[Chapter],
-    figures: ChapterFigures | None = None,
-) -> str:
-    pages = {c.directory.resolve(): c.page for c in all_chapters}
-    anchors = {f.name: f.anchor for f in figures.wanted} if figures else {}
-    if ch.readme is not None:
+    def markdown(self, path: Path, pg: str, title: str, figures: ChapterFigures | None = None):
+        """A Markdown file as HTML and its contents; its sections go into the search."""
+        text = path.read_text(encoding="utf-8")
+        if not self.solutions:  # the README's quotes of the reference solution
+            text = re.sub(r"^## After it passes.*?(?=^## |\Z)", "", text, flags=re.M | re.S)
         try:
-            prose, toc_tokens = _markdown(
-                ch.readme.read_text(encoding="utf-8"), ch.readme.parent, out_dir, pages, anchors
+            prose, toc, sections = markdown_page(
+                text, path.parent, self.out_dir, self.pages, figures
             )
         except ValueError as e:  # a formula latex2mathml cannot render (docs_math.py)
-            raise UserError(f"labs/{ch.slug}/README.md: {e}") from None
+            raise UserError(f"{path.relative_to(path.parents[1]).as_posix()}: {e}") from None
+        for anchor, heading, words in sections:
+            self.index(pg, anchor, title, heading or title, words)
+        return prose, toc
+
+    def index(self, pg: str, anchor: str, title: str, heading: str, text: str = "") -> None:
+        key = f"{pg}#{anchor}" if anchor else pg
+        if all(d["id"] != key for d in self.search):
+            self.search.append({"id": key, "title": title, "heading": heading, "text": text})
+
+
+def _with_contents(prose: str, toc: str) -> str:
+    """The contents at the top of the page, under its title."""
+    title, sep, rest = prose.partition("</h1>")
+    return f"{title}{sep}\n{toc}\n{rest}" if sep else f"{toc}\n{prose}"
+
+
+def chapter_page(ch: Chapter, site: _Site, all_chapters: list[Chapter], figures=None) -> str:
+    if ch.readme is not None:
+        prose, toc_tokens = site.markdown(ch.readme, ch.page, ch.title, figures)
     else:
         prose = (
             f'<h1>{html.escape(ch.title)}</h1>\n<p class="note">This chapter\'s '
             f"<code>labs/{ch.slug}/README.md</code> is not written yet; its code follows.</p>"
         )
         toc_tokens = []
-    figures_section, figures_toc = _figures_html(ch, figures, out_dir)
-    if figures_section:
-        prose = _insert_figures(prose, figures_section)
-
     sections, code_toc, tinted = [], [], False
-    for part in ch.parts:
-        section_id, comp, rendered = _component_html(part, ch.number)
+    for part in exercise_parts(ch.number, ch.parts):
+        section_id, rendered = _component_html(part, ch.number, site.solutions)
         tinted |= rendered.tinted
+        comp = html.escape(part.component)
         sections.append(
-            f'<section class="component" id="{section_id}">\n<h3>{html.escape(comp)}</h3>\n'
+            f'<section class="component" id="{section_id}">\n<h3>{comp}</h3>\n'
             f"{rendered.html}\n</section>"
         )
         pairs = "".join(
@@ -370,15 +382,15 @@ def chapter_page(
             for a, label, badge in rendered.toc
         )
         code_toc.append(
-            f'<li><a href="#{section_id}"><b>{html.escape(comp)}</b></a>'
-            f'<ul class="pairs">{pairs}</ul></li>'
+            f'<li><a href="#{section_id}"><b>{comp}</b></a><ul class="pairs">{pairs}</ul></li>'
         )
+        for anchor, label, _ in rendered.toc:
+            site.index(ch.page, anchor, ch.title, label, f"{part.component} code")
 
     reading = _toc_list(toc_tokens)
     toc = '<nav class="toc"><h2>On this page</h2><div>'
     if reading.strip("<ul>/"):
         toc += f"<div><b>Reading</b>{reading}</div>"
-    toc += figures_toc
     if code_toc:
         toc += '<div style="flex: 1"><b><a href="#code">Code</a></b>'
         toc += f"<ul>{''.join(code_toc)}</ul></div>"
@@ -391,15 +403,17 @@ def chapter_page(
             legend = (
                 f'<p class="legend"><mark>Tinted lines</mark> are this chapter\'s exercise: the '
                 f"NumPy code between <code>### BEGIN SOLUTION ch{ch.number}</code> and "
-                "<code>### END SOLUTION</code>.</p>"
+                "<code>### END SOLUTION</code>"
+                + ("." if site.solutions else ", here as the learner's stub: its TODO lines.")
+                + "</p>"
             )
         twins = [p.component for p in ch.parts if p.component in components()]
         terminal = ", ".join(f"<code>python -m labs diff {c}</code>" for c in dict.fromkeys(twins))
         code = (
             '<h2 class="code" id="code">The two implementations</h2>\n'
             '<p class="legend">NumPy (hand-written backward) on the left, PyTorch on the '
-            "right, paired by class and method; a piece with no twin faces blank space. "
-            "Line numbers are the files' own."
+            "right (one above the other in a narrow window), paired by class and method; a "
+            "piece with no twin faces blank space. Line numbers are the files' own."
             + (f" The same view in a terminal: {terminal}." if terminal else "")
             + "</p>"
             + legend
@@ -408,37 +422,49 @@ def chapter_page(
     idx = all_chapters.index(ch)
     links = []
     if idx > 0:
-        prev = all_chapters[idx - 1]
-        links.append(f'<a href="{prev.page}">← {prev.number}</a>')
-    links.append('<a href="index.html">all chapters</a>')
+        links.append(f'<a href="{all_chapters[idx - 1].page}">← {all_chapters[idx - 1].number}</a>')
     if idx + 1 < len(all_chapters):
-        nxt = all_chapters[idx + 1]
-        links.append(f'<a href="{nxt.page}">{nxt.number} →</a>')
-    nav = f'<span>{html.escape(ch.title)}</span><span class="pager">{"".join(links)}</span>'
-    # the contents at the top, under the page's title
-    title, sep, rest = prose.partition("</h1>")
-    top = f"{title}{sep}\n{toc}\n{rest}" if sep else f"{toc}\n{prose}"
-    body = f'<div class="prose">{top}</div>\n{code}'
-    return _page(ch.title, body, nav)
+        links.append(f'<a href="{all_chapters[idx + 1].page}">{all_chapters[idx + 1].number} →</a>')
+    pager = f'<span class="pager">{"".join(links)}</span>'
+    body = f'<div class="prose">{_with_contents(prose, toc)}</div>\n{code}'
+    return page(ch.title, body, site.sidebar(ch.page), pager)
 
 
-def index_page(all_chapters: list[Chapter]) -> str:
+def reference_page(path: Path, pg: str, site: _Site) -> str:
+    """A ``docs/*.md`` page: its text, its contents at the top."""
+    title = _title(path)
+    prose, toc_tokens = site.markdown(path, pg, title)
+    toc = f'<nav class="toc"><h2>On this page</h2><div>{_toc_list(toc_tokens)}</div></nav>'
+    return page(title, f'<div class="prose">{_with_contents(prose, toc)}</div>', site.sidebar(pg))
+
+
+def _title(path: Path) -> str:
+    m = re.search(r"^#\s+(.+?)\s*#*\s*$", path.read_text(encoding="utf-8"), re.M)
+    return _plain(m.group(1)) if m else path.stem
+
+
+def index_page(all_chapters: list[Chapter], site: _Site) -> str:
     items = []
     for ch in all_chapters:
         comps = ", ".join(f"<code>{html.escape(p.component)}</code>" for p in ch.parts)
         status = "" if ch.readme else ' <span class="badge">README not written yet</span>'
         what = f'<div class="what">code: {comps}</div>' if comps else ""
         items.append(f'<li><a href="{ch.page}">{html.escape(ch.title)}</a>{status}{what}</li>')
+    refs = "".join(
+        f'<li><a href="{pg}">{html.escape(label)}</a></li>'
+        for pg, label in site.groups.get("Reference", [])
+    )
     body = (
         '<div class="prose"><h1>twinformer labs</h1>\n'
         "<p>Every transformer component written twice: in NumPy with a hand-written "
         "backward pass, and in PyTorch. Each chapter page has the chapter's text, then "
         "both implementations side by side, method by method.</p>\n"
-        f'<ul class="chapters">{"".join(items)}</ul>\n'
+        f'<h2>Chapters</h2><ul class="chapters">{"".join(items)}</ul>\n'
+        f'<h2>Reference</h2><ul class="chapters">{refs}</ul>\n'
         '<p class="legend">Built by <code>python -m labs docs</code>; in a terminal, '
         "<code>python -m labs diff COMPONENT</code> shows the same pairs.</p></div>"
     )
-    return _page("Chapters", body)
+    return page("Chapters", body, site.sidebar("index.html"))
 
 
 def build_site(
@@ -447,11 +473,16 @@ def build_site(
     figures: str = "auto",
     say=print,
     force: bool = False,
+    solutions: bool = True,
+    docs_dir: Path = DOCS_DIR,
 ) -> list[Path]:
-    """Write ``index.html`` and one page per chapter into ``out_dir``; return the paths.
+    """Write ``index.html``, one page per chapter and per ``docs/*.md`` into ``out_dir``,
+    with the assets and the search index; return the pages.
 
     ``figures``: where the labs' figures come from (``docs_figures.py``): ``"auto"``,
-    ``"run"`` or ``"existing"``. ``out_dir`` is new, empty or a previous site (it holds
+    ``"run"`` or ``"existing"``. ``solutions=False``: each exercise region shows
+    the learner's stub (its TODO lines), and the READMEs lose their "After it passes"
+    section (their quotes of the solution). ``out_dir`` is new, empty or a previous site (it holds
     :data:`SITE_MARKER`); any other folder is refused unless ``force``: its files
     could be overwritten.
     """
@@ -478,16 +509,42 @@ def build_site(
         encoding="utf-8",
     )
     all_chapters = chapters(labs_dir)
-    drawn = collect_figures(all_chapters, out_dir, figures, say=say)
-    written = []
+    overview = docs_dir.parent / "README.md"
+    references = [overview] * overview.is_file() + sorted(docs_dir.glob("*.md"))
+    pages = {p.resolve(): _reference(p) for p in references}
     for ch in all_chapters:
-        path = out_dir / ch.page
-        page = chapter_page(ch, out_dir, all_chapters, drawn.get(ch.slug))
-        path.write_text(page, encoding="utf-8")
-        written.append(path)
-    index = out_dir / "index.html"
-    index.write_text(index_page(all_chapters), encoding="utf-8")
-    return [index, *written]
+        pages[ch.directory.resolve()] = pages[(ch.directory / "README.md").resolve()] = ch.page
+    groups = {
+        "Chapters": [(ch.page, f"{ch.number} {_short(ch.title)}") for ch in all_chapters],
+        "Reference": [
+            (_reference(p), "Overview" if _reference(p) == "overview.html" else _title(p))
+            for p in references
+        ],
+    }
+    site = _Site(out_dir, groups, pages, solutions, search=[])
+    drawn = collect_figures(all_chapters, out_dir, figures, say=say)
+    written = [out_dir / "index.html"]
+    written[0].write_text(index_page(all_chapters, site), encoding="utf-8")
+    for ch in all_chapters:
+        written.append(out_dir / ch.page)
+        written[-1].write_text(chapter_page(ch, site, all_chapters, drawn.get(ch.slug)), "utf-8")
+    for path in references:
+        written.append(out_dir / _reference(path))
+        written[-1].write_text(reference_page(path, _reference(path), site), "utf-8")
+    write_assets(out_dir)
+    search = json.dumps(site.search, ensure_ascii=False, separators=(",", ":"))
+    (out_dir / "search-index.js").write_text(f"window.TWINFORMER_SEARCH = {search};\n", "utf-8")
+    return written
+
+
+def _reference(path: Path) -> str:
+    """``docs/masks.md`` -> ``masks.html``; the repository's README -> ``overview.html``."""
+    return "overview.html" if path.name == "README.md" else f"{path.stem}.html"
+
+
+def _short(title: str) -> str:
+    """A chapter's title in the sidebar, ``Chapter 03: attention`` -> ``attention``."""
+    return re.sub(r"^Chapter\s+\d+\s*[:.]\s*", "", title)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -502,9 +559,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--figures",
         choices=FIGURE_MODES,
         default="auto",
-        help="the labs' figures: 'auto' takes each lab's last run (labs/NN_*/figures/) and "
-        "runs the labs that have not drawn theirs; 'run' runs every lab again; 'existing' "
-        "never runs a lab (pages say how to draw what is missing)",
+        help="the labs' figures, cached in labs/NN_*/figures/: 'auto' runs a lab only when "
+        "a figure is missing or older than its lab.py; 'run' runs every lab again; "
+        "'existing' never runs a lab (pages say how to draw what is missing)",
+    )
+    p.add_argument(
+        "--no-solutions",
+        dest="solutions",
+        action="store_false",
+        help="show each exercise region as its TODO lines only, and leave out the READMEs' "
+        "'After it passes' sections (a site for students)",
     )
     p.add_argument(
         "--force",
@@ -514,6 +578,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    written = build_site(args.out, figures=args.figures, force=args.force)
+    written = build_site(args.out, figures=args.figures, force=args.force, solutions=args.solutions)
     print(f"wrote {len(written)} pages to {args.out}; open {written[0]}")
     return 0

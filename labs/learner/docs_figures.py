@@ -1,27 +1,22 @@
 """The labs' figures on the chapter pages of ``python -m labs docs``.
 
 A chapter's ``lab.py`` draws its figures with ``save(fig, "name.png")``
-(``labs/learner/notebook.py``); :func:`lab_figures` reads those calls, and the
-lab's section heading above each, without running anything. The PNGs are
-git-ignored, so the site either takes them from the lab's last run
-(``labs/NN_topic/figures/``, or ``$TWINFORMER_FIGURES/NN_topic/`` when that is
-set) or draws them by running the lab, each in its own process, with its
-figures going straight into the site (``docs/site/figures/NN_topic/``), so a
-build never touches the chapters' own ``figures/`` folders. Which one is
-``--figures``:
+(``labs/learner/notebook.py``) into ``labs/NN_topic/figures/`` (git-ignored;
+``$TWINFORMER_FIGURES/NN_topic/`` when that is set). That folder is the cache:
+the site copies its PNGs (into ``docs/site/figures/NN_topic/``), and a lab runs,
+each in its own process, only when it must. :func:`lab_figures` reads the
+``save`` calls without running anything. ``--figures``:
 
-* ``auto`` (the default): the last run's figures where the lab has drawn all of
-  them, otherwise run the lab (seconds each; chapter 14's about 40 s);
+* ``auto`` (the default): run a lab when one of its figures is missing or older
+  than its ``lab.py``; a second build runs none and takes seconds;
 * ``run``: run every lab again;
-* ``existing``: never run a lab; a chapter whose figures are missing gets a note
-  saying how to draw them.
+* ``existing``: never run a lab; a figure not drawn yet is a note on its page.
 """
 
 from __future__ import annotations
 
 import ast
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -31,49 +26,28 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .notebook import FIGURES_ENV_VAR, ROOT, figures_folder
+from .notebook import ROOT, figures_folder
 
 FIGURE_MODES = ("auto", "run", "existing")
 LAB_TIMEOUT_S = 600
 
 
-@dataclass(frozen=True)
-class LabFigure:
-    name: str  # "lr_schedule.png"
-    section: str  # the lab's heading above the save call, "3. The learning-rate schedule"
-
-    @property
-    def anchor(self) -> str:
-        return "fig-" + re.sub(r"[^A-Za-z0-9_-]", "-", self.name.rsplit(".", 1)[0])
-
-
 @dataclass
 class ChapterFigures:
-    """What a chapter page shows: the figures found (name -> PNG) and why any are missing."""
+    """A chapter's figures: those its lab draws, those in the site, and why any are missing."""
 
-    wanted: list[LabFigure]
-    found: dict[str, Path] = field(default_factory=dict)
-    note: str = ""  # why some or all are missing (shown on the page)
-    seconds: float | None = None  # how long the lab ran, when it ran
+    wanted: list[str]  # "lr_schedule.png", in the lab's order
+    found: dict[str, Path] = field(default_factory=dict)  # name -> the PNG in the site
+    note: str = ""  # how to draw the missing ones (shown where each would be)
 
 
-def lab_figures(lab: Path) -> list[LabFigure]:
-    """The figures a lab script saves, in order: every ``save(fig, "name.png")`` call,
-    with the ``## heading`` of the lab's last markdown cell above it as its section."""
+def lab_figures(lab: Path) -> list[str]:
+    """The names a lab script saves, in order: every ``save(fig, "name.png")`` call."""
     if not lab.is_file():
         return []
-    text = lab.read_text(encoding="utf-8")
-    headings: list[tuple[int, str]] = []
-    in_markdown = False
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.startswith("# %%"):
-            in_markdown = "[markdown]" in line
-        elif in_markdown and (m := re.match(r"#\s+#{2,}\s+(.+?)\s*$", line)):
-            headings.append((n, m.group(1)))
-    out, seen = [], set()
     calls = [
         node
-        for node in ast.walk(ast.parse(text))
+        for node in ast.walk(ast.parse(lab.read_text(encoding="utf-8")))
         if isinstance(node, ast.Call)
         and isinstance(node.func, ast.Name)
         and node.func.id == "save"
@@ -81,22 +55,14 @@ def lab_figures(lab: Path) -> list[LabFigure]:
         and isinstance(node.args[1], ast.Constant)
         and isinstance(node.args[1].value, str)
     ]
-    for node in sorted(calls, key=lambda c: c.lineno):
-        name = node.args[1].value
-        if name in seen:
-            continue
-        seen.add(name)
-        above = [h for n, h in headings if n < node.lineno]
-        out.append(LabFigure(name, above[-1] if above else ""))
-    return out
+    return list(dict.fromkeys(c.args[1].value for c in sorted(calls, key=lambda c: c.lineno)))
 
 
-def _run_lab(lab: Path, figures_root: Path) -> tuple[int, str, float]:
-    """Run one lab script in its own process, its figures into ``figures_root``."""
+def _run_lab(lab: Path) -> tuple[int, str, float]:
+    """Run one lab script in its own process; its figures go to its cache."""
     env = {
         **os.environ,
         "MPLBACKEND": "Agg",
-        FIGURES_ENV_VAR: str(figures_root),
         "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     }
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -125,7 +91,7 @@ def collect(
     jobs: int | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, ChapterFigures]:
-    """Every chapter's figures copied or drawn into ``out_dir/figures/<slug>/``.
+    """Every chapter's figures, drawn where needed and copied into ``out_dir/figures/<slug>/``.
 
     ``chapters``: objects with ``slug`` and ``directory`` (``docs.Chapter``).
     Returns slug -> :class:`ChapterFigures`. A lab that fails is reported on its
@@ -133,60 +99,50 @@ def collect(
     """
     if mode not in FIGURE_MODES:
         raise ValueError(f"figures: expected one of {', '.join(FIGURE_MODES)}, got {mode!r}")
-    dest_root = out_dir / "figures"
-    result: dict[str, ChapterFigures] = {}
-    to_run = []
+    result, cache, to_run = {}, {}, []
     for ch in chapters:
         lab = ch.directory / "lab.py"
-        wanted = lab_figures(lab)
-        result[ch.slug] = cf = ChapterFigures(wanted)
-        if not wanted:
-            continue
-        source = figures_folder(ch.slug, labs_dir=ch.directory.parent)
-        have = {f.name: source / f.name for f in wanted if (source / f.name).is_file()}
-        if mode == "run" or (mode == "auto" and len(have) < len(wanted)):
+        result[ch.slug] = ChapterFigures(lab_figures(lab))
+        cache[ch.slug] = figures_folder(ch.slug, labs_dir=ch.directory.parent)
+        pngs = [cache[ch.slug] / name for name in result[ch.slug].wanted]
+        stale = any(not p.is_file() or p.stat().st_mtime < lab.stat().st_mtime for p in pngs)
+        if pngs and (mode == "run" or (mode == "auto" and stale)):
             to_run.append(ch)
-            continue
-        dest = dest_root / ch.slug
-        dest.mkdir(parents=True, exist_ok=True)
-        for name, path in have.items():
-            target = dest / name
-            if not (target.exists() and target.samefile(path)):
-                shutil.copyfile(path, target)
-            cf.found[name] = target
-        if len(have) < len(wanted):
-            rel = _shown(lab)
-            cf.note = (
-                f"{len(wanted) - len(have)} of this lab's {len(wanted)} figures are not drawn "
-                f"yet: run <code>python {rel}</code> (or build the site with "
-                "<code>python -m labs docs --figures run</code>)."
-            )
 
+    failed = {}
     if to_run:
         jobs = jobs or max(1, min(4, os.cpu_count() or 1))
         say(
-            f"drawing figures: running {len(to_run)} lab script(s), {jobs} at a time "
-            "(seconds each; --figures existing skips this)"
+            f"drawing figures: running {len(to_run)} lab script(s), {jobs} at a time, into "
+            "labs/NN_topic/figures/ (later builds reuse them; --figures existing never runs one)"
         )
-        for ch in to_run:  # a lab that fails must not leave an older build's PNGs behind
-            for f in result[ch.slug].wanted:
-                (dest_root / ch.slug / f.name).unlink(missing_ok=True)
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            runs = pool.map(lambda ch: (ch, _run_lab(ch.directory / "lab.py", dest_root)), to_run)
+            runs = pool.map(lambda ch: (ch, _run_lab(ch.directory / "lab.py")), to_run)
             for ch, (rc, tail, seconds) in runs:
-                cf = result[ch.slug]
-                cf.seconds = seconds
-                dest = dest_root / ch.slug
-                cf.found = {f.name: dest / f.name for f in cf.wanted if (dest / f.name).is_file()}
-                rel = _shown(ch.directory / "lab.py")
                 if rc != 0:
-                    cf.note = (
-                        f"<code>python {rel}</code> failed (exit status {rc}), so its figures "
-                        "are missing here; run it to see why."
-                    )
+                    failed[ch.slug] = rc
                     say(f"  {ch.slug}: FAILED (exit status {rc}): {tail}")
                 else:
-                    say(f"  {ch.slug}: {len(cf.found)} figure(s) in {seconds:.0f} s")
+                    say(f"  {ch.slug}: {len(result[ch.slug].wanted)} figure(s) in {seconds:.0f} s")
+
+    for ch in chapters:
+        cf, lab = result[ch.slug], _shown(ch.directory / "lab.py")
+        dest = out_dir / "figures" / ch.slug
+        for name in cf.wanted:
+            (dest / name).unlink(missing_ok=True)  # never an older build's PNG
+            if (cache[ch.slug] / name).is_file() and ch.slug not in failed:
+                dest.mkdir(parents=True, exist_ok=True)
+                cf.found[name] = Path(shutil.copyfile(cache[ch.slug] / name, dest / name))
+        if ch.slug in failed:
+            cf.note = (
+                f"<code>python {lab}</code> failed (exit status {failed[ch.slug]}), so its "
+                "figures are missing here; run it to see why."
+            )
+        elif len(cf.found) < len(cf.wanted):
+            cf.note = (
+                f"Not drawn yet: run <code>python {lab}</code> (or build the site with "
+                "<code>python -m labs docs --figures auto</code>)."
+            )
     return result
 
 

@@ -142,7 +142,7 @@ def repository_path(*parts: str) -> Path:
 
 
 #: Set, it sends every lab's figures to ``$TWINFORMER_FIGURES/<chapter>/`` instead of
-#: ``labs/<chapter>/figures/`` (``python -m labs docs`` draws them straight into the site).
+#: ``labs/<chapter>/figures/``, the cache ``python -m labs docs`` takes them from.
 FIGURES_ENV_VAR = "TWINFORMER_FIGURES"
 
 
