@@ -18,6 +18,7 @@ those the workspace started (its progress.json). docs/teaching.md has the threat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import io
 import json
@@ -37,7 +38,7 @@ from pathlib import Path
 from .. import UserError
 from .exercises_check import READ_ONLY_ENV, Run, results
 from .exercises_fences import CHAPTERS, REPO, FenceError, Reference, parse_chapter, parse_regions
-from .exercises_workspace import WORKSPACE_ENV, Workspace, _show
+from .exercises_workspace import WORKSPACE_ENV, Workspace, _show, _write_atomic
 
 COLUMNS = ["student", "chapter", "score", "failing", "hint"]
 MAX_CODE_BYTES = 20 << 20  # a workspace's numpy_impl/; the reference is ~0.5 MB
@@ -115,7 +116,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("--time-limit and --jobs: give positive numbers")
     bwrap = _sandbox(args.sandbox)
     print(
-        f"grading {len(roots)} workspaces, {args.jobs} at a time, at most "
+        f"grading {len(roots)} workspace(s), {args.jobs} at a time, at most "
         f"{args.time_limit:g} s each; sandbox: {'bwrap' if bwrap else 'none'}"
     )
     ref = Reference()
@@ -130,10 +131,11 @@ def main(args: argparse.Namespace) -> int:
     ):
         reports = list(pool.map(one, range(len(roots))))
     # Every student's process group has been killed and waited for: only now a file.
+    out.mkdir(parents=True, exist_ok=True)
     rows = []
     for report in reports:
-        _write(out / f"{report['student']}.json", json.dumps(report, indent=1) + "\n")
-        _write(out / f"{report['student']}.xml", _junit(report))
+        _write_atomic(out / f"{report['student']}.json", json.dumps(report, indent=1) + "\n")
+        _write_atomic(out / f"{report['student']}.xml", _junit(report))
         for ch in report["chapters"]:
             failing = "; ".join(r["function"] for r in ch["regions"] if not r["passed"])
             rows.append([report["student"], ch["chapter"], ch["score"], failing, ch["hint"]])
@@ -145,7 +147,7 @@ def main(args: argparse.Namespace) -> int:
     writer = csv.writer(table, lineterminator="\n")
     writer.writerow(COLUMNS)
     writer.writerows([[re.sub(r"^([=+\-@])", r"'\1", str(v)) for v in row] for row in rows])
-    _write(out / "grades.csv", table.getvalue())
+    _write_atomic(out / "grades.csv", table.getvalue())
     print(f"wrote {_show(out / 'grades.csv')} and each student's .json and .xml (JUnit)")
     return 0
 
@@ -188,7 +190,6 @@ def grade_workspace(ref, root: Path, student: str, chapters, tmp: Path, limit, b
     return {
         "student": student,
         "workspace": str(root),
-        "sandbox": "bwrap" if bwrap else "none",
         "seconds": round(seconds, 1),
         "chapters": [
             _chapter(ref, ws, c, data, problem if c in todo or problem else "not started")
@@ -230,25 +231,15 @@ def _run(ref, ws: Workspace, chapters: list[str], tmp: Path, limit, bwrap):
                 READ_ONLY_ENV: "1",
                 "PYTHONDONTWRITEBYTECODE": "1",
                 "HOME": str(tmp),
-                "HYPOTHESIS_PROFILE": "default",
                 "OMP_NUM_THREADS": "1",
             }
         )
         marker = " or ".join(f"ch{c}" for c in chapters)
-        cmd = [
-            *(_bwrap(bwrap, tmp) if bwrap else []),
+        pytest = [
             sys.executable,
-            "-m",
-            "pytest",
-            "parity_tests",
-            "-m",
-            marker,
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "-o",
-            "addopts=",
+            *"-m pytest parity_tests -q -p no:cacheprovider -o addopts=".split(),
         ]
+        cmd = [*(_bwrap(bwrap, tmp) if bwrap else []), *pytest, "-m", marker]
         start = time.monotonic()
         proc = subprocess.Popen(
             cmd,
@@ -286,31 +277,19 @@ def _run(ref, ws: Workspace, chapters: list[str], tmp: Path, limit, bwrap):
 def _bwrap(bwrap: str, writable: Path) -> list[str]:
     """Everything read-only but ``writable``, an empty /tmp, the grader's home hidden
     (unless the code lives there), no network, no other process in sight."""
-    args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    args = [bwrap, *"--ro-bind / / --dev /dev --proc /proc --tmpfs /tmp".split()]
     home = Path.home()
     needed = (REPO, Path(sys.prefix), Path(sys.base_prefix), writable)
     if home != Path("/") and not any(p.is_relative_to(home) for p in needed):
         args += ["--tmpfs", str(home)]
-    return [
-        *args,
-        "--bind",
-        str(writable),
-        str(writable),
-        "--unshare-all",
-        "--die-with-parent",
-        "--new-session",
-        "--chdir",
-        str(REPO),
-        "--",
-    ]
+    args += ["--bind", str(writable), str(writable), "--chdir", str(REPO)]
+    return [*args, *"--unshare-all --die-with-parent --new-session --".split()]
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
     """Kill the run's whole process group (what it forked too), wait until it is gone."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
     proc.wait()
     for _ in range(100):  # the other members: they run no more code once the kill arrives
         try:
@@ -401,11 +380,3 @@ def _junit(report: dict) -> str:
             if not r["passed"]:
                 ET.SubElement(case, "failure", message=_clean(r["why"]))
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
-
-
-def _write(path: Path, text: str) -> None:
-    """Replace ``path`` whole: a temporary file renamed onto it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
