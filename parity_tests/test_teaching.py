@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
-import shutil
+import os
+import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 from labs import UserError
 from labs.__main__ import main
 from labs.learner import exercises_check
+from labs.learner import grade as grade_command
 from labs.learner.exercises_fences import Reference, parse_regions, replace_bodies
 from labs.learner.exercises_workspace import Workspace, add_stubs
 from labs.learner.invocation import labs_command
@@ -21,6 +24,7 @@ from parity_tests.mistakes import MISTAKES, write_mistake
 
 #: grade's time limit in these tests: a few times what chapter 01 takes on a busy runner
 LIMIT = 20
+ROOT = Path(__file__).resolve().parent.parent
 MISTAKE = next(m for m in MISTAKES if m.name == "decode-negative-id-wraps")
 
 
@@ -181,8 +185,8 @@ if os.fork() == 0:
 def test_forged_reports_and_lingering_processes_change_no_grade(
     reference, tmp_path, capsys, sandbox
 ):
-    if sandbox == "bwrap" and not shutil.which("bwrap"):
-        pytest.skip("bubblewrap is not installed (.ci/run installs it)")
+    if sandbox == "bwrap" and grade_command._sandbox("auto") is None:
+        pytest.skip("no working bubblewrap here (.ci/run installs it)")
     out = tmp_path / "grades"
     ws = {n: Workspace(tmp_path / n) for n in ("forger", "rewriter", "idle")}
     add_stubs(reference, ws["forger"], "01")
@@ -222,3 +226,49 @@ def test_grade_refuses_unclear_options_before_running_anything(reference, tmp_pa
     assert main([*argv, "--out", str(tmp_path / "g"), "--student", "a/b", "--student", "c"]) == 2
     assert main([*argv, "--out", str(tmp_path / "g"), "--time-limit", "0"]) == 2
     assert not (tmp_path / "g").exists()
+
+
+def test_release_holds_no_solution_and_its_check_works(reference, tmp_path, monkeypatch):
+    out = tmp_path / "course"
+    assert main(["release", "--out", str(out)]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["course"]  # built beside it, renamed
+    released = Reference(out / "numpy_impl", out / "labs")
+    for f, regions in reference.regions.items():  # every region: its stub, no line of code
+        mine = {r.key: r for r in released.regions[f]}
+        for r in regions:
+            assert mine[r.key].body == reference.stub(r), (f, r.function)
+    code = {  # each line of a solution (but the shortest), without its comment and spaces
+        "".join(line.split("  #")[0].split())
+        for regions in reference.regions.values()
+        for r in regions
+        for line in r.body
+        if not line.lstrip().startswith("#") and len("".join(line.split("  #")[0].split())) >= 20
+    }
+    for path in [*out.rglob("*.md"), out / "docs" / "site" / "search-index.js"]:
+        text = "".join(path.read_text(encoding="utf-8").split())
+        assert not [line for line in code if line in text], path
+    assert "docs/site/" not in (out / ".gitignore").read_text()  # published with it
+    assert (out / "docs" / "site" / "03_attention.html").is_file()
+
+    env = {k: v for k, v in os.environ.items() if k != "TWINFORMER_WORKSPACE"}
+
+    def labs(*argv: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "labs", *argv]
+        return subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
+
+    assert labs("start", "01").returncode == 0
+    stubs = labs("check", "01")
+    assert stubs.returncode == 1 and "not implemented yet" in stubs.stdout
+    solve(reference, Workspace(out / "workspace"), "01")
+    done = labs("check", "01")
+    assert done.returncode == 0 and "Done!" in done.stdout, done.stdout[-2000:]
+    assert "for c in text" not in labs("diff", "attention", "--no-color").stdout
+
+    # refused: inside the repository, or a folder that holds something; a failed build
+    # leaves nothing behind
+    assert main(["release", "--out", str(ROOT / "release")]) == 2
+    assert main(["release", "--out", str(out)]) == 2
+    monkeypatch.setattr("labs.learner.docs.build_site", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        main(["release", "--out", str(tmp_path / "again")])
+    assert [p.name for p in tmp_path.iterdir()] == ["course"]

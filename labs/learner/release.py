@@ -34,7 +34,7 @@ from .exercises_workspace import _show
 NOTE = "*(The student release leaves out this code: it is an exercise's solution.)*"
 _AFTER = re.compile(r"^## After it passes.*?(?=^## |\Z)", re.M | re.S)
 _FENCE = re.compile(r"^(```|~~~)[^\n]*\n.*?^\1[ \t]*$", re.M | re.S)
-_SPAN = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+_SPAN = re.compile(r"(?<!`)`((?:[^`\n]|\n(?!\n))+)`(?!`)")  # within a paragraph
 IGNORED_HERE = ("docs/site/", "labs/*/figures/")  # published with the release
 
 
@@ -63,11 +63,12 @@ def without_solutions(markdown: str) -> str:
         quotes = any(_statement(line) in statements for line in m[0].splitlines()[1:-1])
         return NOTE if quotes else m[0]
 
-    def span(m: re.Match) -> str:  # a whole line of code, not a short instruction
-        if len(code := _statement(m[1])) < 20 or code not in statements:
+    def span(m: re.Match) -> str:  # holding a line of code, not a short instruction
+        code = _statement(m[1])
+        if not any(line in code for line in statements if len(line) >= 20):
             return m[0]
-        lhs = re.match(r"([\w, .\[\]]+?)\s*=[^=]", m[1])  # `dS = ...` -> `dS = …`
-        return f"`{lhs[1]} = …`" if lhs else "(your code)"
+        lhs = re.match(r"([\w, .\[\]]+?)\s*=[^=]|([\w.]+)\(", m[1])  # `dS = …`, `f(…)`
+        return f"`{lhs[1]} = …`" if lhs and lhs[1] else f"`{lhs[2]}(…)`" if lhs else "(code)"
 
     return _SPAN.sub(span, _FENCE.sub(block, _AFTER.sub("", markdown)))
 
