@@ -81,7 +81,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--jobs",
         type=int,
-        default=len(os.sched_getaffinity(0)),
+        default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1,
         help="workspaces graded at once (default: the cores available)",
     )
     p.add_argument(
@@ -155,7 +155,7 @@ def main(args: argparse.Namespace) -> int:
 def _sandbox(choice: str) -> str | None:
     """The path of a bubblewrap that works here, or None (``--sandbox none``)."""
     found = shutil.which("bwrap") if choice != "none" else None
-    probe = [found, "--ro-bind", "/", "/", "--unshare-all", "true"]
+    probe = [*_bwrap(found, Path(tempfile.gettempdir())), "true"] if found else []
     if found and subprocess.run(probe, capture_output=True).returncode == 0:
         return found
     if choice == "bwrap":
