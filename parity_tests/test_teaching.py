@@ -58,7 +58,7 @@ def test_check_writes_junit_and_json_reports_of_fresh_stubs(reference, tmp_path,
     assert any(h.startswith("not implemented yet") for f in data["failures"] for h in f["hints"])
 
     # a report never goes into the learner's code, and replaces its older self
-    with pytest.raises(UserError, match="inside your code"):
+    with pytest.raises(UserError, match="inside the workspace"):
         exercises_check.run_check(ws, "03", junit=ws.package / "ch03.xml")
     assert not (ws.package / "ch03.xml").exists()
 

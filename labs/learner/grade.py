@@ -18,14 +18,14 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import os
 import tempfile
 from pathlib import Path
 
 from .. import UserError
+from ..plumbing.checkpoint_files import write_atomic
 from .exercises_check import _counts, results, run_tests, write_json
 from .exercises_fences import CHAPTERS, parse_chapter
-from .exercises_workspace import Workspace, _show
+from .exercises_workspace import Workspace, _show, check_report_path
 
 COLUMNS = [
     "workspace",
@@ -63,16 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     chapters = [parse_chapter(c) for c in args.chapters] if args.chapters else None
     workspaces = [Workspace(Path(w).expanduser().resolve()) for w in args.workspaces]
-    for out in (args.csv_out, args.json_out):
-        if out is None:
-            continue
-        target = out.resolve()
-        for ws in workspaces:
-            if target.is_relative_to(ws.root):
-                raise UserError(
-                    f"{_show(out)} is inside the workspace {_show(ws.root)}: grading writes "
-                    "nothing into a learner's workspace; write the table elsewhere"
-                )
+    for out, option in ((args.csv_out, "--csv"), (args.json_out, "--json")):
+        if out is not None:
+            check_report_path(out, option, workspaces)
     rows, details = grade(workspaces, chapters)
     write_csv(args.csv_out, rows)
     print(f"wrote {_show(args.csv_out)}: {len(rows)} rows")
@@ -92,7 +85,12 @@ def grade(workspaces: list[Workspace], chapters: list[str] | None) -> tuple[list
                 rows.append({**dict.fromkeys(COLUMNS, ""), "workspace": str(ws.root),
                              "hint": "no workspace"})  # fmt: skip
                 continue
-            started = ws.started()
+            try:
+                started = ws.started()
+            except UserError as e:  # one learner's damaged record stops no one else's grade
+                rows.append({**dict.fromkeys(COLUMNS, ""), "workspace": str(ws.root),
+                             "hint": str(e)[:200]})  # fmt: skip
+                continue
             for chapter in chapters or sorted(started):
                 if chapter not in started:  # its code is still the reference's: no grade
                     rows.append({**dict.fromkeys(COLUMNS, ""), "workspace": str(ws.root),
@@ -136,7 +134,4 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     writer = csv.DictWriter(buffer, fieldnames=COLUMNS, lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(buffer.getvalue(), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, buffer.getvalue().encode("utf-8"))
