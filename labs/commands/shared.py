@@ -406,3 +406,10 @@ def check_task_size(
         n_params += (vocab_size + T) * C + L * (block + 4 * C * C)
     activations = args.batch_size * L * (8 * T * C + args.n_heads * T * T)
     check_size(n_params, activations, args.dtype)
+
+
+def naming(source, out, error: Exception) -> str:
+    """The error's message, with ``source`` in front unless it names ``source`` or ``out``."""
+    message = str(error)
+    named = str(Path(source)) in message or str(Path(out)) in message
+    return message if named else f"{source}: {message}"

@@ -270,6 +270,8 @@ def _check_args(args: argparse.Namespace) -> None:
     check_positive(args, ("eval_interval", "eval_batches", "eval_batch_size"))
     if args.sample_tokens < 0:
         raise UserError(f"--sample-tokens must be >= 0, got {args.sample_tokens}")
+    if args.vocab_size > 2**20:  # past a million merges a BPE trainer runs for hours
+        raise UserError(f"--vocab-size must be at most 2**20 (1,048,576), got {args.vocab_size:,}")
     # checked here, not by each backend: cosine_lr would take a negative --min-lr as the
     # floor, a negative or NaN --grad-clip silently meant "no clipping", and torch's
     # AdamW takes an infinite --lr
