@@ -125,7 +125,7 @@ SAMPLE_BAD = [
     ("--top-k", "0", "--top-k must be >= 1"),
     ("--seed", "-1", "--seed must lie in [0, 2**63)"),
     ("--seed", "99999999999999999999999", "--seed must lie in [0, 2**63)"),
-    ("--max-new-tokens", "-1", "--max-new-tokens must be >= 0"),
+    ("--max-new-tokens", "-1", "--max-new-tokens must lie in [0, 100,000]"),
     ("--checkpoint", "", "--checkpoint is empty"),
 ]
 

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from .. import UserError
 from ..plumbing.backends import ATTN_IMPLS, BACKENDS
-from ..plumbing.checkpoint_format import expected_shapes
+from ..plumbing.checkpoint_format import expected_shapes, parameter_count
 from ..plumbing.data import DATA_ENV_VAR
 from ..plumbing.tokenization import KINDS
 from .shared import (
@@ -270,6 +270,8 @@ def _check_args(args: argparse.Namespace) -> None:
     check_positive(args, ("eval_interval", "eval_batches", "eval_batch_size"))
     if args.sample_tokens < 0:
         raise UserError(f"--sample-tokens must be >= 0, got {args.sample_tokens}")
+    if args.vocab_size > 2**20:  # past a million merges a BPE trainer runs for hours
+        raise UserError(f"--vocab-size must be at most 2**20 (1,048,576), got {args.vocab_size:,}")
     # checked here, not by each backend: cosine_lr would take a negative --min-lr as the
     # floor, a negative or NaN --grad-clip silently meant "no clipping", and torch's
     # AdamW takes an infinite --lr
@@ -350,20 +352,6 @@ def matched_d_ff(model_config: dict, multiple_of: int = 8) -> tuple[int, int, in
     per_unit = (at[2 * multiple_of] - at[multiple_of]) / multiple_of  # parameters per hidden unit
     best = max(1, round((target - at[multiple_of]) / per_unit / multiple_of) + 1) * multiple_of
     return best, count({**model_config, "d_ff": best}), target
-
-
-def parameter_count(model_config: dict) -> int:
-    """The parameters of a GPT with this config (a tied head counted once), from the
-    shapes alone: one layer's count times ``n_layers``, so a huge value costs nothing."""
-
-    def count(n_layers: int) -> int:
-        shapes = expected_shapes({**model_config, "n_layers": n_layers})
-        if model_config.get("tie_weights", True):
-            del shapes["head.weight"]
-        return sum(math.prod(s) for s in shapes.values())
-
-    base = count(0)
-    return base + int(model_config["n_layers"]) * (count(1) - base)
 
 
 def _check_size(args: argparse.Namespace, model_config: dict) -> None:

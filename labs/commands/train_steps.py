@@ -460,11 +460,13 @@ def summarize(run: Run, wall: float) -> None:
         written.append(out / OPTIMIZER_FILE)
     print(f"wrote {', '.join(map(str, [*written, log_path, out / PLOT_FILE]))}")
     if args.sample_tokens:
+        try:
+            prompt, after = tokenizer.encode("\n"), "a newline"
+        except ValueError:  # a corpus without newlines: start from its first token
+            prompt, after = run.data.sampler.data[:1].tolist(), "the corpus's first token"
         print(
-            f"--- sample: {args.sample_tokens} {unit}s after a newline, "
+            f"--- sample: {args.sample_tokens} {unit}s after {after}, "
             f"temperature {FINAL_SAMPLE['temperature']}, seed {args.seed} ---"
         )
-        ids = backend.generate(
-            tokenizer.encode("\n"), args.sample_tokens, seed=args.seed, **FINAL_SAMPLE
-        )
+        ids = backend.generate(prompt, args.sample_tokens, seed=args.seed, **FINAL_SAMPLE)
         print(tokenizer.decode(ids))

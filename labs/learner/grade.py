@@ -36,9 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import UserError
+from ..plumbing.checkpoint_files import write_atomic
 from .exercises_check import READ_ONLY_ENV, Run, results
 from .exercises_fences import CHAPTERS, REPO, FenceError, Reference, parse_chapter, parse_regions
-from .exercises_workspace import WORKSPACE_ENV, Workspace, _show, _write_atomic
+from .exercises_workspace import WORKSPACE_ENV, Workspace, _show, check_report_path
 
 COLUMNS = ["student", "chapter", "score", "failing", "hint"]
 MAX_CODE_BYTES = 20 << 20  # a workspace's numpy_impl/; the reference is ~0.5 MB
@@ -106,14 +107,9 @@ def main(args: argparse.Namespace) -> int:
                 f"student {name!r}: each needs a name of its own, of letters, digits and . _ - "
                 "+ @ (it names the reports); give one per workspace with --student"
             )
-    for root in roots:
-        if out.is_relative_to(root):
-            raise UserError(
-                f"--out: {_show(out)} is inside the workspace {_show(root)}: grading writes "
-                "nothing into a learner's workspace; write the grades elsewhere"
-            )
     if args.time_limit <= 0 or args.jobs < 1:
         raise UserError("--time-limit and --jobs: give positive numbers")
+    check_report_path(out / "grades.csv", "--out", [Workspace(r) for r in roots])
     bwrap = _sandbox(args.sandbox)
     print(
         f"grading {len(roots)} workspace(s), {args.jobs} at a time, at most "
@@ -131,11 +127,12 @@ def main(args: argparse.Namespace) -> int:
     ):
         reports = list(pool.map(one, range(len(roots))))
     # Every student's process group has been killed and waited for: only now a file.
-    out.mkdir(parents=True, exist_ok=True)
     rows = []
     for report in reports:
-        _write_atomic(out / f"{report['student']}.json", json.dumps(report, indent=1) + "\n")
-        _write_atomic(out / f"{report['student']}.xml", _junit(report))
+        write_atomic(out / f"{report['student']}.json", json.dumps(report, indent=1).encode())
+        write_atomic(out / f"{report['student']}.xml", _junit(report).encode())
+        if not report["chapters"]:
+            rows.append([report["student"], "", 0, "", report["note"]])
         for ch in report["chapters"]:
             failing = "; ".join(r["function"] for r in ch["regions"] if not r["passed"])
             rows.append([report["student"], ch["chapter"], ch["score"], failing, ch["hint"]])
@@ -147,7 +144,7 @@ def main(args: argparse.Namespace) -> int:
     writer = csv.writer(table, lineterminator="\n")
     writer.writerow(COLUMNS)
     writer.writerows([[re.sub(r"^([=+\-@])", r"'\1", str(v)) for v in row] for row in rows])
-    _write_atomic(out / "grades.csv", table.getvalue())
+    write_atomic(out / "grades.csv", table.getvalue().encode())
     print(f"wrote {_show(out / 'grades.csv')} and each student's .json and .xml (JUnit)")
     return 0
 
@@ -170,13 +167,13 @@ def _sandbox(choice: str) -> str | None:
 
 def grade_workspace(ref, root: Path, student: str, chapters, tmp: Path, limit, bwrap) -> dict:
     """One workspace's report: each chapter's score, regions and hints."""
-    ws, started = Workspace(root), set()
+    ws, started, note = Workspace(root), set(), "no chapter started"
     state = ws.state_file
     if state.is_file() and state.stat().st_size < 1 << 20:
         try:
             started = ws.started()
-        except UserError:
-            pass
+        except UserError as e:  # one learner's damaged record stops no one else's grade
+            note = str(e)
     chosen = chapters or sorted(started)
     todo = [c for c in chosen if c in started]
     data, problem, seconds = {}, None, 0.0
@@ -191,6 +188,7 @@ def grade_workspace(ref, root: Path, student: str, chapters, tmp: Path, limit, b
         "student": student,
         "workspace": str(root),
         "seconds": round(seconds, 1),
+        "note": "" if chosen else _clean(note),
         "chapters": [
             _chapter(ref, ws, c, data, problem if c in todo or problem else "not started")
             for c in chosen

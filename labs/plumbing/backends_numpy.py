@@ -275,13 +275,15 @@ class NumpyBackend:
         top_p: float | None = None,
         seed: int | None = None,
         use_cache: bool = True,
+        on_token=None,
     ) -> list[int]:
         """The ``max_new_tokens`` ids that follow ``prompt_ids`` (prompt excluded).
 
         ``use_cache`` (the default): decode with the KV cache (chapter 12), one token
         per forward after the prompt: at GPT-2's size (124M parameters, context 1024)
         the difference between seconds and minutes. The tokens are those of the plain
-        loop (greedy: identical but for a near-tie's rounding).
+        loop (greedy: identical but for a near-tie's rounding). ``on_token``: called
+        with each new id as it is drawn.
 
         Raises:
             ValueError: empty prompt, invalid sampling settings.
@@ -298,6 +300,7 @@ class NumpyBackend:
             top_p=top_p,
             use_cache=use_cache,
             rng=np.random.default_rng(seed),
+            on_token=None if on_token is None else lambda ids: on_token(int(ids[0])),
         )
         return out[0, len(prompt_ids) :].tolist()
 
