@@ -270,7 +270,7 @@ def test_report_paths_are_checked_before_anything_runs(tmp_path):
     ):
         one_error(limited("check", "01", "--workspace", ws, option, target), match)
     assert (ws / "progress.json").read_bytes() == record
-    one_error(limited("grade", ws, "--csv", tmp_path), "is a directory")
+    one_error(limited("grade", ws, "--out", a_file), "cannot write")
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -280,14 +280,14 @@ def test_grade_survives_a_damaged_record(tmp_path):
         assert limited("start", "01", "--workspace", ws).returncode == 0
     (bad / "progress.json").write_text("{not json")
     proc = subprocess.run(
-        [sys.executable, "-m", "labs", "grade", good, bad, "--csv", tmp_path / "grades.csv"],
+        [sys.executable, "-m", "labs", "grade", good, bad, "--out", tmp_path / "grades"],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
-    rows = (tmp_path / "grades.csv").read_text().splitlines()
+    rows = (tmp_path / "grades" / "grades.csv").read_text().splitlines()
     assert len(rows) == 3 and "damaged" in rows[2]
 
 

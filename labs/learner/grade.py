@@ -199,6 +199,8 @@ def grade_workspace(ref, root: Path, student: str, chapters, tmp: Path, limit, b
 def _run(ref, ws: Workspace, chapters: list[str], tmp: Path, limit, bwrap):
     """``pytest -m 'chNN or ...'`` on a copy of the workspace's code, killed at ``limit``:
     (its report, a problem or None, seconds)."""
+    if ws.package.is_symlink():  # to the reference, say
+        raise UserError("numpy_impl/ is a symbolic link: a workspace's files must be its own")
     sizes = [p.lstat().st_size for p in ws.package.rglob("*")]
     if sum(sizes) > MAX_CODE_BYTES or len(sizes) > 10_000:
         raise UserError(f"numpy_impl/ holds {sum(sizes) >> 20} MB in {len(sizes)} files")
