@@ -23,7 +23,7 @@ from labs.learner.invocation import labs_command
 from parity_tests.mistakes import MISTAKES, write_mistake
 
 #: grade's time limit in these tests: a few times what chapter 01 takes on a busy runner
-LIMIT = 20
+LIMIT = 30
 ROOT = Path(__file__).resolve().parent.parent
 MISTAKE = next(m for m in MISTAKES if m.name == "decode-negative-id-wraps")
 

@@ -133,6 +133,7 @@ def main(args: argparse.Namespace) -> int:
         write_atomic(out / f"{report['student']}.xml", _junit(report).encode())
         if not report["chapters"]:
             rows.append([report["student"], "", 0, "", report["note"]])
+            print(f"{report['student']:<16} {report['note'][:100]}")
         for ch in report["chapters"]:
             failing = "; ".join(r["function"] for r in ch["regions"] if not r["passed"])
             rows.append([report["student"], ch["chapter"], ch["score"], failing, ch["hint"]])
@@ -178,7 +179,7 @@ def grade_workspace(ref, root: Path, student: str, chapters, tmp: Path, limit, b
     todo = [c for c in chosen if c in started]
     data, problem, seconds = {}, None, 0.0
     if not ws.exists():
-        problem = "no workspace (no numpy_impl/__init__.py)"
+        problem = note = "no workspace (no numpy_impl/__init__.py)"
     elif todo:
         try:
             data, problem, seconds = _run(ref, ws, todo, tmp, limit, bwrap)
