@@ -272,3 +272,13 @@ def test_release_holds_no_solution_and_its_check_works(reference, tmp_path, monk
     with pytest.raises(ZeroDivisionError):
         main(["release", "--out", str(tmp_path / "again")])
     assert [p.name for p in tmp_path.iterdir()] == ["course"]
+
+
+def test_a_result_of_the_wrong_shape_scores_0_and_stops_no_one(reference, tmp_path, monkeypatch):
+    ws = Workspace(tmp_path / "ws")
+    add_stubs(reference, ws, "01")
+    monkeypatch.setattr(grade_command, "_run", lambda *a: ({"tests": [1, "x"]}, None, 0.0))
+    report = grade_command.grade_workspace(reference, ws.root, "ws", None, tmp_path, 1, None)
+    assert [(c["score"], c["hint"]) for c in report["chapters"]] == [
+        (0, "the tests' result is damaged")
+    ]

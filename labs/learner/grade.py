@@ -185,16 +185,21 @@ def grade_workspace(ref, root: Path, student: str, chapters, tmp: Path, limit, b
             data, problem, seconds = _run(ref, ws, todo, tmp, limit, bwrap)
         except (OSError, UserError) as e:
             problem = f"cannot grade: {e}"
-    return {
-        "student": student,
-        "workspace": str(root),
-        "seconds": round(seconds, 1),
-        "note": "" if chosen else _clean(note),
-        "chapters": [
+
+    def scores():
+        return [
             _chapter(ref, ws, c, data, problem if c in todo or problem else "not started")
             for c in chosen
-        ],
-    }
+        ]
+
+    try:
+        scored = scores()
+    except (AttributeError, KeyError, TypeError, ValueError):  # a result of the wrong shape
+        data, problem = {}, "the tests' result is damaged"
+        scored = scores()
+    note = "" if chosen else _clean(note)
+    return {"student": student, "workspace": str(root), "seconds": round(seconds, 1),
+            "note": note, "chapters": scored}  # fmt: skip
 
 
 def _run(ref, ws: Workspace, chapters: list[str], tmp: Path, limit, bwrap):
