@@ -262,7 +262,9 @@ def test_release_holds_no_solution_and_its_check_works(reference, tmp_path, monk
     solve(reference, Workspace(out / "workspace"), "01")
     done = labs("check", "01")
     assert done.returncode == 0 and "Done!" in done.stdout, done.stdout[-2000:]
-    assert "for c in text" not in labs("diff", "attention", "--no-color").stdout
+    shown = labs("diff", "attention", "--method", "softmax", "--no-color", "--width", "200").stdout
+    assert "workspace/numpy_impl/attention.py" in shown and "NotImplementedError" in shown
+    assert "row_max" not in shown  # the learner's code beside the twin, not the reference
 
     # refused: inside the repository, or a folder that holds something; a failed build
     # leaves nothing behind

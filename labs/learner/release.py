@@ -28,6 +28,7 @@ from functools import cache
 from pathlib import Path
 
 from .. import UserError
+from .docs_figures import lab_figures
 from .exercises_fences import _KEPT, CHAPTERS, REPO, Reference
 from .exercises_workspace import _show
 
@@ -119,5 +120,9 @@ def main(args: argparse.Namespace) -> int:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    labs = sorted((REPO / "labs").glob("[0-9][0-9]_*/lab.py"))
     print(f"wrote {_show(out)}: the course without its solutions (docs/teaching.md: publish it)")
+    wanted = [lab.parent / "figures" / n for lab in labs for n in lab_figures(lab)]
+    if missing := [f for f in wanted if not (out / f.relative_to(REPO)).is_file()]:
+        print(f"note: {len(missing)} figures not drawn yet: `labs docs` here, then release again")
     return 0
