@@ -177,8 +177,7 @@ def build_backend(args: argparse.Namespace, model_config: dict, train_config: di
             attn_impl=args.attn_impl,
             device=_device(args, world),
             amp=args.amp,
-            fused=getattr(args, "fused", True),
-            shard_processes=getattr(args, "shard_processes", True),
+            fast=getattr(args, "fast", True),
         )
     except ValueError as e:
         raise UserError(str(e)) from e
