@@ -56,7 +56,8 @@ def flash_attention(
         masked gets zeros and zero (finite) gradients.
 
     Raises:
-        ValueError: shapes that do not fit, a mask that does not broadcast, a tile length that is not a positive int,
+        ValueError: shapes that do not fit, a mask that does not broadcast, a tile length
+            that is not a positive int,
             ``scale`` not a finite number > 0.
         TypeError: an ``attn_mask`` that is neither bool nor floating; q, k, v not of one
             floating dtype; ``is_causal`` not a bool.
