@@ -64,7 +64,14 @@ from .shared import (
     check_size,
     refuse_to_replace,
 )
-from .train_distributed import _init_distributed, _shutdown_distributed
+from .train_distributed import (
+    _init_distributed,
+    _shutdown_distributed,
+    launch,
+    mib_type,
+    processes_to_start,
+    processes_type,
+)
 from .train_init import _prepare_init, load_init_weights
 from .train_resume import _prepare_resume
 from .train_steps import (
@@ -216,6 +223,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="cpu",
         help="torch backend: where the model runs (cpu, cuda, cuda:1, ...); under torchrun "
         "with cuda, process N uses cuda:N",
+    )
+    g = p.add_argument_group("processes")
+    g.add_argument(
+        "--processes",
+        type=processes_type,
+        default=None,
+        help="data-parallel ranks this command starts, each on its share of the batch "
+        "(lowered to the largest count dividing --batch-size; default: $TWINFORMER_PROCESSES, "
+        "else one per core for the numpy backend, 1 for torch; under torchrun: torchrun's)",
+    )
+    g.add_argument(
+        "--bucket-mb",
+        type=mib_type,
+        default=25.0,
+        help="several ranks: gradients all-reduced in buckets of this many MiB, each started "
+        "as soon as backward has filled it (0: one per block; DDP's bucket_cap_mb)",
     )
     g = p.add_argument_group("optimization")
     g.add_argument(
@@ -508,8 +531,11 @@ def _how_it_runs(backend) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        run(args)
-    finally:
-        _shutdown_distributed()
+    n = processes_to_start(args)
+    if n > 1:
+        if args.resume is None:
+            _check_args(args)  # said here once, before any rank starts
+        return launch(args, n)
+    run(args)
+    _shutdown_distributed()  # after a failure, the process leaves the group by exiting
     return 0
