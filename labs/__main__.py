@@ -13,7 +13,8 @@
     python -m labs inspect RUN                     # what a checkpoint holds
     python -m labs bench-gpt2                      # GPT-2 124M on this CPU, both backends
     python -m labs start|check|status|reset NN     # the exercises (docs/exercises.md)
-    python -m labs grade WS1 WS2 --csv class.csv   # a teacher's table (docs/teaching.md)
+    python -m labs grade WS1 WS2 --out grades      # a teacher's gradebook (docs/teaching.md)
+    python -m labs release --out DIR               # the course without its solutions
 
 Expected bad inputs (a missing corpus, a corrupt checkpoint, a prompt with
 characters the model never saw) end with one line, ``error: ...``, and exit
@@ -49,7 +50,7 @@ from .commands import (  # noqa: E402
     train,
 )
 from .commands.train_distributed import exit_worker  # noqa: E402
-from .learner import diff, docs, exercises, grade, notebook_export  # noqa: E402
+from .learner import diff, docs, exercises, grade, notebook_export, release  # noqa: E402
 from .plumbing.runtime import check_thread_env, tune_malloc  # noqa: E402
 
 
@@ -94,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         ("check", exercises.check, "run one chapter's parity tests against your workspace"),
         ("status", exercises.status, "show which chapters are done"),
         ("reset", exercises.reset, "restore one chapter's exercise stubs in your workspace"),
-        ("grade", grade, "a teacher's table: many learners' workspaces, chapter by chapter"),
+        ("grade", grade, "a teacher's gradebook: many learners' workspaces, chapter by chapter"),
+        ("release", release, "a copy of the course for students: no solutions in it"),
         ("diff", diff, "show the NumPy and PyTorch version of a component side by side"),
         ("docs", docs, "build the HTML reference site under docs/site/"),
         ("notebook", notebook_export, "write a chapter's lab as a Jupyter notebook (.ipynb)"),

@@ -20,7 +20,6 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import fused
 from .attention_checks import check_layer_inputs, check_qkv, check_scale, check_sizes
 from .dropout import Dropout
 from .flash_attention import check_tile, flash_attention, flash_attention_backward
@@ -125,27 +124,7 @@ def scaled_dot_product_attention(
         TypeError: ``attn_mask`` neither bool nor q's float dtype; q, k, v not of one
             float dtype; ``is_causal`` not a bool.
     """
-    check_qkv(q, k, v)
-    is_causal = check_is_causal(is_causal)
-    check_scale(scale)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p: must lie in [0, 1), got {dropout_p}")
-    T_q, T_k = q.shape[-2], k.shape[-2]
-    if attn_mask is not None:
-        attn_mask = np.asarray(attn_mask)
-        check_attn_mask(attn_mask, (*q.shape[:2], T_q, T_k), q.dtype)
-    mask = combine_attn_mask(attn_mask, is_causal, T_q, T_k)  # bool, float or None
-    # a Python float: a NumPy float64 scale would make float32 scores float64 (NEP 50), which
-    # neither the fused path, flash nor torch does; the output keeps q's dtype
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    keep = None
-    if dropout_p > 0.0:
-        rng = np.random.default_rng() if rng is None else rng
-        keep = (rng.random((*q.shape[:-1], T_k)) >= dropout_p) / (1.0 - dropout_p)
-        keep = keep.astype(q.dtype)  # (B, H, T_q, T_k): 0, or 1 / (1 - p)
-    if fused.active():  # the lines below in fewer passes over the scores: fused.py
-        out, probs = fused.attention(q, k, v, mask, scale, keep)
-        return out, AttentionCache(q, k, v, probs, keep, scale)
+    mask, scale, keep = attention_inputs(q, k, v, attn_mask, is_causal, scale, dropout_p, rng)
     ### BEGIN SOLUTION ch03
     ### TODO: scores = q k^T * scale (B, H, T_q, T_k); where a bool mask is False the score
     ###   is -inf, a float mask is added; probs = softmax(scores) over the keys;
@@ -159,6 +138,33 @@ def scaled_dot_product_attention(
     out = (probs if keep is None else probs * keep) @ v  # (B, H, T_q, T_k) @ (B, H, T_k, d_v)
     ### END SOLUTION
     return out, AttentionCache(q, k, v, probs, keep, scale)
+
+
+def attention_inputs(q, k, v, attn_mask, is_causal, scale, dropout_p, rng):
+    """Check :func:`scaled_dot_product_attention`'s arguments; return ``(mask, scale, keep)``:
+    the one mask (bool, float or None) of ``attn_mask`` and ``is_causal``, the scale as a
+    Python float, and the dropout's scaled keep-mask ``(B, H, T_q, T_k)`` or None.
+
+    Raises: as :func:`scaled_dot_product_attention`.
+    """
+    check_qkv(q, k, v)
+    is_causal = check_is_causal(is_causal)
+    check_scale(scale)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p: must lie in [0, 1), got {dropout_p}")
+    T_q, T_k = q.shape[-2], k.shape[-2]
+    if attn_mask is not None:
+        attn_mask = np.asarray(attn_mask)
+        check_attn_mask(attn_mask, (*q.shape[:2], T_q, T_k), q.dtype)
+    mask = combine_attn_mask(attn_mask, is_causal, T_q, T_k)  # bool, float or None
+    # a NumPy float64 scale would make float32 scores float64 (NEP 50)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    keep = None
+    if dropout_p > 0.0:
+        rng = np.random.default_rng() if rng is None else rng
+        keep = (rng.random((*q.shape[:-1], T_k)) >= dropout_p) / (1.0 - dropout_p)
+        keep = keep.astype(q.dtype)  # (B, H, T_q, T_k): 0, or 1 / (1 - p)
+    return mask, scale, keep
 
 
 def scaled_dot_product_attention_backward(
@@ -180,8 +186,6 @@ def scaled_dot_product_attention_backward(
     Returns:
         dq ``(B, n_heads, T_q, d_k)``, dk ``(B, n_heads, T_k, d_k)``, dv ``(B, n_heads, T_k, d_v)``.
     """
-    if fused.active():  # the lines below in fewer passes over dP: fused.py
-        return fused.attention_backward(dout, cache)
     q, k, v, probs, keep, scale = cache
     ### BEGIN SOLUTION ch03
     ### TODO: the five lines of the docstring, in that order (dv uses the probabilities that
@@ -220,13 +224,10 @@ class SelfAttention(Module):
         rope_base: RoPE's frequency base.
         attn_impl: ``"explicit"`` (the formula above, the reading path of chapters 03
             and 04) or ``"flash"`` (the same function by FlashAttention's tiles,
-            ``numpy_impl/flash_attention.py``: no ``(T, T)`` matrices, the batch rows
-            on every core, ``flash_tile`` (128) queries and keys per tile). Like
-            PyTorch's fused kernel dispatch, ``"flash"`` runs the explicit path where
-            the tiles do not apply or do not pay: keys that fit in one tile (one tile
-            of FlashAttention is the explicit formula), attention dropout in training,
-            a KV cache, ``need_weights``, a mask together with ``is_causal``. NumPy
-            only; can be reassigned later.
+            ``numpy_impl/flash_attention.py``: no ``(T, T)`` matrices, ``flash_tile``
+            (128) queries and keys per tile). The tiles give no weights and have no
+            dropout: with ``need_weights`` or attention dropout in training, ``"flash"``
+            runs the explicit formula. NumPy only; can be reassigned later.
         dtype, rng: parameter dtype and the generator of the default init (NumPy only).
 
     Shapes:
@@ -352,12 +353,12 @@ class SelfAttention(Module):
         if kv_cache is not None:  # decoding (chapter 12): the cached keys and values join these
             k, v, attn_mask, is_causal = self.use_cache(k, v, start_pos, kv_cache)
         p = self.dropout if self.training else 0.0
-        tiles = self.attn_impl == "flash" and p == 0.0 and kv_cache is None and not need_weights
-        tiles = tiles and (attn_mask is None or not is_causal) and k.shape[-2] > self.flash_tile
-        if tiles:  # the same function, by tiles
+        if self.attn_impl == "flash" and not need_weights and p == 0.0:  # the same, by tiles
             y, self._cache = flash_attention(
                 q, k, v, attn_mask, is_causal, tile_q=self.flash_tile, tile_k=self.flash_tile
             )  # (B, H, T, d_k)
+            if kv_cache is not None:
+                self._cache = None  # decoding is inference only: nothing to differentiate
             return self.out_proj(merge_heads(y)), None  # (B, T, C)
         ### BEGIN SOLUTION ch04
         ### TODO: scaled_dot_product_attention of q, k, v (attn_mask, is_causal, dropout_p=p,

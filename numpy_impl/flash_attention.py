@@ -38,9 +38,6 @@ import numpy as np
 
 from .attention_checks import check_qkv, check_scale
 from .masks import check_attn_mask, check_is_causal
-from .parallel import for_blocks, row_blocks
-
-FLASH_BLOCK_ELEMENTS = 131072  # score-tile elements per block of batch rows (512 KiB float32)
 
 
 def check_tile(value, name: str) -> int:
@@ -64,8 +61,6 @@ def _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k):
     if attn_mask is not None:
         attn_mask = np.asarray(attn_mask)
         check_attn_mask(attn_mask, target, q.dtype)
-    if attn_mask is not None and is_causal:  # the tiles take one or the other
-        raise ValueError("attn_mask: cannot be combined with is_causal=True")
     tile_q, tile_k = check_tile(tile_q, "tile_q"), check_tile(tile_k, "tile_k")
     mask = None if attn_mask is None else np.broadcast_to(attn_mask, target)  # a view, no copy
     return lead, mask, tile_q, tile_k
@@ -73,11 +68,10 @@ def _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k):
 
 def _mask_tile(s, mask, is_causal, r0, r1, c0, c1) -> None:
     """Apply the mask to the score tile ``s`` = rows ``r0:r1``, columns ``c0:c1``, in place."""
-    if is_causal:
-        if c1 - 1 > r0:  # the tile reaches above the diagonal (key j > query i somewhere)
-            future = np.arange(c0, c1)[None, :] > np.arange(r0, r1)[:, None]  # (Br, Bc)
-            np.copyto(s, -np.inf, where=future)
-    elif mask is not None:
+    if is_causal and c1 - 1 > r0:  # the tile reaches above the diagonal (key j > query i)
+        future = np.arange(c0, c1)[None, :] > np.arange(r0, r1)[:, None]  # (Br, Bc)
+        np.copyto(s, -np.inf, where=future)
+    if mask is not None:
         tile = mask[..., r0:r1, c0:c1]
         if tile.dtype == np.bool_:
             np.copyto(s, -np.inf, where=~tile)  # True = may attend
@@ -109,8 +103,8 @@ def flash_attention(
             (a key-padding mask is ``(B, 1, 1, T_k)``). Float: added to the scores
             (``-inf`` forbids).
         is_causal: forbid keys j > i (top-left aligned, as in
-            ``F.scaled_dot_product_attention``). Cannot be combined with ``attn_mask``.
-            Key tiles entirely in a query tile's future are skipped, not masked.
+            ``F.scaled_dot_product_attention``); with ``attn_mask`` a key is seen only if
+            both allow it. Key tiles entirely in a query tile's future are skipped.
         scale: defaults to ``1 / sqrt(d_k)``.
         tile_q: queries per tile (B_r in the paper); need not divide T_q.
         tile_k: keys per tile (B_c in the paper); need not divide T_k.
@@ -125,9 +119,8 @@ def flash_attention(
     in the explicit version and the fused PyTorch kernel.
 
     Raises:
-        ValueError: mismatched shapes, ``attn_mask`` with ``is_causal``, a mask
-            that does not broadcast, a tile length that is not a positive int, ``scale``
-            not a finite number > 0.
+        ValueError: mismatched shapes, a mask that does not broadcast, a tile length
+            that is not a positive int, ``scale`` not a finite number > 0.
         TypeError: ``attn_mask`` is neither bool nor float; q, k, v not of one float dtype;
             ``is_causal`` not a bool.
     """
@@ -138,30 +131,7 @@ def flash_attention(
     dtype = np.result_type(q, k, v)
     out = np.empty((*lead, T_q, d_v), dtype=dtype)
     lse = np.empty((*lead, T_q, 1), dtype=dtype)  # log-sum-exp per query row: all we keep
-
-    def run(b0: int, b1: int) -> None:  # batch rows b0 .. b1 - 1, every head
-        _forward_tiles(
-            q[b0:b1], k[b0:b1], v[b0:b1], None if mask is None else mask[b0:b1],
-            is_causal, scale, tile_q, tile_k, out[b0:b1], lse[b0:b1],
-        )  # fmt: skip
-
-    for_blocks(run, _batch_blocks(q, k, tile_q, tile_k), blas=True)  # the batch rows on every core
-    return out, (q, k, v, out, lse, mask, is_causal, scale, tile_q, tile_k)
-
-
-def _batch_blocks(q: np.ndarray, k: np.ndarray, tile_q: int, tile_k: int) -> list:
-    """Blocks of batch rows for the thread pool: about one score tile of
-    :data:`FLASH_BLOCK_ELEMENTS` elements per block (all heads of a row together)."""
-    heads = int(np.prod(q.shape[1:-2], dtype=np.int64))
-    per_row = heads * min(tile_q, q.shape[-2]) * min(tile_k, k.shape[-2])  # one score tile
-    return row_blocks(q.shape[0], per_row, FLASH_BLOCK_ELEMENTS)
-
-
-def _forward_tiles(q, k, v, mask, is_causal, scale, tile_q, tile_k, out, lse) -> None:
-    """The tile loops of :func:`flash_attention` for one block of batch rows; fills out, lse."""
-    lead = q.shape[:-2]
-    T_q, T_k, d_v = q.shape[-2], k.shape[-2], v.shape[-1]
-    dtype = out.dtype
+    T_k = k.shape[-2]
     k_t = np.swapaxes(k, -1, -2)  # (..., d_k, T_k), a view
 
     for r0 in range(0, T_q, tile_q):
@@ -197,6 +167,7 @@ def _forward_tiles(q, k, v, mask, is_causal, scale, tile_q, tile_k, out, lse) ->
         np.divide(acc, np.where(dead, 1.0, l), out=out[..., r0:r1, :])
         with np.errstate(divide="ignore"):
             lse[..., r0:r1, :] = np.where(dead, np.inf, m + np.log(l))
+    return out, (q, k, v, out, lse, mask, is_causal, scale, tile_q, tile_k)
 
 
 def flash_attention_backward(
@@ -229,30 +200,13 @@ def flash_attention_backward(
     if dout.shape != out.shape:
         raise ValueError(f"dout: expected shape {out.shape}, got {dout.shape}")
     dq, dk, dv = (
-        np.empty(q.shape, out.dtype),
-        np.empty(k.shape, out.dtype),
-        np.empty(v.shape, out.dtype),
+        np.zeros(q.shape, out.dtype),
+        np.zeros(k.shape, out.dtype),
+        np.zeros(v.shape, out.dtype),
     )
-
-    def run(b0: int, b1: int) -> None:  # batch rows b0 .. b1 - 1, every head
-        _backward_tiles(
-            dout[b0:b1], q[b0:b1], k[b0:b1], v[b0:b1], out[b0:b1], lse[b0:b1],
-            None if mask is None else mask[b0:b1], is_causal, scale, tile_q, tile_k,
-            dq[b0:b1], dk[b0:b1], dv[b0:b1],
-        )  # fmt: skip
-
-    for_blocks(run, _batch_blocks(q, k, tile_q, tile_k), blas=True)  # the batch rows on every core
-    return dq, dk, dv
-
-
-def _backward_tiles(
-    dout, q, k, v, out, lse, mask, is_causal, scale, tile_q, tile_k, dq, dk, dv
-) -> None:
-    """The tile loops of :func:`flash_attention_backward` for one block of batch rows."""
     T_q, T_k = q.shape[-2], k.shape[-2]
     q_s = q * scale  # (..., T_q, d_k): scaled once, used by every tile
     D = np.sum(dout * out, axis=-1, keepdims=True)  # (..., T_q, 1)
-    dq[...], dk[...], dv[...] = 0.0, 0.0, 0.0  # sums over the tiles, below
 
     for c0 in range(0, T_k, tile_k):
         c1 = min(c0 + tile_k, T_k)
@@ -272,3 +226,4 @@ def _backward_tiles(
             dp *= p  # dS = P * (dP - D), in place
             dq[..., r0:r1, :] += (dp @ k_j) * scale  # (..., Br, Bc) @ (..., Bc, d_k)
             dk[..., c0:c1, :] += np.swapaxes(dp, -1, -2) @ q_s[..., r0:r1, :]  # scale in q_s
+    return dq, dk, dv

@@ -89,8 +89,13 @@ class GPTConfig:
                 raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
         if self.d_model % self.n_heads != 0:
             raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout: expected a probability in [0, 1), got {self.dropout}")
+        dropout = self.dropout  # "0.1" from a config.json is not a number
+        if (
+            isinstance(dropout, bool)
+            or not isinstance(dropout, int | float)
+            or not 0 <= dropout < 1
+        ):
+            raise ValueError(f"dropout: expected a probability in [0, 1), got {dropout!r}")
         if self.gelu_approximate not in ("tanh", "none"):
             raise ValueError(
                 f"gelu_approximate: expected 'tanh' or 'none', got {self.gelu_approximate!r}"
@@ -177,6 +182,8 @@ class GPT(Module):
     """
 
     def __init__(self, config: GPTConfig, *, seed=None, attn_impl="explicit", dtype=np.float32):
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"config: expected a GPTConfig, got {type(config).__name__}")
         self.config = config
         rng = np.random.default_rng(seed)
         c = config

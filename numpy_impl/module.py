@@ -257,66 +257,6 @@ class Module:
                 own[k].data[...] = np.asarray(v, dtype=own[k].dtype)
 
 
-def replicate(module: Module) -> Module:
-    """A copy of ``module`` that shares its arrays: ``torch.nn.parallel.replicate``'s
-    counterpart, for running another shard of a batch at the same time.
-
-    Every module in the copy is a new object whose attributes are the original's
-    values (a shallow copy), except that sub-modules are copies made the same way,
-    each parameter is a new :class:`Parameter` holding the same ``data`` array
-    with a gradient of its own (unallocated: zeros when first used), and each
-    random generator is a copy of its own. So the copy's forward caches its own
-    activations (a layer rebinds its cache attributes, never writes into the
-    original's), its backward adds into its own gradients, and an update of the
-    weights is seen by both. A module or parameter used twice in ``module`` (the
-    tied token embedding and LM head) is one object in the copy too. Settings are
-    copied as they are now: replicate again after changing the original's.
-
-    Shapes: every array as in ``module`` (the same objects). Raises nothing.
-    Source: ``torch.nn.parallel.replicate`` (what ``torch.nn.DataParallel`` runs on
-    each device), here on one CPU.
-    """
-    return replicate_with_twins(module)[0]
-
-
-def replicate_with_twins(module: Module) -> tuple[Module, dict]:
-    """:func:`replicate`, and ``{id(original): (original, copy)}`` for every module,
-    parameter and random generator it copied (so a caller pairs them without walking
-    either model again: ``DataParallel`` adds each copy's gradients into its original's).
-
-    Shapes: as :func:`replicate`. Raises nothing. Source: ``torch.nn.parallel.replicate``.
-    """
-    twins: dict[int, tuple] = {}  # id(original) -> (original, copy): what is shared stays shared
-
-    def twin(value):
-        if isinstance(value, (Module, Parameter, np.random.Generator)):
-            if id(value) not in twins:
-                twins[id(value)] = value, _twin_of(value, twin)
-            return twins[id(value)][1]
-        if isinstance(value, (list, tuple)) and any(
-            isinstance(v, (Module, Parameter)) for v in value
-        ):  # ModuleList's list of layers
-            return type(value)(twin(v) for v in value)
-        return value  # arrays, numbers, settings: the same object
-
-    return twin(module), twins
-
-
-def _twin_of(value, twin):
-    if isinstance(value, np.random.Generator):  # the same state (DataParallel reseeds it);
-        bits = type(value.bit_generator)(0)  # a seeded start and a state copy: 10 us, where
-        bits.state = value.bit_generator.state  # copy.deepcopy took 34
-        return np.random.Generator(bits)
-    if isinstance(value, Parameter):
-        p = Parameter.__new__(Parameter)
-        p.data, p._grad = value.data, None
-        return p
-    mod = object.__new__(type(value))
-    for name, attr in vars(value).items():
-        mod.__dict__[name] = twin(attr)  # no property setter runs: a copy, not a change
-    return mod
-
-
 class ModuleList(Module):
     """An indexable list of sub-modules named ``0``, ``1``, ... (as in torch)."""
 

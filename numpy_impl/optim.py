@@ -7,7 +7,6 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from . import fused
 from .module import Module, Parameter
 
 
@@ -92,11 +91,6 @@ class AdamW:
                 state = self.state[p]
                 state["step"] += 1
                 t, m, v, g = state["step"], state["exp_avg"], state["exp_avg_sq"], p.grad
-                hyper = lr, beta1, beta2, eps, weight_decay
-                if fused.active() and fused.adamw_exact(p.data, g, m, v, *hyper, t=t):
-                    # the same update, the same bits, fewer temporaries: fused.py
-                    fused.adamw_update(p.data, g, m, v, t, lr, beta1, beta2, eps, weight_decay)
-                    continue
                 ### BEGIN SOLUTION ch09
                 ### TODO: m = beta1 m + (1 - beta1) g, v = beta2 v + (1 - beta2) g^2 (like p);
                 ###   m_hat = m / (1 - beta1^t), v_hat = v / (1 - beta2^t); then

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 
 import numpy as np
 
@@ -170,6 +171,7 @@ def generate(
     uniforms: np.ndarray | None = None,
     *,
     rng: np.random.Generator | None = None,
+    on_token: Callable[[np.ndarray], object] | None = None,
 ) -> np.ndarray:
     """Extend ``idx`` by ``max_new_tokens`` tokens, one forward pass per token.
 
@@ -195,6 +197,8 @@ def generate(
             ``rng``: row s draws step s's tokens. The PyTorch twin takes the same
             argument, so both backends sample identical tokens from the same stream.
         rng (keyword): ``np.random.Generator``; a fresh unseeded one if None.
+        on_token (keyword): called with each step's new ids ``(B,)`` as they are drawn
+            (a caller streams the text).
 
     Returns:
         ``(B, T0 + max_new_tokens)`` int64.
@@ -249,6 +253,8 @@ def generate(
                 nxt = np.minimum((cdf <= u).sum(axis=-1), probs.shape[-1] - 1)
                 ### END SOLUTION
             idx = np.concatenate([idx, nxt[:, None].astype(np.int64)], axis=1)
+            if on_token is not None:
+                on_token(idx[:, -1])
     finally:
         model.train(was_training)
     return idx

@@ -21,6 +21,10 @@ docs/exercises.md):
   comparison of its last example (the failing one, for a failed property).
 * ``TWINFORMER_READ_ONLY=1``: keep no failing examples in the workspace
   (``python -m labs grade`` reads learners' workspaces without writing into them).
+* ``TWINFORMER_GRADE_FD=N`` (``python -m labs grade``): instead of FILE, the report goes
+  to the grader's open file N, after the grader's token; that file first holds the token
+  and the lines of each exercise region, read here before the learner's code loads, and
+  the report lists the regions each test ran (``"regions"``).
 """
 
 from __future__ import annotations
@@ -51,9 +55,19 @@ READ_ONLY_ENV = "TWINFORMER_READ_ONLY"
 REPORT_PATH = os.environ.get(REPORT_ENV) or None
 #: What the report file will hold; see pytest_sessionfinish.
 REPORT: dict = {"numpy_impl": None, "tests": [], "collect_errors": [], "import_error": None}
+GRADE: dict | None = None  # the grader's token, file and regions: TWINFORMER_GRADE_FD
+if os.environ.get("TWINFORMER_GRADE_FD"):
+    _fd = int(os.environ.pop("TWINFORMER_GRADE_FD"))
+    GRADE = {**json.loads(os.pread(_fd, 1 << 20, 0)), "fd": _fd}
+    os.ftruncate(_fd, 0)
+    REPORT["regions"] = {}
 
 
 def _write_report() -> None:
+    if GRADE is not None:
+        data = f"{GRADE['token']}\n{json.dumps(REPORT, default=str)}".encode()
+        os.ftruncate(GRADE["fd"], 0)
+        os.pwrite(GRADE["fd"], data, 0)
     if REPORT_PATH is None:
         return
     path = Path(REPORT_PATH)
@@ -170,7 +184,7 @@ def pytest_configure(config: pytest.Config) -> None:
     # forward + backward ~300x slower (0.5 s instead of 2 ms). One thread it is.
     torch.set_num_threads(1)
     workers = len(getattr(config.option, "tx", None) or [])
-    if REPORT_PATH is not None and workers:
+    if (REPORT_PATH or GRADE) and workers:
         raise pytest.UsageError(
             f"{REPORT_ENV}: the report is written by one process; add -n 0 "
             "(python -m labs check does)"
@@ -265,7 +279,7 @@ def _first_leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-if REPORT_PATH is not None:
+if REPORT_PATH is not None or GRADE is not None:
     from parity_tests import tolerances
 
     tolerances.ON_COMPARISON = lambda record: _RUNNING.add(record)
@@ -330,13 +344,40 @@ if REPORT_PATH is not None:
             )
 
 
+if GRADE is not None:
+    _REGION_LINES = {
+        (str(NUMPY_IMPL / file), line): key
+        for file, spans in GRADE["regions"].items()
+        for key, first, last in spans
+        for line in range(first, last + 1)
+    }
+    _REGION_FILES = {file for file, _ in _REGION_LINES}
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(item):
+        """Trace which exercise regions the test runs: a region scores on its own tests."""
+        ran = set()
+
+        def line(frame, event, arg):
+            ran.add(_REGION_LINES.get((frame.f_code.co_filename, frame.f_lineno)))
+            return line
+
+        before = sys.gettrace()
+        sys.settrace(lambda frame, *_: line if frame.f_code.co_filename in _REGION_FILES else None)
+        try:
+            yield
+        finally:
+            sys.settrace(before)
+            REPORT["regions"][item.nodeid] = sorted(ran - {None})
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
     if workeroutput is not None:  # an xdist worker: hand the summary to the controller
         from parity_tests.tolerances import export_reached
 
         workeroutput["reached"] = export_reached()
-    if REPORT_PATH is not None:
+    if REPORT_PATH is not None or GRADE is not None:
         REPORT["exitstatus"] = int(exitstatus)
         REPORT["finished"] = time.time()
         _write_report()

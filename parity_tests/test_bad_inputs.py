@@ -740,14 +740,6 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^tile_q\b",
     ),
-    "flash_attention: attn_mask with is_causal": Row(
-        "ch12",
-        lambda b: b.flash_attention(
-            b.array(Q), b.array(Q), b.array(Q), attn_mask=b.ones(3, 3, dtype=bool), is_causal=True
-        ),
-        ValueError,
-        r"^attn_mask\b",
-    ),
     "flash_attention: integer attn_mask": Row(
         "ch12",
         lambda b: b.flash_attention(

@@ -22,7 +22,7 @@ import pytest
 from labs.__main__ import main
 from labs.commands import bench, bench_profile
 
-VARIANTS = ("numpy", "numpy-threads", "numpy-explicit", "torch", "torch-nanogpt")
+VARIANTS = ("numpy", "numpy-explicit", "torch", "torch-nanogpt")
 SIZES = ((2, 16), (3, 8))
 
 
@@ -89,9 +89,6 @@ def test_every_variant_and_size_reports_flops_sgemm_and_mfu(report):
     assert (by_name["numpy"]["backend"], by_name["numpy"]["variant"]) == ("numpy", "default")
     assert by_name["numpy"]["tracemalloc_peak_mib"] > 0
     assert by_name["numpy"]["attn_impl"] == "flash"  # labs train's attention
-    assert by_name["numpy"]["numpy_pool_threads"] == 1  # --threads 1 reaches parallel.py
-    assert by_name["numpy"]["shard_worker_peak_rss_mib"] is None  # one core: no worker
-    assert by_name["numpy-threads"]["variant"] == "threads"
     assert (by_name["numpy-explicit"]["variant"], by_name["numpy-explicit"]["attn_impl"]) == (
         "explicit",
         "explicit",

@@ -125,7 +125,7 @@ SAMPLE_BAD = [
     ("--top-k", "0", "--top-k must be >= 1"),
     ("--seed", "-1", "--seed must lie in [0, 2**63)"),
     ("--seed", "99999999999999999999999", "--seed must lie in [0, 2**63)"),
-    ("--max-new-tokens", "-1", "--max-new-tokens must be >= 0"),
+    ("--max-new-tokens", "-1", "--max-new-tokens must lie in [0, 100,000]"),
     ("--checkpoint", "", "--checkpoint is empty"),
 ]
 
@@ -310,23 +310,23 @@ def test_a_corpus_shorter_than_the_context_says_how_short(tmp_path, capsys):
     assert not out.exists()
 
 
-def test_no_fused_trains_the_formulas_and_is_the_numpy_backends_option(
+def test_no_fast_trains_the_formulas_and_is_the_numpy_backends_option(
     capsys, corpus, tmp_path, monkeypatch
 ):
-    from numpy_impl import fused
+    from numpy_impl import fast
     from parity_tests.harness import count_calls
 
     out = tmp_path / "formulas"
-    calls = count_calls(monkeypatch, fused, "layer_norm")
+    calls = count_calls(monkeypatch, fast, "layer_norm")
     argv = ["train", "--backend", "numpy", "--data", corpus, "--out", out, "--max-iters", "2"]
-    status, stdout, err = cli(capsys, *argv, *TINY, "--no-fused")
+    status, stdout, err = cli(capsys, *argv, *TINY, "--no-fast")
     assert status == 0, err
     assert not calls  # LayerNorm ran as norm.layer_norm, the chapter's formula
     assert "the formulas as written" in stdout + err
-    assert strict_json((out / "config.json").read_text())["train"]["fused"] is False
+    assert strict_json((out / "config.json").read_text())["train"]["fast"] is False
     torch_out = tmp_path / "torch"
-    argv = ["train", "--backend", "torch", "--data", corpus, "--out", torch_out, "--no-fused"]
+    argv = ["train", "--backend", "torch", "--data", corpus, "--out", torch_out, "--no-fast"]
     status, _, err = cli(capsys, *argv, *TINY)
     assert status == 2
-    one_error_line(err, "--no-fused", "numpy backend")
+    one_error_line(err, "--no-fast", "numpy backend")
     assert not torch_out.exists()  # refused before anything was written

@@ -208,6 +208,46 @@ def test_processes_are_a_divisor_of_the_batch(monkeypatch, capsys):
         processes_to_start(args)
 
 
+def test_gradient_buckets_follow_backward_and_reduce_the_flat_buffer_in_place():
+    """One rank of a group of one: the buckets (one per block with --bucket-mb 0) in the
+    order backward finishes them, the tied matrix with the embedding; each reduced once,
+    on the last micro-batch, as a slice of the flat gradient buffer (no copy)."""
+    import torch.distributed as dist
+
+    from labs.plumbing.backends import make_backend
+
+    config = {"vocab_size": 13, "block_size": 8, "n_layers": 2, "n_heads": 2, "d_model": 16}
+    x, y = np.random.default_rng(0).integers(0, 13, (2, 4, 8))
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        plain = make_backend("numpy", config, seed=3, dtype="float64")
+        ranked = make_backend("numpy", config, seed=3, dtype="float64")
+        ranked.distribute(bucket_mb=0)
+        sync = ranked._sync
+        top = {  # a parameter's top-level child: blocks.1, ln_f, ...
+            id(p): ".".join(n.split(".")[: 2 if n.startswith("blocks") else 1])
+            for n, p in ranked.model.named_parameters()
+        }
+        owners = [{top[id(p)] for p in bucket} for _, bucket in sync.buckets]
+        assert owners == [{"ln_f"}, {"blocks.1"}, {"blocks.0"}, {"pos_emb"}, {"tok_emb"}]
+        finish, reduced = sync.finish, []
+
+        def spy(loss):
+            reduced.append([np.shares_memory(buf, ranked._flat.grad) for _, buf, _ in sync.pending])
+            return finish(loss)
+
+        sync.finish = spy
+        for _ in range(2):
+            plain.train_step(x, y, grad_accum=2)
+            ranked.train_step(x, y, grad_accum=2)
+        assert reduced == [[True] * 5] * 2, "one in-place all-reduce per bucket and step"
+        want = plain.state_dict()
+        for name, w in ranked.state_dict().items():
+            assert_close(f"{name}, 1 rank vs no group", w, want[name], kind="training")
+    finally:
+        dist.destroy_process_group()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_torch_backend_on_cuda_trains_like_on_the_cpu():

@@ -50,7 +50,9 @@ def flash_problem(data, mask_kind: str, rng: SeededRng, dtype):
     p = data.draw(attention_problems(), label="problem")
     q, k, v, mask = attention_inputs(p, mask_kind, rng, dtype)
     tile_q, tile_k = data.draw(tiles, label="tile_q"), data.draw(tiles, label="tile_k")
-    return q, k, v, mask, mask_kind == "causal", p["scale"], tile_q, tile_k
+    # a mask and is_causal together: a key is seen only where both allow it
+    is_causal = mask_kind == "causal" or data.draw(st.booleans(), label="is_causal")
+    return q, k, v, mask, is_causal, p["scale"], tile_q, tile_k
 
 
 @pytest.mark.parametrize("mask_kind", MASK_KINDS)

@@ -5,7 +5,7 @@ drawn shapes, both dtypes and any thread count, or declines and changes nothing;
 ``clip_grad_norm_`` over the buffers is the formula's clip to rounding, with the
 same non-finite results and the same overflow boundary; ``FlatParameters``
 moves values and gradients and says when a rebinding broke its layout; and the
-NumPy backend lays its parameters out at its first fused step only.
+NumPy backend lays its parameters out at its first fast step only.
 """
 
 from __future__ import annotations
@@ -18,18 +18,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import numpy_impl as N
-from numpy_impl import flat_buffers, fused, parallel
+from numpy_impl import flat_buffers
+from numpy_impl.fast import adamw_step
 from parity_tests.strategies import rngs
 from parity_tests.tolerances import assert_close
 
 DTYPES = st.sampled_from([np.float64, np.float32])
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    before = parallel.num_threads()
-    yield
-    parallel.set_num_threads(before)
 
 
 def _grouped_parameters(shapes, dtype, seed=0):
@@ -47,17 +41,12 @@ def _grouped_parameters(shapes, dtype, seed=0):
 shape_lists = st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=3), min_size=1, max_size=5)
 
 
-@given(shapes=shape_lists, dtype=DTYPES, threads=st.integers(1, 3), rng=rngs)
-def test_flat_adamw_takes_the_formulas_steps_bit_for_bit(shapes, dtype, threads, rng):
-    """One update over the flat buffers (its halves on the pool's threads) is AdamW's
-    formula, parameter by parameter, to the bit; also with a state stepped in another layout
-    or loaded from elsewhere (the moments move into the flat layout, values kept)."""
-    parallel.set_num_threads(threads)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            flat_buffers, "FLAT_MIN_BLOCK", 1
-        )  # small buffers cut between the threads too
-        flat_adamw_against_the_formula(shapes, dtype, rng)
+@given(shapes=shape_lists, dtype=DTYPES, rng=rngs)
+def test_flat_adamw_takes_the_formulas_steps_bit_for_bit(shapes, dtype, rng):
+    """One update over the flat buffers is AdamW's formula, parameter by parameter, to the
+    bit; also with a state stepped in another layout or loaded from elsewhere (the moments
+    move into the flat layout, values kept)."""
+    flat_adamw_against_the_formula(shapes, dtype, rng)
 
 
 def flat_adamw_against_the_formula(shapes, dtype, rng):
@@ -83,8 +72,7 @@ def flat_adamw_against_the_formula(shapes, dtype, rng):
                     state[k].copy() for k in ("exp_avg", "exp_avg_sq")
                 )
         opts[0].step()
-        with fused.kernels(True):
-            assert flat_buffers.adamw_step(opts[1], flat)
+        assert adamw_step(opts[1], flat)
         assert flat.intact()
         for i, (a, b) in enumerate(zip(plain, fast, strict=True)):
             assert np.array_equal(a.data, b.data), (step, i)
@@ -105,7 +93,7 @@ def test_flat_adamw_declines_what_it_cannot_do_and_then_changes_nothing():
         opt = N.AdamW(groups, lr=1e-3)
         for p in params:
             p.grad[...] = 0.5
-        assert flat_buffers.adamw_step(opt, flat)  # a state to keep
+        assert adamw_step(opt, flat)  # a state to keep
         return params, flat, opt
 
     def breakers():
@@ -129,10 +117,6 @@ def test_flat_adamw_declines_what_it_cannot_do_and_then_changes_nothing():
             lambda ps, fl, opt: opt.state[ps[1]].update(exp_avg_sq=np.zeros((5,), np.float32)),
         )
         yield (
-            "a group out of the buffer's order",
-            lambda ps, fl, opt: opt.param_groups[0]["params"].reverse(),
-        )
-        yield (
             "a parameter in two groups (the formula steps it twice)",
             lambda ps, fl, opt: opt.param_groups.append({**opt.param_groups[1], "params": [ps[1]]}),
         )
@@ -153,8 +137,7 @@ def test_flat_adamw_declines_what_it_cannot_do_and_then_changes_nothing():
         data = [p.data.copy() for p in params]
         grads = [p.grad.copy() for p in params]
         state = {id(p): {k: np.copy(v) for k, v in s.items()} for p, s in opt.state.items()}
-        with fused.kernels(True):
-            assert not flat_buffers.adamw_step(opt, flat), what
+        assert not adamw_step(opt, flat), what
         assert all(np.array_equal(p.data, d) for p, d in zip(params, data, strict=True)), what
         assert all(np.array_equal(p.grad, g) for p, g in zip(params, grads, strict=True)), what
         for p, s in opt.state.items():
@@ -171,8 +154,8 @@ def test_flat_parameters_moves_values_and_gradients_and_refuses_what_it_cannot_h
     assert np.array_equal(a.data, a_data) and np.array_equal(b.data, b_data)
     assert np.array_equal(a.grad, a_grad) and not b.grad.any()
     assert np.shares_memory(a.data, flat.data) and np.shares_memory(b.grad, flat.grad)
-    assert flat.run_of([b, a]) == (0, 10) and flat.run_of([a]) == (4, 10)
-    assert flat.run_of([a, b]) is None and flat.run_of([]) is None
+    assert flat.runs([b, a]) == [(0, 10)] and flat.runs([a]) == [(4, 10)]
+    assert flat.runs([a, b]) == [(0, 10)] and flat.runs([]) == []
     assert flat_buffers.flat_parameters(flat, [b, a]) is flat  # intact: kept
     a.data = a.data + 0.0  # rebound (as Module.to does): a new layout, the same values
     assert not flat.intact()
@@ -222,9 +205,9 @@ def test_flat_clip_of_a_non_finite_gradient_is_the_formulas(bad):
         assert np.array_equal(p.grad, q.grad, equal_nan=True)
 
 
-def test_the_numpy_backend_lays_its_parameters_flat_at_its_first_fused_step():
+def test_the_numpy_backend_lays_its_parameters_flat_at_its_first_fast_step():
     """Not before (a backend that only samples allocates no gradients), not with
-    ``fused=False``; the flat run trains as the per-parameter one (float64)."""
+    ``fast=False``; the flat run trains as the per-parameter one (float64)."""
     from labs.plumbing.backends import make_backend
 
     config = {"vocab_size": 11, "block_size": 8, "n_layers": 2, "n_heads": 2, "d_model": 8}
@@ -241,18 +224,18 @@ def test_the_numpy_backend_lays_its_parameters_flat_at_its_first_fused_step():
         flat.state_dict().items(), per_param.state_dict().values(), strict=True
     ):
         assert_close(name, a, b, np.float64)
-    off = make_backend("numpy", config, dtype="float64", fused=False)
+    off = make_backend("numpy", config, dtype="float64", fast=False)
     off.train_step(x, x)
     assert off._flat is None
 
 
 @pytest.mark.parametrize("path", ["per parameter", "flat"])
-def test_fused_adamw_with_a_numpy_integer_step_count_is_the_formulas_bits(path):
+def test_flat_adamw_with_a_numpy_integer_step_count_is_the_formulas_bits(path):
     """A state whose ``step`` is a NumPy integer (``np.int64``, as a user or a loader may
-    write it) makes the formula's bias corrections float64 scalars: the fused forms must
+    write it) makes the formula's bias corrections float64 scalars: the flat form must
     then decline (``adamw_exact``) and the formula run, not round after every operation."""
     results = []
-    for fast in (False, True):
+    for use_flat in (False, True):
         gen = np.random.default_rng(0)
         p = N.Parameter(gen.standard_normal(4096).astype(np.float32))
         opt = N.AdamW([p], lr=1e-2, weight_decay=0.1)
@@ -261,12 +244,11 @@ def test_fused_adamw_with_a_numpy_integer_step_count_is_the_formulas_bits(path):
             "exp_avg": 0.1 * gen.standard_normal(4096).astype(np.float32),
             "exp_avg_sq": 0.01 * gen.random(4096).astype(np.float32),
         }
-        flat = flat_buffers.FlatParameters([p]) if path == "flat" and fast else None
+        flat = flat_buffers.FlatParameters([p]) if path == "flat" and use_flat else None
         for _ in range(3):
             p.grad[...] = gen.standard_normal(4096).astype(np.float32)
-            with fused.kernels(fast):
-                if flat is None or not flat_buffers.adamw_step(opt, flat):
-                    opt.step()
+            if flat is None or not adamw_step(opt, flat):
+                opt.step()
         results.append((p.data.copy(), opt.state[p]["exp_avg"].copy()))
     (formula, m_formula), (fast, m_fast) = results
     assert np.array_equal(formula, fast) and np.array_equal(m_formula, m_fast)
@@ -277,7 +259,7 @@ def test_flat_clip_of_finite_gradients_whose_squares_overflow_float32_together()
     not: the formula (per-parameter float32 sums added as Python floats) reports a finite
     norm and clips, and so does the flat clip, which sums per parameter too (summed in
     float32 blocks across parameters it overflowed, and the backend raised NonFiniteError
-    where ``fused=False`` trains on)."""
+    where ``fast=False`` trains on)."""
     from numpy_impl.optim import clip_grad_norm_
 
     plain, _, _ = _grouped_parameters([(2,), (2,)], np.float32)
@@ -298,13 +280,10 @@ def test_flat_clip_of_finite_gradients_whose_squares_overflow_float32_together()
     assert expected == actual == math.inf
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_flat_adamw_takes_a_state_it_did_not_lay_out_yet(threads, monkeypatch):
+def test_flat_adamw_takes_a_state_it_did_not_lay_out_yet():
     """A state the layout holds no views of yet (a checkpoint loaded at resume, a new
     layout after a rebinding, steps taken by the formula first) comes into the buffers and
     steps: the formula's bits, not an error from the check that skips the layout's own."""
-    parallel.set_num_threads(threads)
-    monkeypatch.setattr(flat_buffers, "FLAT_MIN_BLOCK", 1)
     shapes = [(3, 4), (4,), (2, 2), (5,)]
     plain, plain_groups, _ = _grouped_parameters(shapes, np.float32)
     fast, fast_groups, order = _grouped_parameters(shapes, np.float32)
@@ -323,8 +302,7 @@ def test_flat_adamw_takes_a_state_it_did_not_lay_out_yet(threads, monkeypatch):
             if step == 3:  # the layout rebuilt: the state holds the old layout's views
                 fast[0].data = fast[0].data.copy()
             flat = flat_buffers.flat_parameters(flat, order)
-            with fused.kernels(True):
-                assert flat_buffers.adamw_step(opts[1], flat), step
+            assert adamw_step(opts[1], flat), step
         for a, b in zip(plain, fast, strict=True):
             assert np.array_equal(a.data, b.data), step
             for key in ("exp_avg", "exp_avg_sq"):

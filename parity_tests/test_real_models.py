@@ -343,7 +343,7 @@ def test_import_refuses_clearly_and_writes_nothing(gpt2_dirs, gpt2_runs, tmp_pat
         (broken("eps", edit_config(layer_norm_epsilon=1e-6)), "layer_norm_epsilon"),
         (broken("act", edit_config(activation_function="relu")), "activation_function"),
         (broken("type", edit_config(model_type="llama")), "model_type"),
-        (broken("depth", edit_config(n_layer=3)), "missing keys"),
+        (broken("depth", edit_config(n_layer=3)), "declares 3 layers but the weights hold 2"),
         (broken("notok", lambda d: (d / "tokenizer.json").unlink()), "no tokenizer.json"),
         # once read as the last value, and cast to float32, silently
         (broken("twice", repeat_key("n_layer")), "the key 'n_layer' is given twice"),

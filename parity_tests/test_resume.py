@@ -277,15 +277,13 @@ POISONED = "blocks.1.ffn.fc1.weight"
 def poison(backend) -> None:
     """Make POISONED's gradient infinite (the others stay finite)."""
     if backend.name == "numpy":
-        # the backward the step calls: the data-parallel wrapper's, which runs the model's on
-        # each shard of the batch and sums the gradients (numpy_impl/data_parallel.py)
-        model, real_backward = backend.model, backend.parallel.backward
+        model, real_backward = backend.model, backend.model.backward
 
         def backward(dlogits):
             real_backward(dlogits)
             dict(model.named_parameters())[POISONED].grad[0, 0] = np.inf
 
-        backend.parallel.backward = backward
+        model.backward = backward
     else:
         p = dict(backend.model.named_parameters())[POISONED]
         p.register_hook(lambda g: g.index_fill(0, torch.tensor([0]), float("inf")))

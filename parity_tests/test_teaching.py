@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
+import sys
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -12,9 +16,16 @@ import pytest
 from labs import UserError
 from labs.__main__ import main
 from labs.learner import exercises_check
+from labs.learner import grade as grade_command
 from labs.learner.exercises_fences import Reference, parse_regions, replace_bodies
 from labs.learner.exercises_workspace import Workspace, add_stubs
 from labs.learner.invocation import labs_command
+from parity_tests.mistakes import MISTAKES, write_mistake
+
+#: grade's time limit in these tests: a few times what chapter 01 takes on a busy runner
+LIMIT = 30
+ROOT = Path(__file__).resolve().parent.parent
+MISTAKE = next(m for m in MISTAKES if m.name == "decode-negative-id-wraps")
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +69,7 @@ def test_check_writes_junit_and_json_reports_of_fresh_stubs(reference, tmp_path,
     assert any(h.startswith("not implemented yet") for f in data["failures"] for h in f["hints"])
 
     # a report never goes into the learner's code, and replaces its older self
-    with pytest.raises(UserError, match="inside your code"):
+    with pytest.raises(UserError, match="inside the workspace"):
         exercises_check.run_check(ws, "03", junit=ws.package / "ch03.xml")
     assert not (ws.package / "ch03.xml").exists()
 
@@ -80,30 +91,196 @@ def test_a_partial_check_never_says_the_chapter_is_done(reference, tmp_path, cap
     assert ws.load_state()["chapters"]["01"]["last_check"]["passed"] is True
 
 
-def test_grade_rolls_up_two_workspaces_without_writing_into_them(reference, tmp_path, capsys):
-    alice, bob = Workspace(tmp_path / "alice"), Workspace(tmp_path / "bob")
-    for ws in (alice, bob):
-        add_stubs(reference, ws, "01")
-    solve(reference, alice, "01")
-    before = {ws.root: snapshot(ws.root) for ws in (alice, bob)}
-    table = tmp_path / "grades" / "class.csv"
+def write_code(reference: Reference, ws: Workspace, chapter: str, body) -> None:
+    """Each of the chapter's regions in the workspace gets ``body(region)``'s lines."""
+    for f in {r.file for r in reference.chapter_regions(chapter)}:
+        path = ws.package / f
+        text = path.read_text(encoding="utf-8")
+        bodies = {r.key: body(r) for r in reference.regions[f] if r.chapter == chapter}
+        path.write_text(replace_bodies(text, parse_regions(text, f, names=False), bodies))
 
-    argv = ["grade", str(alice.root), str(bob.root), "--csv", str(table)]
-    assert main([*argv, "--json", str(tmp_path / "grades" / "class.json")]) == 0
-    assert "wrote" in capsys.readouterr().out
-    rows = list(csv.DictReader(table.open()))
-    assert [(Path(r["workspace"]).name, r["chapter"], r["done"]) for r in rows] == [
-        ("alice", "01", "yes"),
-        ("bob", "01", "no"),
+
+def grade(workspaces: list[Workspace], out: Path, *options: str) -> list[dict]:
+    argv = ["grade", *(str(ws.root) for ws in workspaces), "--out", str(out), *options]
+    assert main([*argv, "--chapter", "01", "--jobs", "3"]) == 0
+    return list(csv.DictReader((out / "grades.csv").open(encoding="utf-8")))
+
+
+def test_grade_a_class_of_five(reference, tmp_path, capsys):
+    """Correct, one mistake, blank, an endless loop, a syntax error: 100 / 50 / 0 / 0 / 0,
+    the loop killed at the time limit while the others are graded; a CSV and JUnit files
+    a gradebook reads; nothing written into a workspace."""
+    names = ["loop", "correct", "mistake", "blank", "syntax"]  # the slowest first
+    ws = {n: Workspace(tmp_path / "class" / n / "workspace") for n in names}
+    for w in ws.values():
+        add_stubs(reference, w, "01")
+    write_code(reference, ws["correct"], "01", lambda r: list(r.body))
+    write_mistake(reference, ws["mistake"], MISTAKE)
+    loop = ["while True:\n", "    pass\n"]  # in decode
+    write_code(
+        reference,
+        ws["loop"],
+        "01",
+        lambda r: [r.indent + line for line in loop] if r.index else list(r.body),
+    )
+    syntax = "return [self._stoi[c] for c in text\n"  # in encode
+    write_code(
+        reference, ws["syntax"], "01", lambda r: list(r.body) if r.index else [r.indent + syntax]
+    )
+    before = {n: snapshot(w.root) for n, w in ws.items()}
+
+    start = time.monotonic()
+    rows = grade(list(ws.values()), tmp_path / "grades", "--time-limit", str(LIMIT))
+    assert time.monotonic() - start < 3 * LIMIT
+    got = {r["student"]: (int(r["score"]), r["failing"], r["hint"]) for r in rows}
+    assert got["correct"] == (100, "", "")
+    assert (
+        got["mistake"][:2] == (50, "CharTokenizer.decode") and MISTAKE.expect in got["mistake"][2]
+    )
+    assert got["blank"][0] == 0 and got["blank"][2].startswith("not implemented yet")
+    assert got["loop"][0] == 0 and got["loop"][2].startswith(f"timed out after {LIMIT} s")
+    assert got["syntax"][0] == 0 and got["syntax"][2].startswith("does not import: SyntaxError")
+    assert list(rows[0]) == ["student", "chapter", "score", "failing", "hint"]
+
+    for n in names:  # JUnit: a test case per exercise region, its failure saying why
+        (suite,) = ET.parse(tmp_path / "grades" / f"{n}.xml").getroot().iter("testsuite")
+        cases = suite.findall("testcase")
+        assert [c.get("name") for c in cases] == ["CharTokenizer.encode", "CharTokenizer.decode"]
+        failed = sum(c.find("failure") is not None for c in cases)
+        assert int(suite.get("failures")) == failed == {"correct": 0, "mistake": 1}.get(n, 2)
+        report = json.loads((tmp_path / "grades" / f"{n}.json").read_text())
+        assert report["chapters"][0]["score"] == got[n][0]
+        assert snapshot(ws[n].root) == before[n]
+    assert "hypothesis-statistics" not in (tmp_path / "grades" / "mistake.xml").read_text()
+
+
+FORGE_REPORT = """import json, os
+fake = {{"tests": [{{"nodeid": "{test}", "outcome": "passed"}}],
+        "collected": [{{"nodeid": "{test}", "chapters": ["ch01"]}}],
+        "regions": {{"{test}": ["ch01:0", "ch01:1"]}}}}
+if os.environ.get("TWINFORMER_REPORT"):
+    open(os.environ["TWINFORMER_REPORT"], "w").write(json.dumps(fake))
+for fd in range(3, 256):  # whatever the grader handed down
+    try:
+        os.pwrite(fd, ("forged\\n" + json.dumps(fake)).encode(), 0)
+    except OSError:
+        pass
+os._exit(0)
+"""
+
+REWRITE_CSV = """import os, time
+if os.fork() == 0:
+    if os.fork() == 0:  # the grandchild: waits for the grader's table, then rewrites it
+        for _ in range(200):
+            time.sleep(0.05)
+            if os.path.exists({csv!r}):
+                time.sleep(0.3)
+                open({csv!r}, "w").write("student,chapter,score\\nrewriter,01,100\\n")
+                break
+    os._exit(0)
+"""
+
+
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
+def test_forged_reports_and_lingering_processes_change_no_grade(
+    reference, tmp_path, capsys, sandbox
+):
+    if sandbox == "bwrap" and grade_command._sandbox("auto") is None:
+        pytest.skip("no working bubblewrap here (.ci/run installs it)")
+    out = tmp_path / "grades"
+    ws = {n: Workspace(tmp_path / n) for n in ("forger", "rewriter", "idle")}
+    add_stubs(reference, ws["forger"], "01")
+    add_stubs(reference, ws["rewriter"], "01")
+    add_stubs(reference, ws["idle"], "02")  # chapter 01 not started: a report all the same
+    test = "parity_tests/test_tokenizer.py::test_ids_are_positions_in_the_sorted_vocabulary"
+    payloads = {
+        "forger": FORGE_REPORT.format(test=test),
+        "rewriter": REWRITE_CSV.format(csv=str(out / "grades.csv")),
+    }
+    for name, payload in payloads.items():
+        init = ws[name].package / "__init__.py"
+        init.write_text(payload + init.read_text())
+
+    rows = grade(list(ws.values()), out, "--sandbox", sandbox, "--time-limit", "60")
+    table = (out / "grades.csv").read_bytes()
+    got = {r["student"]: (r["score"], r["hint"]) for r in rows}
+    assert got["forger"][0] == "0" and got["forger"][1].startswith("the tests stopped without")
+    assert got["rewriter"][0] == "0" and got["rewriter"][1].startswith("not implemented yet")
+    assert got["idle"] == ("0", "not started")
+    for name in ws:
+        assert ET.parse(out / f"{name}.xml").getroot().find("testsuite") is not None
+        assert json.loads((out / f"{name}.json").read_text())["student"] == name
+    time.sleep(2)  # a process left behind would have rewritten the table by now
+    assert (out / "grades.csv").read_bytes() == table
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["grades.csv", *(f"{n}.{e}" for n in ws for e in ("json", "xml"))]
+    )
+
+
+def test_grade_refuses_unclear_options_before_running_anything(reference, tmp_path, capsys):
+    alice, bob = Workspace(tmp_path / "alice" / "workspace"), Workspace(tmp_path / "bob")
+    argv = ["grade", str(alice.root), str(bob.root)]
+    assert main([*argv, "--out", str(alice.root / "grades")]) == 2
+    assert "is inside the workspace" in capsys.readouterr().err
+    assert main([*argv, "--out", str(tmp_path / "g"), "--student", "x", "--student", "x"]) == 2
+    assert main([*argv, "--out", str(tmp_path / "g"), "--student", "a/b", "--student", "c"]) == 2
+    assert main([*argv, "--out", str(tmp_path / "g"), "--time-limit", "0"]) == 2
+    assert not (tmp_path / "g").exists()
+
+
+def test_release_holds_no_solution_and_its_check_works(reference, tmp_path, monkeypatch):
+    out = tmp_path / "course"
+    assert main(["release", "--out", str(out)]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["course"]  # built beside it, renamed
+    released = Reference(out / "numpy_impl", out / "labs")
+    for f, regions in reference.regions.items():  # every region: its stub, no line of code
+        mine = {r.key: r for r in released.regions[f]}
+        for r in regions:
+            assert mine[r.key].body == reference.stub(r), (f, r.function)
+    code = {  # each line of a solution (but the shortest), without its comment and spaces
+        "".join(line.split("  #")[0].split())
+        for regions in reference.regions.values()
+        for r in regions
+        for line in r.body
+        if not line.lstrip().startswith("#") and len("".join(line.split("  #")[0].split())) >= 20
+    }
+    for path in [*out.rglob("*.md"), out / "docs" / "site" / "search-index.js"]:
+        text = "".join(path.read_text(encoding="utf-8").split())
+        assert not [line for line in code if line in text], path
+    assert "docs/site/" not in (out / ".gitignore").read_text()  # published with it
+    assert (out / "docs" / "site" / "03_attention.html").is_file()
+
+    env = {k: v for k, v in os.environ.items() if k != "TWINFORMER_WORKSPACE"}
+
+    def labs(*argv: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "labs", *argv]
+        return subprocess.run(cmd, cwd=out, env=env, capture_output=True, text=True)
+
+    assert labs("start", "01").returncode == 0
+    stubs = labs("check", "01")
+    assert stubs.returncode == 1 and "not implemented yet" in stubs.stdout
+    solve(reference, Workspace(out / "workspace"), "01")
+    done = labs("check", "01")
+    assert done.returncode == 0 and "Done!" in done.stdout, done.stdout[-2000:]
+    shown = labs("diff", "attention", "--method", "softmax", "--no-color", "--width", "200").stdout
+    assert "workspace/numpy_impl/attention.py" in shown and "NotImplementedError" in shown
+    assert "row_max" not in shown  # the learner's code beside the twin, not the reference
+
+    # refused: inside the repository, or a folder that holds something; a failed build
+    # leaves nothing behind
+    assert main(["release", "--out", str(ROOT / "release")]) == 2
+    assert main(["release", "--out", str(out)]) == 2
+    monkeypatch.setattr("labs.learner.docs.build_site", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        main(["release", "--out", str(tmp_path / "again")])
+    assert [p.name for p in tmp_path.iterdir()] == ["course"]
+
+
+def test_a_result_of_the_wrong_shape_scores_0_and_stops_no_one(reference, tmp_path, monkeypatch):
+    ws = Workspace(tmp_path / "ws")
+    add_stubs(reference, ws, "01")
+    monkeypatch.setattr(grade_command, "_run", lambda *a: ({"tests": [1, "x"]}, None, 0.0))
+    report = grade_command.grade_workspace(reference, ws.root, "ws", None, tmp_path, 1, None)
+    assert [(c["score"], c["hint"]) for c in report["chapters"]] == [
+        (0, "the tests' result is damaged")
     ]
-    assert rows[0]["failed"] == "0" and int(rows[0]["passed"]) == int(rows[0]["tests"]) > 0
-    assert int(rows[1]["failed"]) > 0 and rows[1]["hint"].startswith("not implemented yet")
-    assert len(json.loads((tmp_path / "grades" / "class.json").read_text())) == 2
-    for ws in (alice, bob):  # no report, example database, bytecode or progress change
-        assert snapshot(ws.root) == before[ws.root]
-
-    assert main(["grade", str(bob.root), "--chapter", "2", "--csv", str(table)]) == 0
-    (row,) = csv.DictReader(table.open())  # not started: its code is the reference's
-    assert (row["chapter"], row["done"], row["hint"]) == ("02", "no", "not started")
-    assert main(["grade", str(alice.root), "--csv", str(alice.root / "grades.csv")]) == 2
-    assert "grading writes nothing into a learner's workspace" in capsys.readouterr().err

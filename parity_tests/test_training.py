@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import numpy_impl as N
 import torch_impl as T
-from numpy_impl import fused
+from numpy_impl import fast as fast_backend
 from parity_tests import hints as H
 from parity_tests.harness import copy_weights, copy_weights_to_torch, randomize_, tensor
 from parity_tests.strategies import SeededRng
@@ -68,11 +68,13 @@ def test_adamw_training_runs_agree_step_by_step(tie, attn_impl):
     config = {**CONFIG, "tie_weights": tie}
     # GPT-2 initialisation drawn by the NumPy side from a fixed seed (torch's global
     # generator is never used: the test must be the same run every time), then copied
-    # each side's written-out attention, or each side's fast path (NumPy's FlashAttention
-    # tiles and its fused LayerNorm and GELU, numpy_impl/fused.py)
+    # each side's written-out attention, or each side's fast path (NumPy's fast backend,
+    # numpy_impl/fast.py: FlashAttention's tiles, the fused LayerNorm and GELU)
     fast = attn_impl == "sdpa"
     numpy_impl = "flash" if fast else "explicit"
     numpy_model = N.GPT(N.GPTConfig(**config), seed=0, attn_impl=numpy_impl, dtype=np.float64)
+    if fast:
+        fast_backend.accelerate(numpy_model)
     for block in numpy_model.blocks:
         block.attn.flash_tile = 4  # several tiles at this short context
     torch_model = T.GPT(T.GPTConfig(**config), attn_impl=attn_impl, dtype=torch.float64)
@@ -116,9 +118,8 @@ def test_adamw_training_runs_agree_step_by_step(tie, attn_impl):
             group["lr"] = lr_t
 
         numpy_model.zero_grad()
-        with fused.kernels(fast):  # the fast path: LayerNorm and GELU fused too
-            loss = numpy_loss(numpy_model(x), y)
-            numpy_model.backward(numpy_loss.backward())
+        loss = numpy_loss(numpy_model(x), y)
+        numpy_model.backward(numpy_loss.backward())
         norm = N.clip_grad_norm_(numpy_model.parameters(), CLIP)
         numpy_opt.step()
 

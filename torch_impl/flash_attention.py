@@ -47,7 +47,7 @@ def flash_attention(
         v: ``(B, n_heads, T_k, d_v)``, q's dtype.
         attn_mask: bool (True = may attend) or float (added to the scores),
             broadcastable to ``(B, n_heads, T_q, T_k)``; or None.
-        is_causal: forbid keys j > i (top-left aligned); exclusive with ``attn_mask``.
+        is_causal: forbid keys j > i (top-left aligned); with ``attn_mask``, both apply.
         scale: score multiplier; None means ``1 / sqrt(d_k)``.
         tile_q, tile_k: positive ints (see above).
 
@@ -56,8 +56,8 @@ def flash_attention(
         masked gets zeros and zero (finite) gradients.
 
     Raises:
-        ValueError: shapes that do not fit, ``attn_mask`` with ``is_causal``, a
-            mask that does not broadcast, a tile length that is not a positive int,
+        ValueError: shapes that do not fit, a mask that does not broadcast, a tile length
+            that is not a positive int,
             ``scale`` not a finite number > 0.
         TypeError: an ``attn_mask`` that is neither bool nor floating; q, k, v not of one
             floating dtype; ``is_causal`` not a bool.
@@ -68,8 +68,6 @@ def flash_attention(
     check_scale(scale)
     if attn_mask is not None:
         check_attn_mask(attn_mask, (*q.shape[:2], q.shape[-2], k.shape[-2]), q.dtype)
-    if attn_mask is not None and is_causal:  # the NumPy twin's tiles take one or the other
-        raise ValueError("attn_mask: cannot be combined with is_causal=True")
     _check_tile(tile_q, "tile_q")
     _check_tile(tile_k, "tile_k")
     # the fused kernel, with the guard for queries that may see no key (zeros, not NaN)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -178,6 +179,7 @@ def generate(
     uniforms: torch.Tensor | None = None,
     *,
     generator: torch.Generator | None = None,
+    on_token: Callable[[torch.Tensor], object] | None = None,
 ) -> torch.Tensor:
     """Extend each sequence by ``max_new_tokens`` tokens, one at a time.
 
@@ -209,6 +211,7 @@ def generate(
             both backends sample identical tokens from one stream.
         generator (keyword): a ``torch.Generator`` for reproducible sampling, on the
             model's device.
+        on_token (keyword): as in NumPy's twin, called with each step's new ids ``(B,)``.
 
     Returns:
         ``(B, T0 + max_new_tokens)``, ``torch.long``: the prompt followed by
@@ -262,6 +265,8 @@ def generate(
                 else:
                     next_id = torch.multinomial(probs, num_samples=1, generator=generator)
             idx = torch.cat([idx, next_id], dim=1)  # (B, T) -> (B, T + 1)
+            if on_token is not None:
+                on_token(idx[:, -1])
     finally:
         model.train(was_training)
     return idx

@@ -4,17 +4,13 @@ One training step (forward, backward, AdamW update) is timed at two sizes:
 nanoGPT's CPU default (B=12, T=64) and a larger one (B=64, T=256), where
 attention's T^2 terms start to dominate. The model is GPTConfig's default
 (4 layers, 4 heads, d_model 128) with a 65-character vocabulary; batches are
-random tokens, so no corpus is needed. Five rows per size:
+random tokens, so no corpus is needed. Four rows per size:
 
-* ``numpy``: the NumPy backend as ``labs train`` runs it: FlashAttention's
-  tiles (``attn_impl="flash"``), the fused kernels of ``numpy_impl/fused.py``
-  and the batch in two shards on the cores (``numpy_impl/data_parallel.py``), the
-  second in a worker process (``labs/plumbing/shard_process.py``);
-* ``numpy-threads``: the same with both shards on threads of this process
-  (``labs train --shard-threads``), to show what the worker process gains;
-* ``numpy-explicit``: the same with the formulas the chapters write: attention
-  written out (``attn_impl="explicit"``), LayerNorm, GELU, AdamW and the
-  embedding's backward unfused (``fused=False``), the learner's reading path;
+* ``numpy``: the NumPy backend as one process of ``labs train`` runs it: the fast
+  backend (``numpy_impl/fast.py``: fused kernels, FlashAttention's tiles, the
+  flat-buffer AdamW);
+* ``numpy-explicit``: the formulas the chapters write (``attn_impl="explicit"``,
+  ``fast=False``), the learner's reading path;
 * ``torch``: the PyTorch backend as the project trains it (biases, tanh GELU,
   ``F.scaled_dot_product_attention``);
 * ``torch-nanogpt``: nanoGPT's configuration, the fastest eager PyTorch
@@ -50,13 +46,10 @@ measurement's memory and thread pools cannot leak into the next. Reported:
 * peak RSS growth: resident memory before the first step (from
   ``/proc/self/statm``) subtracted from the peak afterwards
   (``getrusage(RUSAGE_SELF).ru_maxrss``): activations, gradients, optimizer
-  moments and allocator slack; for ``numpy``, plus the whole peak of the
-  worker process that runs its second shard (``VmHWM``: its interpreter,
-  its half of the activations, its gradients);
+  moments and allocator slack;
 * for NumPy, the ``tracemalloc`` peak of one extra step (NumPy reports its
   buffers to tracemalloc; PyTorch does not), measured after the timed steps
-  so its bookkeeping does not slow them (this process's only: the worker's
-  half of the batch is not traced);
+  so its bookkeeping does not slow them;
 * each worker's threads (torch's ``get_num_threads``; NumPy's BLAS threads, from
   ``threadpoolctl``) and the attention implementation that ran;
 * the paired ratio: ``numpy`` and ``torch`` in one more worker, their steps in
@@ -98,13 +91,9 @@ VOCAB = 65  # Tiny Shakespeare's character count
 MiB = 1024 * 1024
 #: variant -> (backend, GPTConfig fields over the defaults, backend keyword arguments)
 VARIANTS: dict[str, tuple[str, dict, dict]] = {
-    # as `labs train` runs it: FlashAttention's tiles, fused kernels, the second shard in a
-    # worker process (labs/plumbing/shard_process.py)
-    "numpy": ("numpy", {}, {"shard_processes": True}),
-    "numpy-threads": ("numpy", {}, {"shard_processes": False}),  # both shards on threads
-    # the learner's reading path: attention, LayerNorm, GELU, AdamW and the embedding's
-    # backward as the chapters write them
-    "numpy-explicit": ("numpy", {}, {"attn_impl": "explicit", "fused": False}),
+    "numpy": ("numpy", {}, {}),  # as `labs train` runs it in one process: the fast backend
+    # the learner's reading path: the formulas as the chapters write them
+    "numpy-explicit": ("numpy", {}, {"attn_impl": "explicit", "fast": False}),
     "torch": ("torch", {}, {}),
     "torch-nanogpt": (
         "torch",
@@ -124,11 +113,10 @@ PAIRED_ITERS_FACTOR = 2  # measure_paired times this many times --iters pairs of
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``bench`` command's options."""
     p.epilog = (
-        "Rows (variants), each at B=12, T=64 and B=64, T=256: numpy (as `labs train` runs "
-        "it: flash attention, fused kernels, the batch's second half in a worker process); "
-        "numpy-threads (the same with both halves on threads of one process, as `labs train "
-        "--shard-threads`); numpy-explicit (the chapters' formulas: --attn-impl explicit "
-        "--no-fused); torch (the project's PyTorch model); torch-nanogpt (nanoGPT's settings: "
+        "Rows (variants), each at B=12, T=64 and B=64, T=256: numpy (one process of `labs "
+        "train`: the fast backend); numpy-explicit (the chapters' formulas: --attn-impl "
+        "explicit --no-fast); torch (the project's PyTorch model); torch-nanogpt (nanoGPT's "
+        "settings: "
         "no biases, exact GELU). Takes a few minutes on both cores; run it on an idle "
         "machine. The columns: docs/speed.md."
     )
@@ -153,8 +141,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--threads",
         type=int,
         default=None,
-        help="threads for torch, for NumPy's BLAS and for its own pool (TWINFORMER_NUM_THREADS) "
-        "(default: each library's own choice)",
+        help="threads for torch and for NumPy's BLAS (default: each library's own choice)",
     )
     p.add_argument(
         "--profile",
@@ -349,10 +336,6 @@ def measure(variant: str, B: int, T: int, iters: int, warmup: int, seed: int = 0
         if i >= warmup:
             times.append(time.perf_counter() - t0)
     peak_growth = _peak_rss_bytes() - rss_before
-    # the second shard's worker process, when it ran one: all of its peak (its interpreter too)
-    peak_of = getattr(getattr(backend, "parallel", None), "worker_peak_rss_bytes", None)
-    worker_peak = peak_of() if peak_of else None
-    peak_growth += worker_peak or 0
 
     traced_peak = None
     if backend_name == "numpy":
@@ -392,11 +375,9 @@ def measure(variant: str, B: int, T: int, iters: int, warmup: int, seed: int = 0
         "mfu": achieved / sgemm["sgemm_gflops"],
         "rss_before_mib": rss_before / MiB,
         "peak_rss_growth_mib": peak_growth / MiB,
-        "shard_worker_peak_rss_mib": None if worker_peak is None else worker_peak / MiB,
         "tracemalloc_peak_mib": traced_peak,
         "threads": threads,
         "thread_pools": pools,
-        "numpy_pool_threads": _numpy_pool_threads() if backend_name == "numpy" else None,
         "attn_impl": attn_impl,
         "model_config": model_config,
         "num_parameters": backend.num_parameters(),
@@ -464,13 +445,6 @@ def measure_paired(B: int, T: int, iters: int, warmup: int, seed: int = 0) -> di
     }
 
 
-def _numpy_pool_threads() -> int:
-    """The threads of ``numpy_impl/parallel.py`` (row blocks, attention tiles)."""
-    from numpy_impl import parallel
-
-    return parallel.num_threads()
-
-
 # -- the parent: workers, ratios, table ---------------------------------------------------
 def parse_sizes(text: str | None) -> tuple[tuple[int, int], ...]:
     """``"12x64,64x256"`` -> ``((12, 64), (64, 256))``; None -> :data:`SIZES`.
@@ -505,10 +479,7 @@ def _worker_env(args: argparse.Namespace) -> dict:
     env = dict(os.environ)
     if args.threads is not None:
         # Read by the thread pools when they start, so set before the worker imports numpy.
-        # TWINFORMER_NUM_THREADS: numpy_impl/parallel.py's pool (row blocks, attention tiles)
-        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS") + (
-            "TWINFORMER_NUM_THREADS",
-        ):
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
             env[var] = str(args.threads)
     return env
 

@@ -54,7 +54,6 @@ KINDS = (
     "head",
     "loss",
     "residual adds, dropout, glue",
-    "data-parallel shards",
     "zero_grad",
     "gradient clipping",
     "AdamW update",
@@ -78,7 +77,8 @@ _BY_CLASS = {
 
 def layer_kind(name: str, module) -> str:
     """The profile row of the module called ``name`` in the model (``""``: the GPT)."""
-    cls = type(module).__name__
+    names = [c.__name__ for c in type(module).__mro__]  # a fast form counts as its layer
+    cls = next((n for n in names if n in _BY_CLASS or n == "Linear"), names[0])
     if cls == "Linear":
         last = name.rsplit(".", 1)[-1]
         if last == "qkv_proj":
@@ -122,9 +122,8 @@ def _instrumented(backend, timer: _Timer):
     """Install the wrappers on ``backend`` (a NumpyBackend); remove them afterwards.
 
     The modules' wrappers go on their classes, reading each module's kind from an
-    attribute set on it (``_profile_kind``): the data-parallel step runs shards of
-    the batch on copies of the model (``numpy_impl.data_parallel.DataParallel``), made
-    at each forward, which carry the attribute and so are timed as the model is."""
+    attribute set on it (``_profile_kind``)."""
+    import numpy_impl.fast as fast
     import numpy_impl.flat_buffers as flat_buffers
     import numpy_impl.optim as optim
 
@@ -137,10 +136,6 @@ def _instrumented(backend, timer: _Timer):
             patched.append((cls, method, cls.__dict__.get(method)))
             setattr(cls, method, _class_wrapper(timer, getattr(cls, method), phase))
     installed = []  # (object, attribute name) whose instance attribute we set
-    shards = backend.parallel  # its own time: copying the model, joining, summing gradients
-    for method, phase in (("forward", "forward"), ("backward", "backward")):
-        setattr(shards, method, timer.wrap(getattr(shards, method), "data-parallel shards", phase))
-        installed.append((shards, method))
     loss = backend.loss_fn
     for method, phase in (("forward", "forward"), ("backward", "backward")):
         setattr(loss, method, timer.wrap(getattr(loss, method), "loss", phase))
@@ -154,7 +149,7 @@ def _instrumented(backend, timer: _Timer):
     # the fused step's forms of the same three (the parameters in flat buffers)
     flat_forms = [
         (flat_buffers, "clip_grad_norm_", "gradient clipping"),
-        (flat_buffers, "adamw_step", "AdamW update"),
+        (fast, "adamw_step", "AdamW update"),
         (flat_buffers.FlatParameters, "zero_grad", "zero_grad"),
     ]
     originals = [getattr(owner, name) for owner, name, _ in flat_forms]
@@ -179,24 +174,13 @@ def _instrumented(backend, timer: _Timer):
 
 @contextmanager
 def one_thread():
-    """NumPy's thread pool and its BLAS on one thread inside the ``with``.
-
-    The profiles measure work, kind by kind: on two threads the data-parallel
-    step runs two shards of the batch at once, so two layers' times would
-    overlap and the rows could not add up to the step. torch's profile runs on
-    one thread too, so that the comparison sets work against work; the step on
-    every core is ``bench``'s own table."""
+    """NumPy's BLAS on one thread inside the ``with``: the profiles measure work, kind by
+    kind (torch's profile runs on one thread too); the step on every core is ``bench``'s
+    own table."""
     from threadpoolctl import threadpool_limits
 
-    from numpy_impl import parallel
-
-    threads = parallel.num_threads()
-    parallel.set_num_threads(1)
-    try:
-        with threadpool_limits(limits=1, user_api="blas"):
-            yield
-    finally:
-        parallel.set_num_threads(threads)
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def _class_wrapper(timer: _Timer, fn, phase: str):
@@ -340,7 +324,6 @@ _NUMPY_TO_COMPARE = {
     "AdamW update": "optimizer (zero_grad, clipping, AdamW)",
     "rope": "residual adds, dropout, glue, other",  # torch's RoPE is plain ops: glue there
     "residual adds, dropout, glue": "residual adds, dropout, glue, other",
-    "data-parallel shards": "residual adds, dropout, glue, other",  # torch has no such step
     "other": "residual adds, dropout, glue, other",
 }
 _BACKWARD_PREFIX = "autograd::engine::evaluate_function: "

@@ -11,10 +11,10 @@ The code: ``labs/plumbing/exporting.py``.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from .. import UserError
 from ..plumbing.exporting import TARGETS, export_run
+from .shared import naming
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,12 +30,14 @@ def main(args: argparse.Namespace) -> int:
     Raises:
         UserError: DIR exists, RUN unusable, or a model HF cannot express (the field named).
     """
+    if not args.out.strip():
+        raise UserError("--out is empty: give the new directory's name")
     try:
         out, hf_config, notes = export_run(args.run, args.out, args.to)
     except FileExistsError as e:
         raise UserError(f"--out {e}") from e
     except (OSError, ValueError) as e:
-        raise UserError(_naming(args.run, e)) from e
+        raise UserError(naming(args.run, args.out, e)) from e
     for note in notes:
         print(f"note: {note}")
     arch = hf_config["architectures"][0]
@@ -45,9 +47,3 @@ def main(args: argparse.Namespace) -> int:
         "AutoTokenizer.from_pretrained(DIR)  (pip install transformers)"
     )
     return 0
-
-
-def _naming(source: str, error: Exception) -> str:
-    """The error's message, with ``source`` in front unless it names a path already."""
-    message = str(error)
-    return message if str(Path(source)) in message else f"{source}: {message}"

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 
 from .. import UserError
 from ..plumbing.importing import KINDS, count_parameters, import_gpt2, import_llama, import_nanogpt
 from ..plumbing.importing import write_run as _write_run
+from .shared import naming
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,6 +64,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--meta and --tokenizer are nanogpt's; {args.kind} reads SOURCE's own")
     if args.kind != "llama" and args.rope_layout != "half":
         raise UserError(f"--rope-layout is llama's; {args.kind} has learned positions")
+    if not args.out.strip():
+        raise UserError("--out is empty: give the new directory's name")
     t0 = time.perf_counter()
     try:
         if args.kind == "gpt2":
@@ -76,7 +78,7 @@ def main(args: argparse.Namespace) -> int:
     except FileExistsError as e:
         raise UserError(f"--out {e}") from e
     except (OSError, ValueError) as e:
-        raise UserError(_naming(args.source, e)) from e
+        raise UserError(naming(args.source, args.out, e)) from e
     c = imported.model_config
     tied = c["tie_weights"]
     counts = count_parameters(imported.state, tied)
@@ -96,9 +98,3 @@ def main(args: argparse.Namespace) -> int:
         f"(or inspect, train --init-from {out}, export {out} --to hf)"
     )
     return 0
-
-
-def _naming(source: str, error: Exception) -> str:
-    """The error's message, with ``source`` in front unless it names a path already."""
-    message = str(error)
-    return message if str(Path(source)) in message else f"{source}: {message}"

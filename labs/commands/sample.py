@@ -19,7 +19,7 @@ import sys
 
 from .. import UserError
 from ..plumbing.backends import ATTN_IMPLS, BACKENDS, make_backend
-from ..plumbing.checkpoint_format import first_nonfinite
+from ..plumbing.checkpoint_format import first_nonfinite, physical_memory
 from ..plumbing.tokenization import load_tokenizer
 from .shared import check_seed
 from .train_resume import load_for_command
@@ -82,8 +82,10 @@ def main(args: argparse.Namespace) -> int:
         UserError: missing or corrupt checkpoint, prompt characters outside
             the vocabulary, invalid sampling settings.
     """
-    if args.max_new_tokens < 0:
-        raise UserError(f"--max-new-tokens must be >= 0, got {args.max_new_tokens}")
+    if not 0 <= args.max_new_tokens <= MAX_NEW_TOKENS:
+        raise UserError(
+            f"--max-new-tokens must lie in [0, {MAX_NEW_TOKENS:,}], got {args.max_new_tokens}"
+        )
     if not (math.isfinite(args.temperature) and args.temperature >= 0):
         raise UserError(
             f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}"
@@ -127,9 +129,18 @@ def main(args: argparse.Namespace) -> int:
             f"{args.checkpoint}: {bad[0]} holds {bad[1]} NaN or infinite value(s): a model "
             "with such weights computes NaN logits and cannot sample"
         )
+    model = config["model"]
+    kv_bytes = 8 * model["n_layers"] * model["block_size"] * model["d_model"]  # K and V, float32
+    if args.kv_cache and kv_bytes > (physical_memory() or kv_bytes):
+        raise UserError(
+            f"{args.checkpoint}: its KV cache needs {kv_bytes / 2**30:,.1f} GiB (block_size "
+            f"{model['block_size']:,}), more than this machine's memory; try --no-kv-cache"
+        )
     backend.load_state_dict(model_state)  # names and shapes were checked on loading
+    print(prompt, end="", flush=True)
+    stream = _Stream(tokenizer)
     try:
-        ids = backend.generate(
+        backend.generate(
             prompt_ids,
             args.max_new_tokens,
             temperature=args.temperature,
@@ -137,13 +148,37 @@ def main(args: argparse.Namespace) -> int:
             top_p=args.top_p,
             seed=args.seed,
             use_cache=args.kv_cache,
+            on_token=stream.add,
         )
     except ValueError as e:  # finite weights whose logits still overflow
         if not str(e).startswith("logits:"):
             raise
         raise UserError(f"{args.checkpoint}: {e}") from e
-    print(prompt + tokenizer.decode(ids))
+    finally:  # Ctrl-C too: what was generated is on the screen
+        stream.flush()
+        print()
     return 0
+
+
+MAX_NEW_TOKENS = 100_000
+
+
+class _Stream:
+    """Print tokens as they come; a token that ends inside a UTF-8 character (byte-level
+    BPE) waits for the rest of it."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer, self.pending = tokenizer, []
+
+    def add(self, token: int) -> None:
+        self.pending.append(token)
+        if not self.tokenizer.decode(self.pending).endswith("\ufffd"):
+            self.flush()
+
+    def flush(self) -> None:
+        sys.stdout.write(self.tokenizer.decode(self.pending))
+        sys.stdout.flush()
+        self.pending = []
 
 
 def _to_stderr(line: str) -> None:

@@ -6,7 +6,6 @@ optimization options (each command with its own defaults) and the loops' helpers
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 
@@ -219,8 +218,14 @@ def refuse_to_replace(
     a run of that kind: a run of another kind is refused whole, nothing replaced (the
     two would mix in one directory)."""
     from .. import UserError
+    from ..plumbing.checkpoint_files import CheckpointError, check_directory
     from ..plumbing.run_dir import existing_outputs
 
+    if Path(out).is_dir():
+        try:
+            check_directory(Path(out))
+        except CheckpointError as e:
+            raise UserError(f"--out {e}") from None
     held = existing_outputs(out, names)
     found, files = run_kind(out) if kind is not None else (None, [])
     if found is not None and found != kind:
@@ -247,14 +252,6 @@ def refuse_to_replace(
     return held
 
 
-def physical_memory() -> int | None:
-    """Bytes of RAM on this machine (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return None
-
-
 def check_size(n_params: int, activations: int, dtype: str, device: str = "cpu") -> None:
     """Refuse a model whose training cannot fit in this machine's memory, before
     anything is allocated (a huge ``--d-model`` or ``--n-layers`` would otherwise end
@@ -267,6 +264,7 @@ def check_size(n_params: int, activations: int, dtype: str, device: str = "cpu")
         device: only ``"cpu"`` is checked (a GPU has its own memory).
     """
     from .. import UserError
+    from ..plumbing.checkpoint_format import physical_memory
 
     available = physical_memory()
     if available is None or not str(device).startswith("cpu"):
@@ -357,12 +355,12 @@ class TaskOutput:
 
     def finish(self, metrics: dict) -> None:
         """Write metrics.json atomically (strict JSON)."""
-        from ..plumbing.checkpoint_files import _atomic_write
+        from ..plumbing.checkpoint_files import write_atomic
         from ..plumbing.run_dir import dumps_strict
 
         metrics = {**metrics, "command": self.kind}
         data = (dumps_strict(metrics, indent=1) + "\n").encode("utf-8")
-        self._write(self.metrics_path, lambda: _atomic_write(self.metrics_path, data))
+        self._write(self.metrics_path, lambda: write_atomic(self.metrics_path, data))
 
 
 def check_weights_finite(model, log_path) -> None:
@@ -408,3 +406,10 @@ def check_task_size(
         n_params += (vocab_size + T) * C + L * (block + 4 * C * C)
     activations = args.batch_size * L * (8 * T * C + args.n_heads * T * T)
     check_size(n_params, activations, args.dtype)
+
+
+def naming(source, out, error: Exception) -> str:
+    """The error's message, with ``source`` in front unless it names ``source`` or ``out``."""
+    message = str(error)
+    named = str(Path(source)) in message or str(Path(out)) in message
+    return message if named else f"{source}: {message}"

@@ -53,7 +53,7 @@ from pathlib import Path
 
 from .. import UserError
 from ..plumbing.backends import ATTN_IMPLS, BACKENDS
-from ..plumbing.checkpoint_format import expected_shapes
+from ..plumbing.checkpoint_format import expected_shapes, parameter_count
 from ..plumbing.data import DATA_ENV_VAR
 from ..plumbing.tokenization import KINDS
 from .shared import (
@@ -196,20 +196,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "written out",
     )
     g.add_argument(
-        "--no-fused",
-        dest="fused",
+        "--no-fast",
+        dest="fast",
         action="store_false",
-        help="numpy backend: run LayerNorm, GELU, the embedding's backward and AdamW as the "
-        "formulas the chapters write, instead of numpy_impl/fused.py's faster forms of them "
-        "(the default)",
-    )
-    g.add_argument(
-        "--shard-threads",
-        dest="shard_processes",
-        action="store_false",
-        help="numpy backend: run the batch's second shard on a thread of this process instead "
-        "of a worker process (the default, where the platform allows: the same results, "
-        "faster; labs/plumbing/shard_process.py)",
+        help="numpy backend: train the formulas the chapters write, without the fast backend "
+        "(numpy_impl/fast.py)",
     )
     g.add_argument(
         "--amp",
@@ -293,14 +284,16 @@ def _check_args(args: argparse.Namespace) -> None:
     check_positive(args, ("eval_interval", "eval_batches", "eval_batch_size"))
     if args.sample_tokens < 0:
         raise UserError(f"--sample-tokens must be >= 0, got {args.sample_tokens}")
+    if args.vocab_size > 2**20:  # past a million merges a BPE trainer runs for hours
+        raise UserError(f"--vocab-size must be at most 2**20 (1,048,576), got {args.vocab_size:,}")
     # checked here, not by each backend: cosine_lr would take a negative --min-lr as the
     # floor, a negative or NaN --grad-clip silently meant "no clipping", and torch's
     # AdamW takes an infinite --lr
     check_optimizer_options(args)
-    if not args.fused and args.backend == "torch":
+    if not args.fast and args.backend == "torch":
         raise UserError(
-            "--no-fused: the torch backend runs PyTorch's own kernels; running the chapters' "
-            "formulas instead of numpy_impl/fused.py is the numpy backend's choice"
+            "--no-fast: the torch backend runs PyTorch's own kernels; running the chapters' "
+            "formulas instead of numpy_impl/fast.py is the numpy backend's choice"
         )
     if args.amp is not None and args.backend != "torch":
         raise UserError(
@@ -373,20 +366,6 @@ def matched_d_ff(model_config: dict, multiple_of: int = 8) -> tuple[int, int, in
     per_unit = (at[2 * multiple_of] - at[multiple_of]) / multiple_of  # parameters per hidden unit
     best = max(1, round((target - at[multiple_of]) / per_unit / multiple_of) + 1) * multiple_of
     return best, count({**model_config, "d_ff": best}), target
-
-
-def parameter_count(model_config: dict) -> int:
-    """The parameters of a GPT with this config (a tied head counted once), from the
-    shapes alone: one layer's count times ``n_layers``, so a huge value costs nothing."""
-
-    def count(n_layers: int) -> int:
-        shapes = expected_shapes({**model_config, "n_layers": n_layers})
-        if model_config.get("tie_weights", True):
-            del shapes["head.weight"]
-        return sum(math.prod(s) for s in shapes.values())
-
-    base = count(0)
-    return base + int(model_config["n_layers"]) * (count(1) - base)
 
 
 def _check_size(args: argparse.Namespace, model_config: dict) -> None:
@@ -509,20 +488,14 @@ def _train(this: Run, resumed, init, say) -> dict:
 
 
 def _how_it_runs(backend) -> str:
-    """``attention flash, fused kernels, 2 threads``: the attention the model runs, (NumPy)
-    whether LayerNorm, GELU and AdamW run as numpy_impl/fused.py's forms and whether the
-    batch's second shard runs in a worker process, the CPU threads."""
+    """``attention flash, fast backend, 2 threads``: the attention the model runs, (NumPy)
+    whether the fast backend is applied, and the CPU threads."""
     impl = getattr(backend.model, "attn_impl", None)
     if backend.name == "numpy":
-        from numpy_impl import parallel
+        from threadpoolctl import threadpool_info
 
-        threads = parallel.num_threads()
-        impl = f"{impl}, {'fused kernels' if backend.fused else 'the formulas as written'}"
-        from ..plumbing.shard_process import processes_supported
-
-        # no worker on one thread (the shards run one after the other, here) nor on Windows
-        if getattr(backend, "shard_processes", False) and threads > 1 and processes_supported():
-            impl = f"{impl}, the second shard in a worker process"
+        threads = max((p["num_threads"] for p in threadpool_info()), default=1)
+        impl = f"{impl}, {'fast backend' if backend.fast else 'the formulas as written'}"
     else:
         import torch
 

@@ -106,7 +106,7 @@ def launch(args: argparse.Namespace, n: int) -> int:
         "TORCHELASTIC_USE_AGENT_STORE": "True",  # the ranks join this store (torchrun's way)
     }
     threads = str(max(1, _cores() // n))  # the cores shared out, not each rank on all
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TWINFORMER_NUM_THREADS"):
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         env[var] = os.environ.get(var, threads)
     saved = dict(os.environ)
     os.environ.update(env)  # what the spawned ranks inherit

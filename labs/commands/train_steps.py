@@ -178,8 +178,7 @@ def build_backend(args: argparse.Namespace, model_config: dict, train_config: di
             attn_impl=args.attn_impl,
             device=_device(args, world),
             amp=args.amp,
-            fused=getattr(args, "fused", True),
-            shard_processes=getattr(args, "shard_processes", True),
+            fast=getattr(args, "fast", True),
         )
     except ValueError as e:
         raise UserError(str(e)) from e
@@ -462,11 +461,13 @@ def summarize(run: Run, wall: float) -> None:
         written.append(out / OPTIMIZER_FILE)
     print(f"wrote {', '.join(map(str, [*written, log_path, out / PLOT_FILE]))}")
     if args.sample_tokens:
+        try:
+            prompt, after = tokenizer.encode("\n"), "a newline"
+        except ValueError:  # a corpus without newlines: start from its first token
+            prompt, after = run.data.sampler.data[:1].tolist(), "the corpus's first token"
         print(
-            f"--- sample: {args.sample_tokens} {unit}s after a newline, "
+            f"--- sample: {args.sample_tokens} {unit}s after {after}, "
             f"temperature {FINAL_SAMPLE['temperature']}, seed {args.seed} ---"
         )
-        ids = backend.generate(
-            tokenizer.encode("\n"), args.sample_tokens, seed=args.seed, **FINAL_SAMPLE
-        )
+        ids = backend.generate(prompt, args.sample_tokens, seed=args.seed, **FINAL_SAMPLE)
         print(tokenizer.decode(ids))

@@ -5,6 +5,10 @@
     python -m labs diff attention --method forward      # one method only
     python -m labs diff gpt --no-pager | grep def
 
+The NumPy side is the learner's own code when there is a workspace (``labs start``
+made one: ``--workspace``, else ``$TWINFORMER_WORKSPACE``, else ``workspace/``),
+else the repository's ``numpy_impl/``.
+
 Layout: the width of the terminal it runs in (when stdout is piped, the
 terminal's width all the same, or 100 columns when there is none). From
 :data:`SIDE_BY_SIDE_MIN` columns up the two files stand side by side, one
@@ -46,6 +50,7 @@ from .diff_pairs import (
     resolve_component,
     select_method,
 )
+from .exercises_workspace import Workspace, _show, workspace_dir
 
 MIN_COLUMN = 56  # narrowest column of the side-by-side layout, in characters
 SIDE_BY_SIDE_MIN = 2 * MIN_COLUMN + 3  # 115: narrower terminals get the stacked layout
@@ -317,6 +322,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         f"'auto': side by side from {SIDE_BY_SIDE_MIN} columns up",
     )
     p.add_argument(
+        "--workspace",
+        metavar="DIR",
+        help="show your code from this workspace (default: $TWINFORMER_WORKSPACE, else "
+        "workspace/ in the repository, when it exists; else the repository's numpy_impl/)",
+    )
+    p.add_argument(
         "--pager",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -386,7 +397,15 @@ def main(args: argparse.Namespace) -> int:
             f"--width must be a number of columns in [{NARROWEST}, {WIDEST}], got {args.width}"
         )
     comp = resolve_component(args.component)
-    left = load_source(NUMPY_DIR / f"{comp}.py")
+    ws = Workspace(workspace_dir(args.workspace))
+    if args.workspace and not ws.exists():
+        raise UserError(f"--workspace: no workspace at {_show(ws.root)} (labs start NN makes one)")
+    mine = ws.package / f"{comp}.py"
+    try:
+        left = load_source(mine, _show(mine)) if mine.is_file() else None
+    except SyntaxError as e:
+        raise UserError(f"{_show(mine)} does not parse, line {e.lineno}: {e.msg}") from None
+    left = left or load_source(NUMPY_DIR / f"{comp}.py")
     right = load_source(TORCH_DIR / f"{comp}.py")
     pairs = pair_sources(left, right)
     if args.method:

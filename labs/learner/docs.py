@@ -46,6 +46,7 @@ from .docs_html import (
     write_assets,
 )
 from .exercises_fences import chapter_folder, parse_regions, replace_bodies, stub_body
+from .release import without_solutions
 
 LABS_DIR = ROOT / "labs"
 DOCS_DIR = ROOT / "docs"
@@ -336,7 +337,7 @@ class _Site:
         """A Markdown file as HTML and its contents; its sections go into the search."""
         text = path.read_text(encoding="utf-8")
         if not self.solutions:  # the README's quotes of the reference solution
-            text = re.sub(r"^## After it passes.*?(?=^## |\Z)", "", text, flags=re.M | re.S)
+            text = without_solutions(text)
         try:
             prose, toc, sections = markdown_page(
                 text, path.parent, self.out_dir, self.pages, figures
@@ -481,10 +482,10 @@ def build_site(
 
     ``figures``: where the labs' figures come from (``docs_figures.py``): ``"auto"``,
     ``"run"`` or ``"existing"``. ``solutions=False``: each exercise region shows
-    the learner's stub (its TODO lines), and the READMEs lose their "After it passes"
-    section (their quotes of the solution). ``out_dir`` is new, empty or a previous site (it holds
-    :data:`SITE_MARKER`); any other folder is refused unless ``force``: its files
-    could be overwritten.
+    the learner's stub (its TODO lines), and the READMEs lose their quotes of the
+    solutions (release.py's ``without_solutions``). ``out_dir`` is new, empty or a
+    previous site (it holds :data:`SITE_MARKER`); any other folder is refused unless
+    ``force``: its files could be overwritten.
     """
     try:
         import latex2mathml  # noqa: F401
@@ -568,7 +569,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         dest="solutions",
         action="store_false",
         help="show each exercise region as its TODO lines only, and leave out the READMEs' "
-        "'After it passes' sections (a site for students)",
+        "quotes of the solutions (a site for students)",
     )
     p.add_argument(
         "--force",

@@ -22,13 +22,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import UserError
+from ..plumbing.checkpoint_files import write_atomic
 from .exercises_fences import CHAPTERS, REPO, Reference
-from .exercises_workspace import WORKSPACE_ENV, Workspace, _now, _show, workspace_flag
+from .exercises_workspace import (
+    REPORTS_DIR,
+    WORKSPACE_ENV,
+    Workspace,
+    _now,
+    _show,
+    check_report_path,
+    workspace_flag,
+)
 from .invocation import labs_command
 
 #: Read by parity_tests/conftest.py too: write this report.
 REPORT_ENV = "TWINFORMER_REPORT"
-REPORTS_DIR = ".reports"  # in the workspace: the JSON report of each chapter's last check
 #: Read by parity_tests/conftest.py too: keep no Hypothesis examples in the workspace.
 READ_ONLY_ENV = "TWINFORMER_READ_ONLY"
 
@@ -138,9 +146,10 @@ def run_check(
 
     A partial check (``keyword``/``marker``) never marks the chapter done."""
     title = CHAPTERS[chapter][0]
-    for path, option in ((junit, "--junit"), (json_out, "--json")):
-        if path is not None:
-            _check_output_path(ws, path, option)
+    junit, json_out = (
+        check_report_path(path, option, [ws]) if path is not None else None
+        for path, option in ((junit, "--junit"), (json_out, "--json"))
+    )
     selected = " ".join(f"{o} {v!r}" for o, v in (("-k", keyword), ("-m", marker)) if v)
     print(
         f"chapter {chapter} ({title}): pytest -m ch{chapter}{' ' + selected if selected else ''}"
@@ -167,18 +176,6 @@ def run_check(
         }
         ws.save_state(state)
     return 0 if passed else 1
-
-
-def _check_output_path(ws: Workspace, path: Path, option: str) -> None:
-    """A report file goes anywhere but into the learner's code (or onto a directory)."""
-    path = path.resolve()
-    if path.is_relative_to(ws.package.resolve()):
-        raise UserError(
-            f"{option}: {_show(path)} is inside your code ({_show(ws.package)}); "
-            "write the report elsewhere"
-        )
-    if path.is_dir():
-        raise UserError(f"{option}: {_show(path)} is a directory; give a file name")
 
 
 def explain(ws: Workspace, run: Run, quiet: bool = False, verbose: bool = False) -> bool:
@@ -508,7 +505,4 @@ def results(ws: Workspace, run: Run, passed: bool) -> dict:
 
 def write_json(path: Path, data) -> None:
     """Strict JSON (no NaN), written atomically: a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, (json.dumps(data, indent=2, allow_nan=False) + "\n").encode("utf-8"))

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
+import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from .. import UserError
+from ..plumbing.checkpoint_files import write_atomic
 from .exercises_fences import (
     REPO,
     FenceError,
@@ -31,6 +32,7 @@ from .invocation import labs_command
 PACKAGE = "numpy_impl"
 #: Read by parity_tests/conftest.py too: test this workspace.
 WORKSPACE_ENV = "TWINFORMER_WORKSPACE"
+REPORTS_DIR = ".reports"  # in the workspace: the JSON report of each chapter's last check
 STATE_FILE = "progress.json"  # in the workspace: started chapters and their last check
 
 
@@ -64,7 +66,39 @@ def workspace_dir(option: str | None) -> Path:
             f"{where}: {_show(root)} {problem}; give a directory of its own, e.g. "
             "workspace/ in the repository (the default)"
         )
+    for own in (root / PACKAGE, root / STATE_FILE):  # a link would be written through
+        if own.is_symlink() or (own.exists() and own.resolve().parent != root):
+            raise UserError(
+                f"{_show(own)} is a symbolic link: a workspace's files must be its own "
+                "(nothing was written); remove the link, or give another --workspace"
+            )
     return root
+
+
+def check_report_path(path: Path, option: str, workspaces: list[Workspace]) -> Path:
+    """``path`` resolved, once proven writable as a report before any work starts: not a
+    directory, its folder one that exists or can be made and written, and not inside
+    a workspace (its code, ``progress.json`` and reports are the learner's).
+
+    Raises:
+        UserError: naming ``option`` and the reason.
+    """
+    target = Path(path).expanduser().resolve()
+    for ws in workspaces:
+        if target.is_relative_to(ws.root.resolve()):
+            raise UserError(
+                f"{option}: {_show(target)} is inside the workspace {_show(ws.root)}, which "
+                "holds the learner's code and record; write the report elsewhere"
+            )
+    if target.is_dir():
+        raise UserError(f"{option}: {_show(target)} is a directory; give a file name")
+    try:  # proven by writing: permissions alone do not tell (root, /proc, a full disk)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=target.parent).close()
+    except OSError as e:
+        why = e.strerror or e
+        raise UserError(f"{option}: cannot write in {_show(target.parent)}: {why}") from None
+    return target
 
 
 def _protected_packages() -> list[Path]:
@@ -130,12 +164,7 @@ class Workspace:
 def _write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` by ``text`` whole: a temporary file renamed onto it (a kill
     leaves the old file or the new one, never half of the learner's code)."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, text.encode("utf-8"))
 
 
 def _now() -> str:
@@ -257,7 +286,7 @@ def _create(ref: Reference, ws: Workspace, chapter: str, by_file: dict) -> None:
         if f in by_file:
             _write_atomic(target, ref.render(f, {chapter}))
         else:
-            shutil.copyfile(ref.root / f, target)
+            write_atomic(target, (ref.root / f).read_bytes())  # a planted link is replaced
     ws.save_state({"version": 1, "chapters": {chapter: {"started": _now()}}})
 
 

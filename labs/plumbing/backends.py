@@ -169,9 +169,8 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
     Args:
         name: ``"numpy"`` or ``"torch"``.
         model_config, seed, **kwargs: passed to the backend (``train_config``,
-            ``dtype``, ``attn_impl``, ``device``, ``amp``, ``fused``, ``shard_processes``,
-            which the torch backend ignores: torch runs on its own threads); ``device`` must be
-            ``"cpu"`` and ``amp`` None for the NumPy backend, ``fused`` True (or absent) for
+            ``dtype``, ``attn_impl``, ``device``, ``amp``, ``fast``); ``device`` must be
+            ``"cpu"`` and ``amp`` None for the NumPy backend, ``fast`` True (or absent) for
             the torch backend. ``attn_impl``: ``"explicit"`` (the
             formula written out), or the backend's fast path, by either name or None:
             torch's fused kernel (``"sdpa"``), NumPy's FlashAttention tiles (``"flash"``).
@@ -196,11 +195,10 @@ def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
         from .backends_torch import TorchBackend
 
         kwargs["attn_impl"] = _attn_impl(kwargs.get("attn_impl"), fast="sdpa")
-        kwargs.pop("shard_processes", None)  # NumPy's second shard's process: not torch's
-        if kwargs.pop("fused", True) is not True:
+        if kwargs.pop("fast", True) is not True:
             raise ValueError(
-                "fused: the torch backend runs PyTorch's own kernels; fused=False (the "
-                "chapters' formulas instead of numpy_impl/fused.py) is the numpy backend's"
+                "fast: the torch backend runs PyTorch's own kernels; fast=False (the "
+                "chapters' formulas instead of numpy_impl/fast.py) is the numpy backend's"
             )
         return TorchBackend(model_config, seed, **kwargs)
     raise ValueError(f"backend: expected one of {BACKENDS}, got {name!r}")

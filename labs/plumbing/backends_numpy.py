@@ -21,10 +21,6 @@ from .backends import (
     _train_config,
 )
 
-#: The NumPy step runs in data-parallel shards only for models whose gradients take at most
-#: this many bytes (64 M float32 parameters): each shard past the first holds a set of its own.
-SHARDED_GRADIENTS_MAX_BYTES = 256 * 1024 * 1024
-
 
 class NumpyBackend:
     """The from-scratch model: ``numpy_impl`` with hand-written backward passes.
@@ -35,20 +31,12 @@ class NumpyBackend:
         train_config: optimizer and schedule settings (keys of
             :data:`DEFAULT_TRAIN_CONFIG`; missing keys take those defaults).
         dtype: ``"float32"`` (training) or ``"float64"``.
-        attn_impl: ``"flash"`` (FlashAttention's tiles on every core, the default
-            here) or ``"explicit"`` (the formula of chapter 03 written out); see
+        attn_impl: ``"flash"`` (FlashAttention's tiles, the default here) or
+            ``"explicit"`` (the formula of chapter 03); see
             :class:`numpy_impl.attention.SelfAttention`.
-        fused: run LayerNorm, GELU, the embedding's backward and AdamW's update as their
-            fused forms (``numpy_impl/fused.py``, tested equal to the formulas) in
-            :meth:`train_step` and :meth:`eval_loss`, with the parameters laid out in two
-            flat buffers from the first training step (``numpy_impl/flat_buffers.py``: zeroing,
-            clipping's scaling and AdamW as one call over all of them); False runs the formulas
-            the chapters write, one parameter at a time (``bench``'s ``numpy-explicit``).
-        shard_processes: with ``fused``, run the batch's second shard in a worker process
-            that maps the weights' flat buffer (``labs/plumbing/shard_process.py``: each
-            core with a GIL of its own, the same bits as the threads), from the first
-            training step; False (the default here, and where no worker can start) keeps both
-            shards on threads. ``labs train`` and ``labs bench`` turn it on.
+        fast: apply the fast backend (``numpy_impl/fast.py``: :func:`accelerate` and the
+            flat-buffer AdamW, tested equal to the formulas); False trains the formulas the
+            chapters write, one parameter at a time (``labs train --no-fast``).
 
     Raises:
         ValueError: an invalid model config (the field is named), unknown
@@ -64,10 +52,9 @@ class NumpyBackend:
         train_config: dict | None = None,
         dtype: str = "float32",
         attn_impl: str = "flash",
-        fused: bool = True,
-        shard_processes: bool = False,
+        fast: bool = True,
     ):
-        from numpy_impl.data_parallel import DATA_PARALLEL_SHARDS, DataParallel
+        from numpy_impl.fast import accelerate
         from numpy_impl.gpt import GPT, GPTConfig
         from numpy_impl.loss import CrossEntropyLoss
         from numpy_impl.optim import AdamW, configure_param_groups
@@ -77,9 +64,11 @@ class NumpyBackend:
         dtype = np.dtype(_check_dtype(dtype))
         self.model = GPT(self.config, seed=seed, attn_impl=attn_impl, dtype=dtype)
         self.attn_impl = attn_impl
-        if not isinstance(fused, bool):
-            raise TypeError(f"fused: expected True or False, got {fused!r}")
-        self.fused = fused
+        if not isinstance(fast, bool):
+            raise TypeError(f"fast: expected True or False, got {fast!r}")
+        self.fast = fast
+        if fast:
+            accelerate(self.model)
         self.loss_fn = CrossEntropyLoss()
         self.optimizer = AdamW(
             configure_param_groups(self.model, tc["weight_decay"]),
@@ -88,21 +77,7 @@ class NumpyBackend:
             eps=ADAM_EPS,
         )
         self._params = self.model.parameters()  # walked once, not at every step
-        # forward and backward on shards of the batch, one thread each (numpy_impl/parallel.py);
-        # the second shard's copy adds a second set of gradients: a few MiB for the course's
-        # models, 0.5 GB for GPT-2 124M, which keeps one shard (the model's size alone decides,
-        # so results stay the same bits on any thread count)
-        grad_bytes = sum(p.data.nbytes for p in self._params)
-        shards = DATA_PARALLEL_SHARDS if grad_bytes <= SHARDED_GRADIENTS_MAX_BYTES else 1
-        self.parallel = DataParallel(self.model, n_shards=shards)
-        if not isinstance(shard_processes, bool):
-            raise TypeError(f"shard_processes: expected True or False, got {shard_processes!r}")
-        self.shard_processes = shard_processes and fused and shards == 2
-        if self.shard_processes:
-            from .shard_process import ProcessDataParallel
-
-            self.parallel = ProcessDataParallel(self.parallel)
-        self._flat = None  # the parameters in flat buffers, from the first fused training step
+        self._flat = None  # the parameters in flat buffers, from the first fast training step
         self.step = 0
         self._seed, self._sync = seed, None  # _sync: the ranks' all-reduce, after distribute()
 
@@ -112,11 +87,8 @@ class NumpyBackend:
         their number after the last micro-batch (``labs/plumbing/distributed.py``), each
         rank r > 0 its own dropout masks (seeded seed + r). As :meth:`TorchBackend.distribute`.
         """
-        from numpy_impl.data_parallel import DataParallel
-
         from .distributed import GradientAllReduce, rank_and_world
 
-        self.parallel, self.shard_processes = DataParallel(self.model, n_shards=1), False
         self._sync = GradientAllReduce(self.model, bucket_mb)
         rank = rank_and_world()[0]
         if rank > 0:
@@ -152,7 +124,7 @@ class NumpyBackend:
             NonFiniteError: the loss or the gradient norm is NaN or infinite;
                 the weights and the optimizer are left as they were.
         """
-        from numpy_impl import flat_buffers, fused
+        from numpy_impl import fast, flat_buffers
         from numpy_impl.optim import clip_grad_norm_
 
         micro_x, micro_y = _micro_batches(x, y, grad_accum)
@@ -160,22 +132,19 @@ class NumpyBackend:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         self.model.train()
-        flat = self._flat_parameters() if self.fused else None
-        if self.shard_processes:
-            self.parallel.use(flat)  # its buffer shared with the worker process (None: threads)
+        flat = self._flat_parameters() if self.fast else None
         if flat is not None:
             flat.zero_grad()  # every gradient, in one call
         else:
             self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
         losses = []
-        with fused.kernels(self.fused):  # LayerNorm, GELU, embedding: fused, or formulas
-            for j, (xm, ym) in enumerate(zip(micro_x, micro_y, strict=True)):
-                logits = self.parallel.forward(xm)  # (B/N, T) -> (B/N, T, V)
-                losses.append(self.loss_fn.forward(logits, ym))
-                dlogits = self.loss_fn.backward()  # of this micro-batch's mean loss
-                if self._sync is not None and j == grad_accum - 1:
-                    self._sync.arm()  # the ranks' gradients summed during this last backward
-                self.parallel.backward(dlogits / grad_accum if grad_accum > 1 else dlogits)
+        for j, (xm, ym) in enumerate(zip(micro_x, micro_y, strict=True)):
+            logits = self.model.forward(xm)  # (B/N, T) -> (B/N, T, V)
+            losses.append(self.loss_fn.forward(logits, ym))
+            dlogits = self.loss_fn.backward()  # of this micro-batch's mean loss
+            if self._sync is not None and j == grad_accum - 1:
+                self._sync.arm()  # the ranks' gradients summed during this last backward
+            self.model.backward(dlogits / grad_accum if grad_accum > 1 else dlogits)
         loss = float(np.mean(losses))
         if self._sync is not None:  # the mean gradient and loss over every rank's rows
             loss = self._sync.finish(loss)
@@ -193,9 +162,8 @@ class NumpyBackend:
             # infinite one NaN (inf * 0), so the first offender is still non-finite.
             named = ((n, p.grad) for n, p in self.model.named_parameters())
             raise NonFiniteError(self.step, float(loss), float(grad_norm), _first_nonfinite(named))
-        with fused.kernels(self.fused):  # AdamW's update in place (the same bits)
-            if flat is None or not flat_buffers.adamw_step(self.optimizer, flat):
-                self.optimizer.step()  # one parameter at a time
+        if flat is None or not fast.adamw_step(self.optimizer, flat):
+            self.optimizer.step()  # one parameter at a time
         self.step += 1
         return {"loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm)}
 
@@ -207,6 +175,8 @@ class NumpyBackend:
         from numpy_impl import flat_buffers
 
         order = [p for group in self.optimizer.param_groups for p in group["params"]]
+        if self._sync is not None:  # backward's order: each bucket one slice (distributed.py)
+            order = [p for _, bucket in self._sync.buckets for p in bucket]
         ids = [id(p) for p in order]
         if len(set(ids)) != len(ids) or set(ids) != {id(p) for p in self._params}:
             return None
@@ -216,13 +186,12 @@ class NumpyBackend:
     def eval_loss(self, batches) -> float:
         """Mean loss over ``batches`` (a list of ``(x, y)``), in eval mode, keeping no
         backward caches (``no_grad``; the torch backend's ``torch.inference_mode``)."""
-        from numpy_impl import fused
         from numpy_impl.module import no_grad
 
         self.model.eval()
         try:
-            with no_grad(), fused.kernels(self.fused):
-                losses = [self.loss_fn(self.parallel(x), y) for x, y in batches]
+            with no_grad():
+                losses = [self.loss_fn(self.model(x), y) for x, y in batches]
         finally:
             self.model.train()
         return float(np.mean(losses))
@@ -308,13 +277,15 @@ class NumpyBackend:
         top_p: float | None = None,
         seed: int | None = None,
         use_cache: bool = True,
+        on_token=None,
     ) -> list[int]:
         """The ``max_new_tokens`` ids that follow ``prompt_ids`` (prompt excluded).
 
         ``use_cache`` (the default): decode with the KV cache (chapter 12), one token
         per forward after the prompt: at GPT-2's size (124M parameters, context 1024)
         the difference between seconds and minutes. The tokens are those of the plain
-        loop (greedy: identical but for a near-tie's rounding).
+        loop (greedy: identical but for a near-tie's rounding). ``on_token``: called
+        with each new id as it is drawn.
 
         Raises:
             ValueError: empty prompt, invalid sampling settings.
@@ -331,6 +302,7 @@ class NumpyBackend:
             top_p=top_p,
             use_cache=use_cache,
             rng=np.random.default_rng(seed),
+            on_token=None if on_token is None else lambda ids: on_token(int(ids[0])),
         )
         return out[0, len(prompt_ids) :].tolist()
 

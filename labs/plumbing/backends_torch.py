@@ -333,6 +333,7 @@ class TorchBackend:
         top_p: float | None = None,
         seed: int | None = None,
         use_cache: bool = True,
+        on_token=None,
     ) -> list[int]:
         """As :meth:`NumpyBackend.generate` (same seed, different random
         numbers: the two backends' generators differ)."""
@@ -355,6 +356,7 @@ class TorchBackend:
                 top_p=top_p,
                 use_cache=use_cache,
                 generator=generator,
+                on_token=None if on_token is None else lambda ids: on_token(int(ids[0])),
             )
         return out[0, len(prompt_ids) :].tolist()
 

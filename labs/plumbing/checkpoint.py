@@ -48,7 +48,15 @@ from pathlib import Path
 import numpy as np
 from safetensors.numpy import save
 
-from .checkpoint_files import _contiguous, _fsync_dir, _link_or_copy, _pause_point, _write_file
+from .checkpoint_files import (
+    _contiguous,
+    _fsync_dir,
+    _link_or_copy,
+    _pause_point,
+    _write_file,
+    check_directory,
+    member,
+)
 from .checkpoint_format import (
     CONFIG_FILE,
     FORMAT,
@@ -65,7 +73,10 @@ from .checkpoint_format import (
     _mismatches,
     _optimizer_shapes,
     _read_config,
+    check_declared_size,
+    config_sha256,
     expected_shapes,
+    layers_in,
 )
 
 # -- writing: stage a full set, keep the previous one, then commit -------------------
@@ -110,7 +121,7 @@ def _keep_previous(directory: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     for name in (*files, CONFIG_FILE):
-        _link_or_copy(directory / name, tmp / name)
+        _link_or_copy(member(directory, name), tmp / name)
     _fsync_dir(tmp)
     _pause_point("keeping-previous")
     # Until the rename below DIR's own set is untouched: a kill here loses nothing.
@@ -199,6 +210,7 @@ def save_checkpoint(
     # config.json names the exact bytes it belongs with: a set mixed by a crash
     # between two renames is refused instead of loaded
     document["files"] = {name: hashlib.sha256(b).hexdigest() for name, b in blobs.items()}
+    document["config_sha256"] = config_sha256(document)
     try:  # fails here, before any write, if not strict JSON (NaN and infinities are not)
         text = json.dumps(document, indent=2, allow_nan=False) + "\n"
     except ValueError as e:
@@ -208,6 +220,7 @@ def save_checkpoint(
     # (1) the whole new set, on disk, beside the current one
     directory.mkdir(parents=True, exist_ok=True)
     remove_leftovers(directory)  # of a writer that was killed
+    check_directory(directory)
     staging = directory / STAGING_DIR
     try:
         staging.mkdir()
@@ -272,6 +285,7 @@ def _load_set(directory: Path):
     model_path = directory / MODEL_FILE
     _check_belongs(directory, config, MODEL_FILE)
     model_state = _load_safetensors(model_path)
+    check_declared_size(model_config, str(directory / CONFIG_FILE), layers_in(model_state))
     if _is_tied(model_config) and TIED_SOURCE in model_state:
         model_state[TIED_KEY] = model_state[TIED_SOURCE]  # one array, two names
     if problems := _mismatches(model_path.name, model_state, expected_shapes(model_config)):

@@ -12,7 +12,9 @@ import contextlib
 import hashlib
 import os
 import shutil
+import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -46,9 +48,63 @@ def _fsync_dir(path: Path) -> None:
         os.close(dir_fd)
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: corrupt or truncated files, an
+    interrupted write, contents (keys, shapes, vocabulary) that do not
+    match its config.json or the model they are loaded into, or a directory
+    holding links or names it should not. The message lists every offending
+    key. Raised the same way by both backends."""
+
+
+def check_directory(directory: Path) -> None:
+    """Refuse a run directory with a symbolic link or a special file (a FIFO, a
+    device) in it or in its ``.previous``: a shared run directory must not make a
+    save write, or a load read, anywhere but inside it.
+
+    Raises:
+        CheckpointError: the entry, named.
+    """
+    directory = Path(directory)
+    for folder in (directory, directory / ".previous"):
+        if folder != directory and not os.path.lexists(folder):
+            continue
+        if folder != directory and (folder.is_symlink() or not folder.is_dir()):
+            raise CheckpointError(f"{folder} is not a directory: remove it (no checkpoint is)")
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if entry.is_symlink():
+                    raise CheckpointError(
+                        f"{entry.path} is a symbolic link: a run directory holds its own files "
+                        "only (nothing was read or written); remove the link"
+                    )
+                regular = entry.is_file(follow_symlinks=False) or entry.is_dir(
+                    follow_symlinks=False
+                )
+                if not regular:
+                    raise CheckpointError(f"{entry.path} is not a regular file: remove it")
+
+
+def member(directory: Path, name: str) -> Path:
+    """``directory / name`` for a file name a config supplied, proven to stay inside:
+    ``name`` is a plain name (no separator, not hidden), and the path is not a link.
+
+    Raises:
+        CheckpointError: any other name, or a path that is a link or not a regular file.
+    """
+    if not isinstance(name, str) or name != os.path.basename(name) or name.startswith("."):
+        raise CheckpointError(f"{directory}: {name!r} is not a plain file name")
+    path = Path(directory) / name
+    if os.path.realpath(path) != os.path.join(os.path.realpath(directory), name):
+        raise CheckpointError(f"{path} leads outside {directory} (a symbolic link?)")
+    if os.path.lexists(path) and not stat.S_ISREG(os.lstat(path).st_mode):
+        raise CheckpointError(f"{path} is not a regular file")
+    return path
+
+
 def _write_file(path: Path, data: bytes) -> None:
-    """Write ``data`` to a new file ``path`` and fsync it."""
-    with open(path, "wb") as f:
+    """Write ``data`` to a new file ``path`` (never through an existing name) and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    with open(fd, "wb") as f:
         half = len(data) // 2
         f.write(data[:half])
         if half:
@@ -59,16 +115,21 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())  # the bytes are on disk before any name points at them
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temporary file, fsync it, then rename it onto ``path``."""
-    # A hidden name in the same directory (a rename across file systems is
-    # not atomic); the pid keeps two concurrent writers apart.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Replace ``path`` by ``data`` whole: a new temporary file in the same directory
+    (a rename across file systems is not atomic), fsynced, renamed onto ``path``. A
+    kill leaves the old file or the new one; a link at ``path`` is replaced, never
+    written through."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        _write_file(tmp, data)
+        with open(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
-        tmp.unlink(missing_ok=True)
+        Path(tmp).unlink(missing_ok=True)
     _fsync_dir(path.parent)
 
 

@@ -10,19 +10,27 @@ the arrays against the config (:func:`_mismatches`). A failed check raises
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
+import os
+import re
 from pathlib import Path
 
 import numpy as np
 from safetensors.numpy import load_file
 
-from .checkpoint_files import _sha256
+from .checkpoint_files import CheckpointError, _sha256, check_directory, member
 
 FORMAT = "twinformer"
 VERSION = 1
 MODEL_FILE = "model.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
 CONFIG_FILE = "config.json"
+#: The files a config.json may list: its "files" map names nothing else.
+KNOWN_FILES = (MODEL_FILE, OPTIMIZER_FILE, "tokenizer.json")
+#: The largest config.json read (a character vocabulary of 2**20 symbols fits).
+MAX_CONFIG_BYTES = 64 << 20
 TIED_KEY, TIED_SOURCE = "head.weight", "tok_emb.weight"
 
 
@@ -95,6 +103,72 @@ def expected_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def parameter_count(model_config: dict) -> int:
+    """The parameters of a GPT with this config (a tied head counted once), from the
+    shapes alone: one layer's count times ``n_layers``, so a huge value costs nothing."""
+
+    def count(n_layers: int) -> int:
+        shapes = expected_shapes({**model_config, "n_layers": n_layers})
+        if _is_tied(model_config):
+            del shapes[TIED_KEY]
+        return sum(math.prod(s) for s in shapes.values())
+
+    base = count(0)
+    return base + int(model_config["n_layers"]) * (count(1) - base)
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM on this machine (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+_SIZES = ("vocab_size", "block_size", "n_layers", "n_heads", "d_model", "d_ff")
+
+
+def check_declared_size(model_config: dict, where: str, layers_present: int | None = None):
+    """Refuse a declared model before anything loops over its layers or allocates it:
+    each size a positive integer, ``n_layers`` equal to the layers whose weights are
+    present (when known), and the float32 weights within this machine's memory.
+
+    Raises:
+        CheckpointError: the field, its value and the bound, with ``where`` first.
+    """
+    for key in _SIZES:
+        value = model_config.get(key)
+        if key not in model_config or (key == "d_ff" and value is None):
+            continue
+        if type(value) is not int or value < 1:
+            raise CheckpointError(f"{where}: {key} must be a positive integer, got {value!r}")
+    n_layers = model_config.get("n_layers", 4)
+    if layers_present is not None and n_layers != layers_present:
+        raise CheckpointError(
+            f"{where}: the config declares {n_layers} layers but the weights hold {layers_present}"
+        )
+    n = parameter_count({"vocab_size": 1, **model_config})
+    memory = physical_memory()
+    if memory is not None and 4 * n > memory:
+        raise CheckpointError(
+            f"{where}: the config declares {n:,} parameters ({4 * n / 2**30:,.1f} GiB as "
+            f"float32), more than this machine's memory ({memory / 2**30:.1f} GiB)"
+        )
+
+
+def layers_in(keys) -> int:
+    """How many distinct layer indices (``blocks.N.``, ``h.N.``, ``layers.N.``) ``keys`` name."""
+    found = (re.search(r"(?:^|\.)(?:blocks|h|layers)\.(\d+)\.", k) for k in keys)
+    return len({m.group(1) for m in found if m})
+
+
+def config_sha256(document: dict) -> str:
+    """The SHA-256 of a config's model and tokenizer sections (canonical JSON): an edit
+    to either after the save (heads, norm position...) is refused like an edited file."""
+    sections = {k: document.get(k) for k in ("model", "tokenizer")}
+    return hashlib.sha256(json.dumps(sections, sort_keys=True).encode("utf-8")).hexdigest()
+
+
 def _is_tied(model_config: dict) -> bool:
     return bool(model_config.get("tie_weights", True))
 
@@ -144,13 +218,6 @@ def first_nonfinite(state: dict[str, np.ndarray]) -> tuple[str, int] | None:
 
 
 # -- checks ----------------------------------------------------------------------
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: corrupt or truncated files, an
-    interrupted write, or contents (keys, shapes, vocabulary) that do not
-    match its config.json or the model they are loaded into. The message
-    lists every offending key. Raised the same way by both backends."""
-
-
 def _optimizer_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
     """Names and shapes of AdamW's state: ``step`` and two moments per trainable parameter."""
     expected: dict[str, tuple[int, ...]] = {"step": ()}
@@ -164,7 +231,7 @@ def _check_belongs(directory: Path, config: dict, name: str) -> None:
     want = (config.get("files") or {}).get(name)
     if want is None:
         return  # written before config.json recorded hashes
-    path = directory / name
+    path = member(directory, name)
     if not path.is_file():
         raise CheckpointError(f"{path} is missing, though {directory / CONFIG_FILE} lists it")
     if _sha256(path) != want:
@@ -211,9 +278,12 @@ def _read_config(directory: Path) -> dict:
         raise NotADirectoryError(f"{directory} is a file, not a checkpoint directory")
     if not directory.is_dir():
         raise FileNotFoundError(f"checkpoint directory not found: {directory}")
-    path = directory / CONFIG_FILE
+    check_directory(directory)
+    path = member(directory, CONFIG_FILE)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint file not found: {path}")
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"{path}: {path.stat().st_size:,} bytes, more than a config holds")
     try:
         document = _loads_strict(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
@@ -227,6 +297,18 @@ def _read_config(directory: Path) -> dict:
     for key in ("model", "tokenizer"):
         if not isinstance(document.get(key), dict):
             raise CheckpointError(f"{path}: the {key!r} section is missing")
+    files = document.get("files", {})
+    if not isinstance(files, dict) or not all(
+        name in KNOWN_FILES and isinstance(digest, str) for name, digest in files.items()
+    ):
+        raise CheckpointError(f'{path}: "files" may list only {", ".join(KNOWN_FILES)}')
+    if "config_sha256" in document and document["config_sha256"] != config_sha256(document):
+        raise CheckpointError(
+            f"{path}: its model or tokenizer section was edited after the checkpoint was "
+            "saved (the SHA-256 recorded in config_sha256 differs): the weights were trained "
+            "for the original; restore it"
+        )
+    check_declared_size(document["model"], str(path))
     step = document.get("step", 0)
     if type(step) is not int or step < 0:
         raise CheckpointError(f'{path}: "step" must be an integer >= 0, got {step!r}')

@@ -94,6 +94,7 @@ def buckets(model, cap_bytes: float) -> list[tuple[object, list]]:
             size = 0
         out[-1] = (unit, out[-1][1] + params)
         size += sum(p.data.nbytes for p in params)
+    out[-1][1].extend(p for p in model.parameters() if id(p) not in owner)  # the model's own
     return out
 
 

@@ -89,5 +89,8 @@ def export_run(run: str | Path, out: str | Path, to: str = "hf") -> tuple[Path, 
     )
     if eos is not None:  # GPT-2's convention: <|endoftext|> begins and ends a document
         hf_config.update(bos_token_id=eos, eos_token_id=eos)
-    write_hf_directory(out, hf_config, hf_state, files)
+    try:
+        write_hf_directory(out, hf_config, hf_state, files)
+    except OSError as e:  # a full disk, say: the destination is the problem, not the run
+        raise OSError(e.errno, f"cannot write {out}: {e.strerror or e} (nothing left there)") from e
     return out, hf_config, notes

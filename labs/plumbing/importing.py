@@ -21,6 +21,7 @@ import numpy as np
 
 from numpy_impl import pretrained
 
+from .checkpoint_format import check_declared_size, layers_in
 from .hf_files import fit_vocabulary, read_hf_config, read_hf_tokenizer, read_hf_weights
 
 KINDS = ("gpt2", "llama", "nanogpt")
@@ -78,6 +79,7 @@ def import_gpt2(directory: str | Path) -> Imported:
     model_config = from_gpt2_config(config)
     notes: list[str] = []
     weights = _with_gpt2_prefix(read_hf_weights(directory), notes)
+    check_declared_size(model_config, str(directory / "config.json"), layers_in(weights))
     state = pretrained.from_gpt2_state(
         weights, model_config["n_layers"], model_config["tie_weights"], bias=True
     )
@@ -99,7 +101,9 @@ def import_llama(directory: str | Path, rope_layout: str = "half") -> Imported:
     directory = Path(directory)
     config = read_hf_config(directory)
     model_config = from_llama_config(config, rope_layout)
-    state = from_llama_state(read_hf_weights(directory), model_config)
+    weights = read_hf_weights(directory)
+    check_declared_size(model_config, str(directory / "config.json"), layers_in(weights))
+    state = from_llama_state(weights, model_config)
     notes: list[str] = []
     if rope_layout == "interleaved":
         notes.append("q and k rows permuted from HF's 'half' RoPE layout to 'interleaved'")
@@ -138,6 +142,7 @@ def import_nanogpt(
     head, wte = weights.get("lm_head.weight"), weights.get("transformer.wte.weight")
     tied = head is None or (wte is not None and np.array_equal(head, wte))
     model_config = nanogpt.model_config(model_args, tied)
+    check_declared_size(model_config, f"{ckpt}: model_args", layers_in(weights))
     state = pretrained.from_gpt2_state(
         weights, model_config["n_layers"], tied, model_config["bias"], conv1d=False
     )

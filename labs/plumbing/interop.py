@@ -32,6 +32,14 @@ def _optional(config, name: str, default=None):
     return _get(config, name) if _has(config, name) else default
 
 
+def _flag(config, name: str, default: bool) -> bool:
+    """A true/false field: JSON's ``"false"`` is a string, and a string is refused."""
+    value = _optional(config, name, default)
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: must be true or false, got {value!r}")
+    return value
+
+
 def _numpy(value) -> np.ndarray:
     if hasattr(value, "detach"):  # a torch tensor: no torch import needed here
         value = value.detach().cpu().numpy()

@@ -42,7 +42,7 @@ import numpy as np
 
 from numpy_impl import pretrained
 
-from .interop import _get, _has, _numpy
+from .interop import _flag, _get, _has, _numpy
 
 _GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
 #: GPT2Config's defaults, for a config.json that leaves a field out (the hub's gpt2 has no
@@ -109,9 +109,7 @@ def from_gpt2_config(hf_config) -> dict:
         raise ValueError(
             f"resid_pdrop, embd_pdrop, attn_pdrop: this GPT has one dropout, got {drops}"
         )
-    tied = (
-        _get(hf_config, "tie_word_embeddings") if _has(hf_config, "tie_word_embeddings") else True
-    )
+    tied = _flag(hf_config, "tie_word_embeddings", True)
     return {
         "vocab_size": int(_get(hf_config, "vocab_size")),
         "block_size": int(_get(hf_config, "n_positions")),

@@ -43,7 +43,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from .interop import _check_keys, _get, _has, _numpy, _optional
+from .interop import _check_keys, _flag, _get, _has, _numpy, _optional
 
 #: (our name, Llama's name without "model.layers.N.") for block N; q, k, v are apart.
 _LLAMA_BLOCK_KEYS = (
@@ -213,7 +213,7 @@ def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
         raise ValueError(
             f"rms_norm_eps: this GPT's RMSNorm uses {_RMS_NORM_EPS} (Llama 2's), got {eps}"
         )
-    tied = _optional(hf_config, "tie_word_embeddings", False)
+    tied = _flag(hf_config, "tie_word_embeddings", False)
     return {
         "vocab_size": int(_get(hf_config, "vocab_size")),
         "block_size": int(_get(hf_config, "max_position_embeddings")),

@@ -23,7 +23,7 @@ import json
 import os
 from pathlib import Path
 
-from .checkpoint_files import _fsync_dir, _write_file
+from .checkpoint_files import write_atomic
 from .checkpoint_format import _loads_strict
 
 LOG_FILE = "log.jsonl"
@@ -65,7 +65,8 @@ class RunLock:
         import fcntl
 
         self.path = Path(directory) / LOCK_FILE
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # O_NOFOLLOW: a link planted at .lock must not make us truncate its target
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -116,22 +117,15 @@ def read_log(path: Path) -> tuple[list[dict], list[str]]:
 
 def write_log(path: Path, rows: list[dict]) -> None:
     """Replace ``path`` with ``rows`` atomically (a temporary file, fsynced, renamed)."""
-    path = Path(path)
-    data = "".join(dumps_strict(r) + "\n" for r in rows).encode("utf-8")
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        _write_file(tmp, data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    write_atomic(path, "".join(dumps_strict(r) + "\n" for r in rows).encode("utf-8"))
 
 
 def append_row(path: Path, row: dict) -> None:
     """Append one row to ``path`` and make it durable (a crash may cut the line
     short: :func:`read_log` drops such a line)."""
     line = (dumps_strict(row) + "\n").encode("utf-8")
-    with open(path, "ab") as f:
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    with open(fd, "ab") as f:
         f.write(line)
         f.flush()
         os.fsync(f.fileno())

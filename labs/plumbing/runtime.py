@@ -32,8 +32,7 @@ labs/NN_topic/lab.py``), pytest, or your own script that imports
 **OpenBLAS's idle threads.** After each matrix product, OpenBLAS's worker
 threads keep polling for the next one for 2^28 CPU cycles (about 0.1 s)
 before they sleep. In a NumPy step the product is followed by GELU, LayerNorm
-or attention's tiles running on ``numpy_impl/parallel.py``'s threads, one per
-core: a polling BLAS thread takes a core from them. Measured on a 2-core VM
+or attention's tiles: a polling BLAS thread takes a core from them. Measured on a 2-core VM
 (``/proc/self/task/*/stat`` around 20 GELUs of a (16384, 512) array, each
 after a 2048 x 512 x 2048 product): the BLAS worker used 0.9 s of CPU for
 0.3 s of products, and the GELUs took 365-387 ms in all, against 0.3 s of
@@ -99,14 +98,9 @@ def let_idle_blas_threads_sleep() -> bool:
 
 
 def check_thread_env() -> None:
-    """Refuse a bad ``TWINFORMER_NUM_THREADS`` or ``OPENBLAS_THREAD_TIMEOUT`` before
-    the command starts.
-
-    ``numpy_impl/parallel.py`` reads the first when its pool is first used,
-    deep inside a training step: without this check a typo surfaced there as a
-    traceback, after ``--out`` was already taken. OpenBLAS reads anything but a
-    whole number as 0, its own default, so a typo in the second would silently
-    bring back the polling threads.
+    """Refuse a bad ``OPENBLAS_THREAD_TIMEOUT`` before the command starts: OpenBLAS reads
+    anything but a whole number as 0, its own default, so a typo would silently bring
+    back the polling threads.
 
     Raises:
         UserError: naming the variable, the value it holds and what it expects.
@@ -119,11 +113,3 @@ def check_thread_env() -> None:
             f"OPENBLAS_THREAD_TIMEOUT: expected a whole number (idle BLAS threads poll "
             f"2^N cycles; OpenBLAS takes 4 to 30), got {timeout!r}"
         )
-    if os.environ.get("TWINFORMER_NUM_THREADS") is None:
-        return  # nothing to check (and numpy_impl need not be imported)
-    from numpy_impl import parallel
-
-    try:
-        parallel.num_threads()
-    except ValueError as e:
-        raise UserError(str(e)) from None

@@ -80,8 +80,9 @@ def build_tokenizer(kind: str, backend: str, text: str, vocab_size: int, log=pri
         cached = f"cached at {path}"
     except OSError as e:
         cached = f"not cached ({path}: {e.strerror or e})"
+    stopped = "" if tokenizer.vocab_size == vocab_size else f" (asked for {vocab_size})"
     log(
-        f"trained a BPE tokenizer ({_impl(backend)}, vocab {vocab_size}) in "
+        f"trained a BPE tokenizer ({_impl(backend)}, vocab {tokenizer.vocab_size}{stopped}) in "
         f"{time.perf_counter() - t0:.1f} s; {cached}"
     )
     return tokenizer

@@ -1,14 +1,13 @@
-"""The fused kernels of ``numpy_impl/fused.py`` are their formulas, written for speed.
+"""The fast backend, ``numpy_impl/fast.py``, is the formulas written for speed.
 
-Each fused function is held to the formula it replaces (``norm.layer_norm``,
-``activations.gelu_tanh``, ``attention.scaled_dot_product_attention`` and their
-backwards) on drawn shapes, in float64 and
-float32, with the project's tolerance table; non-finite and overflowing inputs
-give the formula's results in the same places; the inputs are never written;
-rows cut into blocks on any thread count give the same bits; and a whole GPT's
-forward and backward with ``fused.kernels(True)`` matches the formulas' run.
-The GPT's training parity with torch runs the fast path (fused kernels and
-FlashAttention tiles) in ``test_training.py``.
+Each kernel is held to the formula it replaces (``norm.layer_norm``,
+``activations.gelu_tanh``, ``attention.scaled_dot_product_attention``, the
+embedding's scatter-add, AdamW) on drawn shapes, in float64 and float32, with the
+project's tolerance table; non-finite and overflowing inputs give the formula's
+results in the same places; the inputs are never written; AdamW over a flat buffer
+gives the formula's bits; and a whole accelerated GPT (``fast.accelerate``) matches
+the plain one. The GPT's training parity with torch runs the fast backend in
+``test_training.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +18,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import numpy_impl as N
-from numpy_impl import activations, attention, fused, norm, parallel
+from numpy_impl import activations, attention, fast, norm
+from numpy_impl.flat_buffers import FlatParameters
 from parity_tests.harness import count_calls, finite_difference_check
 from parity_tests.strategies import (
     ATTENTION_MASKS,
@@ -35,13 +35,6 @@ from parity_tests.tolerances import assert_close
 
 DTYPES = st.sampled_from([np.float64, np.float32])
 leads = st.lists(st.integers(0, 7), min_size=0, max_size=3)  # leading axes, empty included
-
-
-@pytest.fixture(autouse=True)
-def restore_threads():
-    before = parallel.num_threads()
-    yield
-    parallel.set_num_threads(before)
 
 
 def layer_norm_problem(rng: SeededRng, lead, C, dtype, offset, spread):
@@ -61,14 +54,14 @@ def layer_norm_problem(rng: SeededRng, lead, C, dtype, offset, spread):
     with_bias=st.booleans(),
     rng=rngs,
 )
-def test_fused_layer_norm_is_the_formula(lead, C, dtype, offset, spread, with_bias, rng):
+def test_fast_layer_norm_is_the_formula(lead, C, dtype, offset, spread, with_bias, rng):
     x, weight, bias, dout = layer_norm_problem(rng, lead, C, dtype, offset, spread)
     bias = bias if with_bias else None
     inputs = [a.copy() for a in (x, weight, dout)]
     expected = norm.layer_norm(x, weight, bias, 1e-5)
-    actual = fused.layer_norm(x, weight, bias, 1e-5)
+    actual = fast.layer_norm(x, weight, bias, 1e-5)
     xhat, rstd = expected[1], expected[2]
-    dx = fused.layer_norm_backward(dout, xhat, rstd, weight)
+    dx = fast.layer_norm_backward(dout, xhat, rstd, weight)
     dx_formula = norm.layer_norm_backward(dout, xhat, rstd, weight)
     for name, a, e in zip(("y", "xhat", "rstd"), actual, expected, strict=True):
         assert a.shape == e.shape and a.dtype == e.dtype == dtype, name
@@ -120,14 +113,14 @@ special = st.sampled_from([0.0, -0.0, 1e-30, -1e-30, 8e12, -8e12, 3e19, -3e19, 1
     dtype=DTYPES,
     rng=rngs,
 )
-def test_fused_gelu_is_the_formula_overflow_included(values, dtype, rng):
+def test_fast_gelu_is_the_formula_overflow_included(values, dtype, rng):
     x = np.array(values, dtype=dtype)
     dout = rng.gen.standard_normal(x.shape).astype(dtype)
     before = (x.copy(), dout.copy())
     with np.errstate(invalid="ignore"):  # 0 * inf in the far tails: the formula's NaN too
-        y, y_formula = fused.gelu_tanh(x), activations.gelu_tanh(x)
+        y, y_formula = fast.gelu_tanh(x), activations.gelu_tanh(x)
         dx, dx_formula = (
-            fused.gelu_tanh_backward(dout, x),
+            fast.gelu_tanh_backward(dout, x),
             activations.gelu_tanh_backward(dout, x),
         )
     assert y.dtype == dx.dtype == dtype and y.shape == dx.shape == x.shape
@@ -137,74 +130,22 @@ def test_fused_gelu_is_the_formula_overflow_included(values, dtype, rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_fused_gelu_at_infinities_and_nan(dtype):
+def test_fast_gelu_at_infinities_and_nan(dtype):
     x = np.array([np.inf, -np.inf, np.nan, 0.0], dtype=dtype)
     with np.errstate(invalid="ignore"):
         for f, formula in (
-            (fused.gelu_tanh, activations.gelu_tanh),
-            (lambda x: fused.gelu_tanh_backward(np.ones_like(x), x),
+            (fast.gelu_tanh, activations.gelu_tanh),
+            (lambda x: fast.gelu_tanh_backward(np.ones_like(x), x),
              lambda x: activations.gelu_tanh_backward(np.ones_like(x), x)),
         ):  # fmt: skip
             got, want = f(x), formula(x)
             assert np.array_equal(got, want, equal_nan=True), (got, want)
 
 
-@given(
-    lead=st.lists(st.integers(1, 9), min_size=1, max_size=3),
-    C=st.integers(1, 40),
-    block=st.sampled_from([1, 7, 64, 1000]),
-    dtype=DTYPES,
-    rng=rngs,
-)
-def test_fused_kernels_give_the_same_bits_however_the_rows_are_cut(lead, C, block, dtype, rng):
-    x, weight, bias, dout = layer_norm_problem(rng, lead, C, dtype, 1.0, 2.0)
-    whole_ln = fused.layer_norm(x, weight, bias, 1e-5)
-    whole_dx = fused.layer_norm_backward(dout, whole_ln[1], whole_ln[2], weight)
-    whole_gelu = fused.gelu_tanh(x), fused.gelu_tanh_backward(dout, x)
-
-    def ln(rows):
-        return fused.layer_norm(rows, weight, bias, 1e-5)
-
-    def ln_backward(d, xhat, rstd):
-        return fused.layer_norm_backward(d, xhat, rstd, weight)
-
-    for n in (1, 2, 3):
-        parallel.set_num_threads(n)
-        got = parallel.map_rows(ln, x, block_elements=block, min_elements=0)
-        assert all(np.array_equal(a, b) for a, b in zip(got, whole_ln, strict=True)), n
-        dx = parallel.map_rows(
-            ln_backward, dout, whole_ln[1], whole_ln[2], block_elements=block, min_elements=0
-        )
-        assert np.array_equal(dx, whole_dx), n
-        y = parallel.map_rows(fused.gelu_tanh, x, block_elements=block, min_elements=0)
-        dg = parallel.map_rows(
-            fused.gelu_tanh_backward, dout, x, block_elements=block, min_elements=0
-        )
-        assert np.array_equal(y, whole_gelu[0]) and np.array_equal(dg, whole_gelu[1]), n
-
-
-def test_kernels_switches_for_its_block_only_and_checks_its_argument():
-    assert not fused.active()
-    with fused.kernels(True):
-        assert fused.active()
-        with fused.kernels(False):
-            assert not fused.active()
-        assert fused.active()
-    assert not fused.active()
-    with pytest.raises(ZeroDivisionError), fused.kernels(True):
-        raise ZeroDivisionError
-    assert not fused.active()  # put back after an exception too
-    for bad in (1, "yes", None):
-        with pytest.raises(TypeError, match="on: expected True or False"):
-            with fused.kernels(bad):
-                pass
-
-
-def forward_backward(model, x, on: bool):
-    with fused.kernels(on):
-        model.zero_grad()
-        logits = model(x)
-        dx = model.backward(np.ones_like(logits) / logits.size)
+def forward_backward(model, x):
+    model.zero_grad()
+    logits = model(x)
+    dx = model.backward(np.ones_like(logits) / logits.size)
     grads = {name: p.grad.copy() for name, p in model.named_parameters()}
     return logits, dx, grads
 
@@ -216,35 +157,42 @@ def forward_backward(model, x, on: bool):
     attn_impl=st.sampled_from(["explicit", "flash"]),
     rng=rngs,
 )
-def test_a_gpt_with_fused_kernels_matches_its_formulas(config, B, T, attn_impl, rng):
-    model = N.GPT(N.GPTConfig(**config), seed=0, attn_impl=attn_impl, dtype=np.float64)
+def test_an_accelerated_gpt_is_the_plain_gpt(config, B, T, attn_impl, rng):
+    """accelerate() swaps every layer with a fast form; outputs, the input's gradient and
+    every parameter's gradient stay the formulas' (flash tiles where the keys outgrow one)."""
+
+    def build():
+        return N.GPT(N.GPTConfig(**config), seed=0, attn_impl=attn_impl, dtype=np.float64)
+
+    plain, accelerated = build(), fast.accelerate(build())
+    for module in (m for _, m in accelerated.named_modules()):
+        assert type(module) not in fast.FAST_FORMS  # every layer with a fast form has it
+    for module in (m for _, m in accelerated.named_modules() if isinstance(m, N.SelfAttention)):
+        module.flash_tile = 4  # tiles from T > 4: both paths of FastSelfAttention
     x = rng.gen.integers(0, config["vocab_size"], (B, T))
-    logits, _, grads = forward_backward(model, x, on=False)
-    logits_fused, _, grads_fused = forward_backward(model, x, on=True)
-    assert_close("logits, fused kernels", logits_fused, logits, np.float64)
+    logits, dx, grads = forward_backward(plain, x)
+    logits_fast, dx_fast, grads_fast = forward_backward(accelerated, x)
+    assert_close("logits, accelerated", logits_fast, logits, np.float64)
     for name, g in grads.items():
-        assert_close(f"d{name}, fused kernels", grads_fused[name], g, np.float64)
+        assert_close(f"d{name}, accelerated", grads_fast[name], g, np.float64)
 
 
-def test_the_numpy_backend_runs_fused_kernels_unless_told_not_to(monkeypatch):
+def test_the_numpy_backend_is_fast_unless_told_not_to(monkeypatch):
     from labs.plumbing.backends import make_backend
 
     config = {"vocab_size": 11, "block_size": 8, "n_layers": 1, "n_heads": 2, "d_model": 8}
     x = np.random.default_rng(0).integers(0, 11, (4, 8))
-    seen = count_calls(monkeypatch, fused, "layer_norm")
+    seen = count_calls(monkeypatch, fast, "layer_norm")
     on = make_backend("numpy", config, dtype="float64")
-    off = make_backend("numpy", config, dtype="float64", fused=False)
-    loss_on, loss_off = on.train_step(x, x)["loss"], off.train_step(x, x)["loss"]
-    assert seen and len(seen) == 3 * 2  # two LayerNorms and ln_f, on each of two shards
+    off = make_backend("numpy", config, dtype="float64", fast=False)
+    results = [b.train_step(x, x) for b in (on, off)]
+    assert len(seen) == 3  # two LayerNorms and ln_f
     seen.clear()
     off.train_step(x, x), off.eval_loss([(x, x)])
-    assert not seen  # fused=False: the formulas the chapters write
-    on.eval_loss([(x, x)])
-    assert seen
-    assert not fused.active()  # the backend's switch ends with its step
-    assert_close("loss, fused vs formulas", loss_on, loss_off, np.float64)
-    with pytest.raises(TypeError, match="fused: expected True or False"):
-        make_backend("numpy", config, fused="no")
+    assert not seen  # fast=False: the formulas the chapters write
+    assert_close("loss, fast vs formulas", results[0]["loss"], results[1]["loss"], np.float64)
+    with pytest.raises(TypeError, match="fast: expected True or False"):
+        make_backend("numpy", config, fast="no")
 
 
 @given(
@@ -253,7 +201,10 @@ def test_the_numpy_backend_runs_fused_kernels_unless_told_not_to(monkeypatch):
     dtype=DTYPES,
     rng=rngs,
 )
-def test_fused_adamw_takes_the_formulas_steps_bit_for_bit(shapes, weight_decay, dtype, rng):
+def test_flat_adamw_takes_the_formulas_steps_bit_for_bit(shapes, weight_decay, dtype, rng):
+    """adamw_step over a flat buffer holding the parameters in another order (runs cut
+    and joined) gives AdamW.step's bits, moments included."""
+
     def parameters():
         params = []
         for shape in shapes:
@@ -261,17 +212,17 @@ def test_fused_adamw_takes_the_formulas_steps_bit_for_bit(shapes, weight_decay, 
             params.append(p)
         return params
 
-    plain, fast = parameters(), parameters()
-    opts = [N.AdamW(ps, lr=3e-3, weight_decay=weight_decay) for ps in (plain, fast)]
+    plain, flat_ones = parameters(), parameters()
+    opts = [N.AdamW(ps, lr=3e-3, weight_decay=weight_decay) for ps in (plain, flat_ones)]
+    flat = FlatParameters(list(rng.gen.permutation(np.array(flat_ones, dtype=object))))
     for step in range(3):
         grads = [rng.gen.standard_normal(p.data.shape).astype(dtype) for p in plain]
-        for ps in (plain, fast):
+        for ps in (plain, flat_ones):
             for p, g in zip(ps, grads, strict=True):
                 p.grad[...] = g
         opts[0].step()
-        with fused.kernels(True):
-            opts[1].step()
-        for i, (a, b) in enumerate(zip(plain, fast, strict=True)):
+        assert fast.adamw_step(opts[1], flat)
+        for i, (a, b) in enumerate(zip(plain, flat_ones, strict=True)):
             assert np.array_equal(a.data, b.data), (step, i)
             assert np.array_equal(b.grad, grads[i]), (step, i)  # the gradient is not written
             for key in ("exp_avg", "exp_avg_sq"):
@@ -285,65 +236,21 @@ def test_fused_adamw_takes_the_formulas_steps_bit_for_bit(shapes, weight_decay, 
     dtype=DTYPES,
     rng=rngs,
 )
-def test_fused_embedding_backward_is_the_scatter_add(lead, V, C, dtype, rng):
+def test_fast_embedding_backward_is_the_scatter_add(lead, V, C, dtype, rng):
     idx = rng.gen.integers(0, V, lead)  # repeats and ids that never occur, both drawn
     dout = rng.gen.standard_normal((*lead, C)).astype(dtype)
     start = rng.gen.standard_normal((V, C)).astype(dtype)  # a gradient already holding a sum
     expected, grad = start.copy(), start.copy()
     np.add.at(expected, idx.reshape(-1), dout.reshape(-1, C))
     before = dout.copy()
-    fused.embedding_backward(grad, idx, dout)
+    fast.embedding_backward(grad, idx, dout)
     assert_close("fused embedding backward", grad, expected, dtype)
     assert np.array_equal(dout, before)
     untouched = np.setdiff1d(np.arange(V), idx)
     assert np.array_equal(grad[untouched], start[untouched])  # rows no id names: the same bits
 
 
-def test_kernels_is_per_thread_and_its_pool_runs_under_the_callers_setting():
-    """Two threads that train with different settings at once: each sees its own, and
-    neither leaves the other's behind (a process-wide switch, restored by each block on
-    its way out, stayed True here once both blocks had ended). The blocks parallel.py
-    runs for a caller on other threads see the caller's setting."""
-    import threading
-
-    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
-    seen = {}
-
-    def a():
-        with fused.kernels(True):
-            a_in.set()
-            b_in.wait(10)
-            seen["a"] = fused.active()
-        a_out.set()
-
-    def b():
-        a_in.wait(10)
-        with fused.kernels(False):
-            b_in.set()
-            a_out.wait(10)
-            seen["b"] = fused.active()
-
-    threads = [threading.Thread(target=a), threading.Thread(target=b)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert seen == {"a": True, "b": False}
-    assert not fused.active()
-
-    parallel.set_num_threads(2)
-
-    def record(rows):
-        return np.full(rows.shape, fused.active())
-
-    x = np.zeros((8, 4))
-    for on in (True, False):
-        with fused.kernels(on):
-            got = parallel.map_rows(record, x, block_elements=4, min_elements=0)
-        assert got.all() if on else not got.any(), on
-
-
-def test_fused_adamw_is_the_formula_with_numpy_scalars_and_non_finite_weights():
+def test_fast_adamw_is_the_formula_with_numpy_scalars_and_non_finite_weights():
     """The same bits also when a hyperparameter is a NumPy scalar wider than the
     weights (an np.float64 learning rate with float32 weights: the formula computes in
     float64) and when a weight is already infinite or NaN without weight decay (the
@@ -355,13 +262,15 @@ def test_fused_adamw_is_the_formula_with_numpy_scalars_and_non_finite_weights():
         p = N.Parameter(first.astype(dtype))
         q = N.Parameter(gen.standard_normal((3, 5)).astype(dtype))
         opt = N.AdamW([p, q], lr=1e-3, betas=betas, eps=eps, weight_decay=weight_decay)
+        flat = FlatParameters([q, p]) if on else None
         for step in range(4):
             for group in opt.param_groups:
                 group["lr"] = lr * (step + 1)
             for r in (p, q):
                 r.grad[...] = gen.standard_normal(r.data.shape).astype(dtype)
-            with np.errstate(invalid="ignore"), fused.kernels(on):
-                opt.step()
+            with np.errstate(invalid="ignore"):
+                if not (on and fast.adamw_step(opt, flat)):
+                    opt.step()
         return [p.data, q.data] + [
             opt.state[r][k] for r in (p, q) for k in ("exp_avg", "exp_avg_sq")
         ]
@@ -377,15 +286,15 @@ def test_fused_adamw_is_the_formula_with_numpy_scalars_and_non_finite_weights():
             (np.float32(3e-3), 0.1, (0.0, 0.0), 1e-8),
         ]:
             plain = run(False, dtype, lr, weight_decay, betas, eps)
-            fast = run(True, dtype, lr, weight_decay, betas, eps)
-            for a, b in zip(plain, fast, strict=True):
+            flat = run(True, dtype, lr, weight_decay, betas, eps)
+            for a, b in zip(plain, flat, strict=True):
                 assert a.dtype == b.dtype == dtype
                 assert np.array_equal(a, b, equal_nan=True), (dtype, lr, weight_decay, a, b)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_fused_layer_norm_rows_are_their_own_whatever_the_layout_or_width(dtype):
-    """A row's result depends on that row alone, as map_rows asks: also for rows that
+def test_fast_layer_norm_rows_are_their_own_whatever_the_layout_or_width(dtype):
+    """A row's result depends on that row alone: also for rows that
     are not contiguous (a transposed array: einsum summed them in another order as one
     row or many) and for rows wider than NumPy's buffer (einsum summed a lone row of
     8193 numbers in two pieces, and several such rows whole)."""
@@ -398,26 +307,26 @@ def test_fused_layer_norm_rows_are_their_own_whatever_the_layout_or_width(dtype)
         C = x.shape[-1]
         weight, bias = gen.standard_normal(C).astype(dtype), gen.standard_normal(C).astype(dtype)
         dout = gen.standard_normal(x.shape).astype(dtype).T.copy().T  # column-major too
-        whole = fused.layer_norm(x, weight, bias, 1e-5)
-        whole_dx = fused.layer_norm_backward(dout, whole[1], whole[2], weight)
+        whole = fast.layer_norm(x, weight, bias, 1e-5)
+        whole_dx = fast.layer_norm_backward(dout, whole[1], whole[2], weight)
         for i in range(x.shape[0]):
-            row = fused.layer_norm(x[i : i + 1], weight, bias, 1e-5)
+            row = fast.layer_norm(x[i : i + 1], weight, bias, 1e-5)
             for a, b in zip(row, whole, strict=True):
                 assert np.array_equal(a[0], b[i]), (C, i)
-            dx = fused.layer_norm_backward(dout[i : i + 1], whole[1][i : i + 1],
+            dx = fast.layer_norm_backward(dout[i : i + 1], whole[1][i : i + 1],
                                            whole[2][i : i + 1], weight)  # fmt: skip
             assert np.array_equal(dx[0], whole_dx[i]), (C, i)
-        contiguous = fused.layer_norm(np.ascontiguousarray(x), weight, bias, 1e-5)
+        contiguous = fast.layer_norm(np.ascontiguousarray(x), weight, bias, 1e-5)
         assert all(np.array_equal(a, b) for a, b in zip(contiguous, whole, strict=True))
         formula = norm.layer_norm(x, weight, bias, 1e-5)
         assert_close("fused LayerNorm y, any layout", whole[0], formula[0], dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_fused_gelu_takes_what_the_formula_takes_a_0d_array_too(dtype):
+def test_fast_gelu_takes_what_the_formula_takes_a_0d_array_too(dtype):
     for x in (np.array(1.5, dtype), dtype(-0.75), np.array([[2.0]], dtype)):
-        y, y_formula = fused.gelu_tanh(x), activations.gelu_tanh(x)
-        dx = fused.gelu_tanh_backward(np.ones_like(x), x)
+        y, y_formula = fast.gelu_tanh(x), activations.gelu_tanh(x)
+        dx = fast.gelu_tanh_backward(np.ones_like(x), x)
         dx_formula = activations.gelu_tanh_backward(np.ones_like(x), x)
         assert np.shape(y) == np.shape(y_formula) and np.shape(dx) == np.shape(dx_formula)
         assert type(y) is type(y_formula) and type(dx) is type(dx_formula)
@@ -426,33 +335,37 @@ def test_fused_gelu_takes_what_the_formula_takes_a_0d_array_too(dtype):
 
 
 @given(lead=st.lists(st.integers(1, 5), min_size=1, max_size=2), C=st.integers(2, 24), rng=rngs)
-def test_fused_backwards_against_central_differences(lead, C, rng):
+def test_fast_backwards_against_central_differences(lead, C, rng):
     """The fused backwards checked on their own, not only against the formulas' backwards:
     central differences of the fused forwards (float64)."""
     x, weight, bias, dout = layer_norm_problem(rng, lead, C, np.float64, 0.5, 1.5)
-    y, xhat, rstd = fused.layer_norm(x, weight, bias, 1e-5)
-    dx = fused.layer_norm_backward(dout, xhat, rstd, weight)
+    y, xhat, rstd = fast.layer_norm(x, weight, bias, 1e-5)
+    dx = fast.layer_norm_backward(dout, xhat, rstd, weight)
     finite_difference_check(
-        "fused LayerNorm dx", lambda: fused.layer_norm(x, weight, bias, 1e-5)[0], x, dx, dout, rng
+        "fused LayerNorm dx", lambda: fast.layer_norm(x, weight, bias, 1e-5)[0], x, dx, dout, rng
     )
-    dx = fused.gelu_tanh_backward(dout, x)
-    finite_difference_check("fused GELU dx", lambda: fused.gelu_tanh(x), x, dx, dout, rng)
+    dx = fast.gelu_tanh_backward(dout, x)
+    finite_difference_check("fused GELU dx", lambda: fast.gelu_tanh(x), x, dx, dout, rng)
 
 
 def attention_both_ways(q, k, v, mask, is_causal, scale, dropout_p, dout, seed):
     """out, probs, dq, dk, dv of ``scaled_dot_product_attention`` and its backward, the
     formulas' and the fused forms' (the dropout masks drawn alike from ``seed``)."""
-    runs = []
-    for on in (False, True):
-        with fused.kernels(on):
-            rng = np.random.default_rng(seed)
-            out, cache = attention.scaled_dot_product_attention(
-                q, k, v, mask, is_causal, scale, dropout_p, rng=rng
-            )
-            runs.append(
-                (out, cache.probs, *attention.scaled_dot_product_attention_backward(dout, cache))
-            )
+    out, cache = attention.scaled_dot_product_attention(
+        q, k, v, mask, is_causal, scale, dropout_p, rng=np.random.default_rng(seed)
+    )
+    runs = [(out, cache.probs, *attention.scaled_dot_product_attention_backward(dout, cache))]
+    out, cache = fast_attention(q, k, v, mask, is_causal, scale, dropout_p, seed)
+    runs.append((out, cache.probs, *fast.attention_backward(dout, cache)))
     return runs
+
+
+def fast_attention(q, k, v, mask, is_causal=False, scale=None, dropout_p=0.0, seed=0):
+    """fast.attention with scaled_dot_product_attention's inputs: (out, AttentionCache)."""
+    rng = np.random.default_rng(seed)
+    mask, scale, keep = attention.attention_inputs(q, k, v, mask, is_causal, scale, dropout_p, rng)
+    out, probs = fast.attention(q, k, v, mask, scale, keep)
+    return out, attention.AttentionCache(q, k, v, probs, keep, scale)
 
 
 @given(
@@ -463,7 +376,7 @@ def attention_both_ways(q, k, v, mask, is_causal, scale, dropout_p, dout, seed):
     dtype=DTYPES,
     rng=rngs,
 )
-def test_fused_attention_is_the_formula(p, mask_kind, is_causal, dropout_p, dtype, rng):
+def test_fast_attention_is_the_formula(p, mask_kind, is_causal, dropout_p, dtype, rng):
     """Every mask the explicit attention takes (fully masked rows included), causal or
     not, with and without dropout: the fused forward and backward give the formulas'
     output, probabilities and gradients, and write none of their inputs."""
@@ -484,7 +397,7 @@ def test_fused_attention_is_the_formula(p, mask_kind, is_causal, dropout_p, dtyp
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_fused_attention_at_infinities_and_nan(dtype):
+def test_fast_attention_at_infinities_and_nan(dtype):
     """Non-finite scores: +inf behind a bool mask stays hidden (the formula's where),
     a NaN query and an unmasked +inf give the formula's NaN rows, a row with every key
     masked gives zeros; the same results in the same places."""
@@ -503,26 +416,25 @@ def test_fused_attention_at_infinities_and_nan(dtype):
 
 
 @given(p=attention_problems(), mask_kind=st.sampled_from(ATTENTION_MASKS), rng=rngs)
-def test_fused_attention_backward_against_central_differences(p, mask_kind, rng):
+def test_fast_attention_backward_against_central_differences(p, mask_kind, rng):
     """The fused backward checked on its own: central differences of the fused forward."""
     q, k, v, mask = attention_inputs(p, mask_kind, rng, np.float64)
     dout = rng.gen.standard_normal((*q.shape[:-1], v.shape[-1]))
-    with fused.kernels(True):
-        out, cache = attention.scaled_dot_product_attention(q, k, v, mask, scale=p["scale"])
-        grads = attention.scaled_dot_product_attention_backward(dout, cache)
-        for name, x, g in zip(("q", "k", "v"), (q, k, v), grads, strict=True):
-            finite_difference_check(
-                f"fused attention d{name}",
-                lambda: attention.scaled_dot_product_attention(q, k, v, mask, scale=p["scale"])[0],
-                x,
-                g,
-                dout,
-                rng,
-            )
+    out, cache = fast_attention(q, k, v, mask, scale=p["scale"])
+    grads = fast.attention_backward(dout, cache)
+    for name, x, g in zip(("q", "k", "v"), (q, k, v), grads, strict=True):
+        finite_difference_check(
+            f"fast attention d{name}",
+            lambda: fast_attention(q, k, v, mask, scale=p["scale"])[0],
+            x,
+            g,
+            dout,
+            rng,
+        )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_fused_attention_at_unmasked_infinities_and_non_finite_float_masks(dtype):
+def test_fast_attention_at_unmasked_infinities_and_non_finite_float_masks(dtype):
     """Scores that are +inf (not NaN) where a key is visible, and float masks holding
     +inf, -inf and NaN: the formula's inf / inf = NaN at the +inf key and zeros beside
     it, a row with a NaN score left unnormalised with its NaN; the same results in
@@ -559,11 +471,11 @@ def test_attention_keeps_the_dtype_of_q_whatever_the_type_of_scale():
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_fused_gelu_keeps_the_largest_floats_finite(dtype):
+def test_fast_gelu_keeps_the_largest_floats_finite(dtype):
     """x past half the largest float: y = 0.5 x (1 + t) is x, finite, as the formula's
     (0.5 x first); (1 + t) x first overflowed to inf. Found by Hypothesis (2 ** 127)."""
     big = np.finfo(dtype).max
     x = np.array([big, big / 2 * 1.5, -big, 2.0**127], dtype=dtype)
     with np.errstate(invalid="ignore"):
-        y, y_formula = fused.gelu_tanh(x), activations.gelu_tanh(x)
+        y, y_formula = fast.gelu_tanh(x), activations.gelu_tanh(x)
     assert np.array_equal(y, y_formula) and np.isfinite(y).all()
