@@ -91,7 +91,7 @@ FENCES = {
     "10": {"sampling.py": ["filter_logits", "generate"]},
     "11": {"tokenizer.py": ["merge", "BPETokenizer._bpe"]},
     "12": {
-        "flash_attention.py": ["_forward_tiles"],
+        "flash_attention.py": ["flash_attention"],
         "kv_cache.py": ["LayerKVCache.update"],
         "sampling.py": ["_cached_next_logits"],
     },

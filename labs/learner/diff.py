@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -391,6 +392,25 @@ def _page(text: str) -> bool:
     return True
 
 
+def with_formulas(chosen: list[Pair], everything: list[Pair], left, right) -> list[Pair]:
+    """``chosen``, and after a pair whose PyTorch side calls a ``torch.nn.functional``
+    function (``F.layer_norm``), the NumPy formula functions its NumPy side calls
+    (``layer_norm``): the diff then sets formula beside formula, and says so."""
+    functions = {p.qualname: p for p in everything if p.left and p.left.kind == "function"}
+    out = list(chosen)
+    for pair in chosen:
+        if not (pair.left and pair.right):
+            continue
+        torch_lines = "\n".join(right.lines[pair.right.start - 1 : pair.right.end])
+        numpy_lines = "\n".join(left.lines[pair.left.start - 1 : pair.left.end])
+        calls = re.findall(r"\bF\.(\w+)\(", torch_lines)
+        for name, formula in functions.items():
+            called = re.search(rf"(?<![.\w]){name}\(", numpy_lines)
+            if calls and called and formula not in out:
+                out.append(Pair(f"{name}#torch calls F.{calls[0]}", formula.left, None))
+    return out
+
+
 def main(args: argparse.Namespace) -> int:
     if args.width is not None and not NARROWEST <= args.width <= WIDEST:
         raise UserError(
@@ -407,7 +427,7 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"{_show(mine)} does not parse, line {e.lineno}: {e.msg}") from None
     left = left or load_source(NUMPY_DIR / f"{comp}.py")
     right = load_source(TORCH_DIR / f"{comp}.py")
-    pairs = pair_sources(left, right)
+    pairs = everything = pair_sources(left, right)
     if args.method:
         method = args.method
         if "." not in method and args.component not in (comp, f"{comp}.py"):
@@ -415,7 +435,7 @@ def main(args: argparse.Namespace) -> int:
             qualified = f"{Path(args.component).stem}.{method}"
             if any(p.qualname == qualified for p in pairs):
                 method = qualified
-        pairs = select_method(pairs, method)
+        pairs = with_formulas(select_method(pairs, method), everything, left, right)
     columns, rows = terminal_size()
     lines = render_text(
         pairs,
