@@ -134,31 +134,32 @@ def test_one_process_then_two_ranks_is_one_process_throughout(corpus, straight, 
     assert_same_run(out, straight, "1 process for 3 steps, then 2 ranks")
 
 
-def test_numpy_two_ranks_under_torchrun_then_one_process_is_one_process(
-    corpus, tmp_path, tmp_path_factory
-):
-    out = tmp_path / "run"
-    r = torchrun("--data", str(corpus), "--out", str(out), "--max-iters", str(K), *NUMPY)
+def test_numpy_two_ranks_are_one_process_and_resume_bit_for_bit(corpus, tmp_path, tmp_path_factory):
+    """--processes 2 with 2 micro-batches per step: the one-process run (1e-9); torchrun's
+    ranks for K steps, resumed by spawned ranks: the spawned run straight, bit for bit."""
+    accum, data = [*NUMPY, "--grad-accum", "2"], ["--data", str(corpus)]
+    two = tmp_path / "two"
+    r = spawned(*data, "--out", str(two), "--max-iters", str(2 * K), *accum)
     assert "2 processes, 3 sequences each per step" in r.stdout
+    assert r.stdout.count("step     0:") == 1 and not r.stderr.count("error"), r.stderr
+    want = reference(corpus, tmp_path_factory, *accum)
+    assert_same_run(two, want, "numpy, 2 micro-batches: 2 spawned ranks vs 1 process")
+
+    out = tmp_path / "run"
+    r = torchrun(*data, "--out", str(out), "--max-iters", str(K), *accum)
     assert r.stdout.count("step     0:") == 1, "more than one rank printed"
     rng = ck.load_checkpoint(out)[1]["rng_state"]  # every rank's dropout generator
     assert len(rng["by_rank"]) == 2 and rng["by_rank"][0]["dropout"] == rng["dropout"]
     assert rng["by_rank"][1] != rng["by_rank"][0], "both ranks would drop the same units"
-    one_process("--resume", str(out), "--max-iters", str(2 * K))
-    want = reference(corpus, tmp_path_factory, *NUMPY)
-    assert_same_run(out, want, "numpy: 2 ranks (torchrun) for 3 steps, then 1 process")
+    spawned("--resume", str(out), "--max-iters", str(2 * K), "--bucket-mb", "0")
 
+    def losses(run: Path) -> list:
+        return [(row["step"], row["train_loss"], row["val_loss"]) for row in rows(run)]
 
-def test_numpy_one_process_then_two_spawned_ranks_with_grad_accum(
-    corpus, tmp_path, tmp_path_factory
-):
-    accum = [*NUMPY, "--grad-accum", "2"]
-    out = tmp_path / "run"
-    one_process("--data", str(corpus), "--out", str(out), "--max-iters", str(K), *accum)
-    r = spawned("--resume", str(out), "--max-iters", str(2 * K), "--bucket-mb", "0")
-    assert "2 processes, 3 sequences each per step" in r.stdout
-    want = reference(corpus, tmp_path_factory, *accum)
-    assert_same_run(out, want, "numpy, 2 micro-batches: 1 process, then 2 spawned ranks")
+    assert losses(out) == losses(two)
+    resumed = ck.load_checkpoint(out)[0]
+    for name, w in ck.load_checkpoint(two)[0].items():
+        assert np.array_equal(resumed[name], w), f"{name}: resumed vs straight, 2 ranks"
 
 
 def test_ctrl_c_ends_every_rank_with_one_line_and_the_run_resumes(corpus, tmp_path):
