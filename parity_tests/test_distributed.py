@@ -209,10 +209,12 @@ def test_processes_are_a_divisor_of_the_batch(monkeypatch, capsys):
         processes_to_start(args)
 
 
-def test_gradient_buckets_follow_backward_and_reduce_the_flat_buffer_in_place():
+@pytest.mark.parametrize("fast", [True, False])
+def test_gradient_buckets_follow_backward_and_reduce_the_flat_buffer_in_place(fast):
     """One rank of a group of one: the buckets (one per block with --bucket-mb 0) in the
     order backward finishes them, the tied matrix with the embedding; each reduced once,
-    on the last micro-batch, as a slice of the flat gradient buffer (no copy)."""
+    on the last micro-batch, as a slice of the flat gradient buffer (no copy; --no-fast,
+    whose gradients are arrays of their own: through a buffer, unless alone)."""
     import torch.distributed as dist
 
     from labs.plumbing.backends import make_backend
@@ -221,8 +223,8 @@ def test_gradient_buckets_follow_backward_and_reduce_the_flat_buffer_in_place():
     x, y = np.random.default_rng(0).integers(0, 13, (2, 4, 8))
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
-        plain = make_backend("numpy", config, seed=3, dtype="float64")
-        ranked = make_backend("numpy", config, seed=3, dtype="float64")
+        plain = make_backend("numpy", config, seed=3, dtype="float64", fast=fast)
+        ranked = make_backend("numpy", config, seed=3, dtype="float64", fast=fast)
         ranked.distribute(bucket_mb=0)
         sync = ranked._sync
         top = {  # a parameter's top-level child: blocks.1, ln_f, ...
@@ -234,14 +236,16 @@ def test_gradient_buckets_follow_backward_and_reduce_the_flat_buffer_in_place():
         finish, reduced = sync.finish, []
 
         def spy(loss):
-            reduced.append([np.shares_memory(buf, ranked._flat.grad) for _, buf, _ in sync.pending])
+            reduced.append([np.shares_memory(buf, p.grad) for (_, buf, _), (_, (p, *_)) in
+                            zip(sync.pending, sync.buckets, strict=True)])  # fmt: skip
             return finish(loss)
 
         sync.finish = spy
         for _ in range(2):
             plain.train_step(x, y, grad_accum=2)
             ranked.train_step(x, y, grad_accum=2)
-        assert reduced == [[True] * 5] * 2, "one in-place all-reduce per bucket and step"
+        in_place = [fast or len(bucket) == 1 for _, bucket in sync.buckets]
+        assert reduced == [in_place] * 2, "one all-reduce per bucket and step"
         want = plain.state_dict()
         for name, w in ranked.state_dict().items():
             assert_close(f"{name}, 1 rank vs no group", w, want[name], kind="training")

@@ -33,10 +33,12 @@ activations of one micro-batch in memory. ``--amp bf16|fp16`` (torch backend)
 computes the forward in 16 bits under ``torch.autocast`` (fp16 with a
 ``GradScaler``), weights and optimizer in float32.
 
-Under ``torchrun --nproc_per_node N`` (torch backend), the N processes train
-one model with DistributedDataParallel: ``--batch-size`` is the step's whole
-batch, which every process draws from the same seeded sampler before keeping
-its own ``B / N`` rows, so the run is the one-process run with batch B. Each
+With N processes (``--processes N``, the NumPy backend's default one per core,
+or ``torchrun --nproc_per_node N``), the N ranks train one model, their gradients
+averaged (DistributedDataParallel, or its NumPy twin in
+``labs/plumbing/distributed.py``): ``--batch-size`` is the step's whole batch,
+which every process draws from the same seeded sampler before keeping its own
+``B / N`` rows, so the run is the one-process run with batch B. Each
 process draws its own dropout masks (rank r > 0 reseeds with seed + r); the
 checkpoint holds every rank's generator state. Rank 0 alone prints and writes.
 
@@ -236,8 +238,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--batch-size",
         type=int,
         default=12,
-        help="sequences per step B (per micro-batch with --grad-accum; under torchrun: in "
-        "all, split over the processes)",
+        help="sequences per step B (per micro-batch with --grad-accum; with several "
+        "processes: in all, split over them)",
     )
     g.add_argument(
         "--grad-accum",
