@@ -30,6 +30,7 @@ from .plumbing import runtime
 runtime.let_idle_blas_threads_sleep()
 
 import argparse  # noqa: E402
+import os  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -121,10 +122,12 @@ def main(argv: list[str] | None = None) -> int:
         check_thread_env()  # a bad thread variable, said before anything is written
         return args.func(args)
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":  # several ranks: the first one says it
+            print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":
+            print("interrupted", file=sys.stderr)
         return 130
 
 

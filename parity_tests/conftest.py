@@ -45,6 +45,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+# `labs train --backend numpy` starts one rank per core by default: the suite's runs (and
+# the commands they start) stay in one process unless a test asks for more (--processes)
+os.environ.setdefault("TWINFORMER_PROCESSES", "1")
+
 WORKSPACE_ENV = "TWINFORMER_WORKSPACE"
 REPORT_ENV = "TWINFORMER_REPORT"
 READ_ONLY_ENV = "TWINFORMER_READ_ONLY"

@@ -33,10 +33,12 @@ activations of one micro-batch in memory. ``--amp bf16|fp16`` (torch backend)
 computes the forward in 16 bits under ``torch.autocast`` (fp16 with a
 ``GradScaler``), weights and optimizer in float32.
 
-Under ``torchrun --nproc_per_node N`` (torch backend), the N processes train
-one model with DistributedDataParallel: ``--batch-size`` is the step's whole
-batch, which every process draws from the same seeded sampler before keeping
-its own ``B / N`` rows, so the run is the one-process run with batch B. Each
+With N processes (``--processes N``, the NumPy backend's default one per core,
+or ``torchrun --nproc_per_node N``), the N ranks train one model, their gradients
+averaged (DistributedDataParallel, or its NumPy twin in
+``labs/plumbing/distributed.py``): ``--batch-size`` is the step's whole batch,
+which every process draws from the same seeded sampler before keeping its own
+``B / N`` rows, so the run is the one-process run with batch B. Each
 process draws its own dropout masks (rank r > 0 reseeds with seed + r); the
 checkpoint holds every rank's generator state. Rank 0 alone prints and writes.
 
@@ -64,7 +66,14 @@ from .shared import (
     check_size,
     refuse_to_replace,
 )
-from .train_distributed import _init_distributed, _shutdown_distributed
+from .train_distributed import (
+    _init_distributed,
+    _shutdown_distributed,
+    launch,
+    mib_type,
+    processes_to_start,
+    processes_type,
+)
 from .train_init import _prepare_init, load_init_weights
 from .train_resume import _prepare_resume
 from .train_steps import (
@@ -208,13 +217,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="torch backend: where the model runs (cpu, cuda, cuda:1, ...); under torchrun "
         "with cuda, process N uses cuda:N",
     )
+    g = p.add_argument_group("processes")
+    g.add_argument(
+        "--processes",
+        type=processes_type,
+        default=None,
+        help="data-parallel ranks this command starts, each on its share of the batch "
+        "(lowered to the largest count dividing --batch-size; default: $TWINFORMER_PROCESSES, "
+        "else one per core for the numpy backend, 1 for torch; under torchrun: torchrun's)",
+    )
+    g.add_argument(
+        "--bucket-mb",
+        type=mib_type,
+        default=25.0,
+        help="several ranks: gradients all-reduced in buckets of this many MiB, each started "
+        "as soon as backward has filled it (0: one per block; DDP's bucket_cap_mb)",
+    )
     g = p.add_argument_group("optimization")
     g.add_argument(
         "--batch-size",
         type=int,
         default=12,
-        help="sequences per step B (per micro-batch with --grad-accum; under torchrun: in "
-        "all, split over the processes)",
+        help="sequences per step B (per micro-batch with --grad-accum; with several "
+        "processes: in all, split over them)",
     )
     g.add_argument(
         "--grad-accum",
@@ -481,8 +506,11 @@ def _how_it_runs(backend) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
-    try:
-        run(args)
-    finally:
-        _shutdown_distributed()
+    n = processes_to_start(args)
+    if n > 1:
+        if args.resume is None:
+            _check_args(args)  # said here once, before any rank starts
+        return launch(args, n)
+    run(args)
+    _shutdown_distributed()  # after a failure, the process leaves the group by exiting
     return 0

@@ -1,35 +1,174 @@
-"""``python -m labs train`` under ``torchrun --nproc_per_node N``: the process group.
+"""``python -m labs train`` in several processes: the process group, and the launcher.
 
-Rank 0 alone prints and writes; every rank draws the same batch and keeps its
-slice (see ``train.py``).
+Under ``torchrun`` the ranks exist already and join its group. Otherwise ``labs
+train`` starts them itself (:func:`launch`): ``--processes N`` ranks (the NumPy
+backend's default: one per core) through torch's own launcher API, meeting at a
+``TCPStore`` this process hosts, as torchrun's agent does. Rank 0 alone prints and
+writes; every rank draws the same batch and keeps its slice (see ``train.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import math
 import os
+import signal
 import sys
+import warnings
 
 from .. import UserError
 
+PROCESSES_ENV = "TWINFORMER_PROCESSES"
 
-# -- several processes: torchrun ---------------------------------------------------
-def _init_distributed(args: argparse.Namespace) -> tuple[int, int]:
-    """``(rank, world_size)``: ``(0, 1)`` in a plain process; under ``torchrun``
-    with more than one process, joins the process group: gloo on the CPU, nccl
-    with ``--device cuda``.
+
+def processes_type(text: str) -> int:
+    """``--processes``: a positive whole number (argparse ``type=``)."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
+    return int(text)
+
+
+def mib_type(text: str) -> float:
+    """``--bucket-mb``: a finite number of MiB, 0 or more (argparse ``type=``)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value < math.inf:
+        raise argparse.ArgumentTypeError(f"expected a size in MiB, 0 or more, got {text!r}")
+    return value
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process may run on
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def processes_to_start(args: argparse.Namespace) -> int:
+    """How many ranks ``labs train`` starts itself: 1 under torchrun (it started them);
+    else ``--processes``, ``$TWINFORMER_PROCESSES`` or (NumPy) one per core, lowered to
+    the largest count that divides the batch (said). A run to resume brings its recorded
+    backend and batch size; one that cannot be read runs here, to say why.
 
     Raises:
-        UserError: several processes but ``--backend numpy``.
+        UserError: a bad ``$TWINFORMER_PROCESSES``.
+    """
+    if "WORLD_SIZE" in os.environ:
+        return 1
+    wanted = args.processes
+    if wanted is None and os.environ.get(PROCESSES_ENV, "").strip():
+        try:
+            wanted = processes_type(os.environ[PROCESSES_ENV])
+        except argparse.ArgumentTypeError as e:
+            raise UserError(f"{PROCESSES_ENV}: {e}") from None
+    backend, batch = args.backend, args.batch_size
+    if args.resume is not None and wanted != 1:  # the run's recorded backend and batch
+        from ..plumbing.checkpoint import load_config
+        from .train_resume import _given_options
+
+        try:
+            with warnings.catch_warnings():  # the ranks say what they load
+                warnings.simplefilter("ignore")
+                recorded = load_config(args.resume or args.out or f"runs/{backend}")["train"]
+            backend = backend or recorded["backend"]
+            batch = batch if "batch_size" in _given_options(args) else int(recorded["batch_size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 1
+    if wanted is None:
+        wanted = _cores() if backend == "numpy" else 1
+    if wanted == 1 or batch < 1:
+        return 1  # (run() refuses a batch below 1)
+    n = max(d for d in range(1, min(wanted, batch) + 1) if batch % d == 0)
+    if n < wanted:
+        print(f"{n} processes, not {wanted}: the most that divide --batch-size {batch}")
+    return n
+
+
+def launch(args: argparse.Namespace, n: int) -> int:
+    """Run ``args.argv`` in ``n`` ranks (``torch.multiprocessing.start_processes``,
+    spawned); return rank 0's exit status, or the first failing rank's. The ranks die
+    with this process; Ctrl-C here ends them (KeyboardInterrupt raised again).
+    """
+    from multiprocessing.connection import wait
+
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(store.port),
+        "WORLD_SIZE": str(n),
+        "LOCAL_WORLD_SIZE": str(n),
+        "TORCHELASTIC_USE_AGENT_STORE": "True",  # the ranks join this store (torchrun's way)
+    }
+    threads = str(max(1, _cores() // n))  # the cores shared out, not each rank on all
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        env[var] = os.environ.get(var, threads)
+    saved = dict(os.environ)
+    os.environ.update(env)  # what the spawned ranks inherit
+    try:
+        ctx = mp.start_processes(_rank, (args.argv,), n, join=False, start_method="spawn")
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    running = {p.sentinel: p for p in ctx.processes}
+    status = 0
+    try:
+        while running and status == 0:
+            for sentinel in wait(list(running)):
+                p = running.pop(sentinel)
+                p.join()
+                if p.exitcode:  # a status, or minus the signal that killed it
+                    status = p.exitcode if p.exitcode > 0 else 1
+    except KeyboardInterrupt:
+        print(file=sys.stderr)  # past rank 0's progress bar, cut mid-line
+        raise
+    finally:  # a failed rank, or Ctrl-C: the others end now (the run resumes as after a kill)
+        for p in running.values():
+            p.kill()
+            p.join()
+    return status
+
+
+def _rank(rank: int, argv: list[str]) -> None:
+    """One rank: ``python -m labs`` with ``argv``, in the group :func:`launch` set up."""
+    import ctypes
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's: it ends the ranks
+    if sys.platform.startswith("linux"):  # die with the launcher (PR_SET_PDEATHSIG = 1)
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
+    import threading
+
+    from tqdm import tqdm
+
+    from ..__main__ import main
+
+    tqdm.set_lock(threading.RLock())  # not a semaphore, which exit_worker's os._exit would leak
+
+    try:
+        status = main(argv)
+    except BaseException:  # a bug: its traceback, as one process would show it
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    exit_worker(status)
+
+
+# -- several processes: the group --------------------------------------------------
+def _init_distributed(args: argparse.Namespace) -> tuple[int, int]:
+    """``(rank, world_size)``: ``(0, 1)`` in a plain process; with more than one
+    process (torchrun's, or :func:`launch`'s), joins the process group: gloo on the
+    CPU, nccl with ``--device cuda``.
     """
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1
-    if args.backend != "torch":
-        raise UserError(
-            f"{world} processes (torchrun): multi-process training needs --backend torch"
-        )
     import torch.distributed as dist
 
     if not dist.is_initialized():

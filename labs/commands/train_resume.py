@@ -38,7 +38,7 @@ class _Resumed:
 
 #: Recorded settings that a resumed run never takes over.
 _NOT_RESTORED = (
-    *("resume", "out", "command", "func", "argv", "device"),  # device: the machine's
+    *("resume", "out", "command", "func", "argv", "device", "processes"),  # the machine's
     *("overwrite", "from_previous"),  # what to do this time, not a setting of the run
 )
 

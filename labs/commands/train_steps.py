@@ -30,6 +30,7 @@ from ..plumbing.data import (
     load_corpus,
     resolve_corpus,
 )
+from ..plumbing.distributed import eval_mean
 from ..plumbing.run_dir import (
     LOG_FILE,
     RunDirectoryBusy,
@@ -161,8 +162,8 @@ def load_data(args: argparse.Namespace, tokenizer=None) -> Data:
 
 # -- model and optimizer ------------------------------------------------------------
 def build_backend(args: argparse.Namespace, model_config: dict, train_config: dict, world: int):
-    """The backend ``--backend`` names, with its model and optimizer; under
-    torchrun, wrapped for DistributedDataParallel.
+    """The backend ``--backend`` names, with its model and optimizer; with several
+    ranks, distributed (DistributedDataParallel, or NumPy's twin of it).
 
     Raises:
         UserError: a model config the backend refuses.
@@ -181,8 +182,8 @@ def build_backend(args: argparse.Namespace, model_config: dict, train_config: di
         )
     except ValueError as e:
         raise UserError(str(e)) from e
-    if world > 1:
-        backend.distribute()  # DistributedDataParallel: gradients averaged over the ranks
+    if world > 1:  # gradients averaged over the ranks, in buckets of --bucket-mb
+        backend.distribute(getattr(args, "bucket_mb", 25.0))
     return backend
 
 
@@ -284,7 +285,8 @@ def evaluate_and_save(run: Run) -> None:
     from tqdm import tqdm
 
     backend, out, metrics, rank = run.backend, run.out, run.metrics, run.rank
-    losses = {split: backend.eval_loss(batches) for split, batches in run.data.eval_sets.items()}
+    # each rank evaluates its share of the batches; every rank gets the mean of all
+    losses = {split: eval_mean(backend.eval_loss, b) for split, b in run.data.eval_sets.items()}
     if not all(math.isfinite(v) for v in losses.values()):
         # keep the last good checkpoint and a log of valid JSON: stop before writing
         if run.log_started:
@@ -310,7 +312,7 @@ def evaluate_and_save(run: Run) -> None:
         "elapsed_s": round(elapsed, 3),
     }
     metrics.update(row, tokens_per_s=round(tok_s, 1))
-    rng_state = backend.rng_state()  # under DDP: gathered from every rank
+    rng_state = backend.rng_state()  # several ranks: gathered from every one
     if rank != 0:
         return  # every rank evaluates (same weights, same batches); rank 0 writes
     tqdm.write(

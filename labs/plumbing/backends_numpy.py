@@ -79,6 +79,21 @@ class NumpyBackend:
         self._params = self.model.parameters()  # walked once, not at every step
         self._flat = None  # the parameters in flat buffers, from the first fast training step
         self.step = 0
+        self._seed, self._sync = seed, None  # _sync: the ranks' all-reduce, after distribute()
+
+    def distribute(self, bucket_mb: float = 25.0) -> None:
+        """Train under ``torch.distributed`` (the process group initialised): rank 0's
+        weights broadcast, each rank's gradients summed over the ranks and divided by
+        their number after the last micro-batch (``labs/plumbing/distributed.py``), each
+        rank r > 0 its own dropout masks (seeded seed + r). As :meth:`TorchBackend.distribute`.
+        """
+        from .distributed import GradientAllReduce, rank_and_world
+
+        self._sync = GradientAllReduce(self.model, bucket_mb)
+        rank = rank_and_world()[0]
+        if rank > 0:
+            fresh = np.random.default_rng(self._seed + rank).bit_generator.state
+            self.model.dropout_rng.bit_generator.state = fresh
 
     def current_lr(self) -> float:
         """The learning rate the next :meth:`train_step` will use."""
@@ -123,12 +138,16 @@ class NumpyBackend:
         else:
             self.optimizer.zero_grad()  # the optimizer holds every parameter, tied ones once
         losses = []
-        for xm, ym in zip(micro_x, micro_y, strict=True):
+        for j, (xm, ym) in enumerate(zip(micro_x, micro_y, strict=True)):
             logits = self.model.forward(xm)  # (B/N, T) -> (B/N, T, V)
             losses.append(self.loss_fn.forward(logits, ym))
             dlogits = self.loss_fn.backward()  # of this micro-batch's mean loss
+            if self._sync is not None and j == grad_accum - 1:
+                self._sync.arm()  # the ranks' gradients summed during this last backward
             self.model.backward(dlogits / grad_accum if grad_accum > 1 else dlogits)
         loss = float(np.mean(losses))
+        if self._sync is not None:  # the mean gradient and loss over every rank's rows
+            loss = self._sync.finish(loss)
         params = self._params
         if self.train_config["grad_clip"] > 0:
             with np.errstate(invalid="ignore"):  # inf * 0 when the norm is inf: checked below
@@ -156,6 +175,8 @@ class NumpyBackend:
         from numpy_impl import flat_buffers
 
         order = [p for group in self.optimizer.param_groups for p in group["params"]]
+        if self._sync is not None:  # backward's order: each bucket one slice (distributed.py)
+            order = [p for _, bucket in self._sync.buckets for p in bucket]
         ids = [id(p) for p in order]
         if len(set(ids)) != len(ids) or set(ids) != {id(p) for p in self._params}:
             return None
@@ -190,8 +211,14 @@ class NumpyBackend:
         self.model.load_state_dict(_check_state_dict(sd, own, self.config.tie_weights))
 
     def rng_state(self) -> dict:
-        """The dropout generator's state, JSON-ready (``bit_generator.state``)."""
-        return {"backend": self.name, "dropout": self.model.dropout_rng.bit_generator.state}
+        """The dropout generator's state, JSON-ready (``bit_generator.state``); after
+        :meth:`distribute`, every rank's under ``"by_rank"`` (a collective)."""
+        state = {"backend": self.name, "dropout": self.model.dropout_rng.bit_generator.state}
+        if self._sync is None:
+            return state
+        from .distributed import with_ranks
+
+        return with_ranks(state)
 
     def set_rng_state(self, state: dict) -> None:
         """Restore :meth:`rng_state`'s dict: the next dropout masks are the
@@ -202,6 +229,11 @@ class NumpyBackend:
         """
         if state.get("backend") != self.name:
             raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not numpy")
+        if self._sync is not None:  # this rank's, or a fresh seed for a rank the run lacked
+            from .distributed import own_state, rank_and_world
+
+            fresh = np.random.default_rng(self._seed + rank_and_world()[0]).bit_generator.state
+            state = own_state(state) or {"dropout": fresh}
         try:
             self.model.dropout_rng.bit_generator.state = state["dropout"]
         except (TypeError, ValueError, KeyError) as e:

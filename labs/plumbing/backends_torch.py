@@ -107,19 +107,19 @@ class TorchBackend:
         if self.scaler is not None and state:
             self.scaler.load_state_dict(state)
 
-    def distribute(self) -> None:
+    def distribute(self, bucket_mb: float = 25.0) -> None:
         """Train under ``torch.distributed`` (the process group must be initialised,
         e.g. by ``torchrun``): the model is wrapped in DistributedDataParallel,
-        which averages the gradients of all ranks during ``backward`` (Li et al.
-        2020, "PyTorch Distributed"). Each rank then passes its own slice of the
-        batch to :meth:`train_step`; with equal slices the averaged gradient is
-        exactly the gradient of the mean loss over the whole batch.
+        which averages the gradients of all ranks during ``backward``, in buckets of
+        ``bucket_mb`` MiB (Li et al. 2020, "PyTorch Distributed"). Each rank then passes
+        its own slice of the batch to :meth:`train_step`; with equal slices the averaged
+        gradient is exactly the gradient of the mean loss over the whole batch.
         """
         from torch.nn.parallel import DistributedDataParallel
 
         # DDP broadcasts rank 0's weights to the others: every rank starts equal
         ids = None if self.device.type == "cpu" else [self.device]
-        self._ddp = DistributedDataParallel(self.model, device_ids=ids)
+        self._ddp = DistributedDataParallel(self.model, device_ids=ids, bucket_cap_mb=bucket_mb)
         rank = self.torch.distributed.get_rank()
         if rank > 0:  # every rank its own dropout masks (rank 0 keeps the 1-process stream)
             self.torch.manual_seed(self._seed + rank)
@@ -258,17 +258,11 @@ class TorchBackend:
         if self.device.type == "cuda":
             own["cuda"] = torch.cuda.get_rng_state(self.device)
         state = {"backend": self.name, **{k: b64(v) for k, v in own.items()}}
-        if self._ddp is not None:
-            dist = torch.distributed
-            by_rank = [{} for _ in range(dist.get_world_size())]
-            for key, mine in own.items():
-                mine = mine.to(self.device)  # nccl gathers device tensors only
-                parts = [torch.empty_like(mine) for _ in by_rank]
-                dist.all_gather(parts, mine)
-                for entry, part in zip(by_rank, parts, strict=True):
-                    entry[key] = b64(part)
-            state["by_rank"] = by_rank
-        return state
+        if self._ddp is None:
+            return state
+        from .distributed import with_ranks
+
+        return with_ranks(state)
 
     def set_rng_state(self, state: dict) -> None:
         """Restore :meth:`rng_state`'s dict into torch's global generators (under
@@ -281,12 +275,14 @@ class TorchBackend:
         torch = self.torch
         if state.get("backend") != self.name:
             raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not torch")
-        rank = torch.distributed.get_rank() if self._ddp is not None else 0
-        by_rank = state.get("by_rank") or [state]
-        if rank >= len(by_rank):
-            torch.manual_seed(self._seed + rank)
-            return
-        own = by_rank[rank]
+        own = state
+        if self._ddp is not None:
+            from .distributed import own_state
+
+            own = own_state(state)
+            if own is None:  # a rank the saved run did not have: seeded as a fresh run
+                torch.manual_seed(self._seed + torch.distributed.get_rank())
+                return
 
         def tensor(text: str):
             raw = np.frombuffer(base64.b64decode(text, validate=True), dtype=np.uint8)
