@@ -288,6 +288,8 @@ def _bwrap(bwrap: str, writable: Path) -> list[str]:
     needed = (REPO, Path(sys.prefix), Path(sys.base_prefix), writable)
     if home != Path("/") and not any(p.is_relative_to(home) for p in needed):
         args += ["--tmpfs", str(home)]
+    for path in (REPO, Path(sys.prefix), Path(sys.base_prefix)):  # under a hidden /tmp too
+        args += ["--ro-bind", str(path), str(path)]
     args += ["--bind", str(writable), str(writable), "--chdir", str(REPO)]
     return [*args, *"--unshare-all --die-with-parent --new-session --".split()]
 
