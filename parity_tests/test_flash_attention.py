@@ -199,9 +199,16 @@ def test_flash_runs_the_explicit_path_where_tiles_do_not_apply():
     assert not isinstance(layer._cache, N.attention.AttentionCache)
     _, weights = layer.attend(*layer.project(x), is_causal=True, need_weights=True)
     assert weights.shape == (2, 2, 6, 6)  # the weights need the explicit probabilities
-    layer.flash_tile = 6
-    layer(x, is_causal=True)  # the keys fit in one tile: the explicit formula is that tile
+    layer(x, is_causal=True)  # the plain layer takes the tiles even when one tile holds the keys
+    assert not isinstance(layer._cache, N.attention.AttentionCache)
+    from numpy_impl.fast import accelerate
+
+    accelerate(layer).flash_tile = 6  # the fast backend knows when tiles pay: not for one tile
+    layer(x, is_causal=True)
     assert isinstance(layer._cache, N.attention.AttentionCache)
+    layer.flash_tile = 4
+    layer(x, is_causal=True)
+    assert not isinstance(layer._cache, N.attention.AttentionCache)
 
 
 @pytest.mark.parametrize("bad", ["sdpa", "Flash", None, 1])
