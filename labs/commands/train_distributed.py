@@ -10,11 +10,13 @@ writes; every rank draws the same batch and keeps its slice (see ``train.py``).
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import math
 import os
 import signal
 import sys
+import threading
 import warnings
 
 from .. import UserError
@@ -136,20 +138,15 @@ def launch(args: argparse.Namespace, n: int) -> int:
 
 def _rank(rank: int, argv: list[str]) -> None:
     """One rank: ``python -m labs`` with ``argv``, in the group :func:`launch` set up."""
-    import ctypes
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's: it ends the ranks
     if sys.platform.startswith("linux"):  # die with the launcher (PR_SET_PDEATHSIG = 1)
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank))
-    import threading
-
     from tqdm import tqdm
 
     from ..__main__ import main
 
     tqdm.set_lock(threading.RLock())  # not a semaphore, which exit_worker's os._exit would leak
-
     try:
         status = main(argv)
     except BaseException:  # a bug: its traceback, as one process would show it
