@@ -56,13 +56,13 @@ def torchrun(*argv: str) -> subprocess.CompletedProcess:
     return r
 
 
-def spawned(*argv: str) -> subprocess.CompletedProcess:
+def spawned(*argv: str, status: int = 0) -> subprocess.CompletedProcess:
     """``python -m labs train --processes 2``: the ranks started by the command itself."""
     r = subprocess.run(
         [sys.executable, "-m", "labs", "train", "--processes", "2", *argv],
         capture_output=True, text=True, env=ENV, cwd=ROOT, timeout=600,
     )  # fmt: skip
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == status, r.stdout + r.stderr
     return r
 
 
@@ -144,6 +144,8 @@ def test_numpy_two_ranks_are_one_process_and_resume_bit_for_bit(corpus, tmp_path
     assert r.stdout.count("step     0:") == 1 and not r.stderr.count("error"), r.stderr
     want = reference(corpus, tmp_path_factory, *accum)
     assert_same_run(two, want, "numpy, 2 micro-batches: 2 spawned ranks vs 1 process")
+    r = spawned(*data, "--out", str(two), *accum, status=2)  # a user error: one line, rank 0's
+    assert r.stderr.count("error:") == 1 and "already holds a run" in r.stderr, r.stderr
 
     out = tmp_path / "run"
     r = torchrun(*data, "--out", str(out), "--max-iters", str(K), *accum)
