@@ -143,7 +143,7 @@ class NumpyBackend:
             losses.append(self.loss_fn.forward(logits, ym))
             dlogits = self.loss_fn.backward()  # of this micro-batch's mean loss
             if self._sync is not None and j == grad_accum - 1:
-                self._sync.arm()  # the ranks' gradients summed during this last backward
+                self._sync.arm(flat)  # the ranks' gradients summed during this last backward
             self.model.backward(dlogits / grad_accum if grad_accum > 1 else dlogits)
         loss = float(np.mean(losses))
         if self._sync is not None:  # the mean gradient and loss over every rank's rows

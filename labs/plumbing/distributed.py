@@ -106,9 +106,9 @@ class GradientAllReduce:
     last module returns, while the earlier layers' backward runs; :meth:`finish` waits
     for them all and divides by the number of ranks: with equal shards, the gradient of
     the whole batch's mean loss. Only after :meth:`arm` (the last micro-batch's backward):
-    accumulating micro-batches reduce nothing. A bucket whose gradients tile one
-    contiguous run of memory (a flat gradient buffer) is reduced in place; another goes
-    through a buffer of its own.
+    accumulating micro-batches reduce nothing. A bucket that is one run of a
+    :class:`~numpy_impl.flat_buffers.FlatParameters`' gradient buffer is reduced in place;
+    another goes through a buffer of its own.
 
     Args:
         model: a ``numpy_impl`` Module; its top-level children's ``backward`` are wrapped
@@ -125,7 +125,7 @@ class GradientAllReduce:
         for p in model.parameters():
             dist.broadcast(torch.from_numpy(p.data), src=0)
         self.buckets = buckets(model, bucket_mb * 2**20)
-        self.armed, self.pending = False, []
+        self.armed, self.flat, self.pending = False, None, []
         for i, (unit, _) in enumerate(self.buckets):
             unit.backward = self._hooked(unit.backward, i)
 
@@ -138,16 +138,22 @@ class GradientAllReduce:
 
         return wrapped
 
-    def arm(self) -> None:
-        """Reduce during the next backward (the step's last micro-batch)."""
-        self.armed = True
+    def arm(self, flat=None) -> None:
+        """Reduce during the next backward (the step's last micro-batch); ``flat``: the
+        parameters' flat buffers, if they have them."""
+        self.armed, self.flat = True, flat
 
     def _start(self, params: list) -> None:
-        grads = [p.grad for p in params]
-        run = _one_run(grads)
-        buf = np.concatenate([g.ravel() for g in grads]) if run is None else run
+        runs = self.flat.runs(params) if self.flat is not None else []
+        if len(runs) == 1:  # one slice of the flat gradient buffer: reduced in place
+            buf, grads = self.flat.grad[runs[0][0] : runs[0][1]], None
+        elif len(params) == 1 and params[0].grad.flags.c_contiguous:  # its own array
+            buf, grads = params[0].grad.reshape(-1), None
+        else:
+            grads = [p.grad for p in params]
+            buf = np.concatenate([g.ravel() for g in grads])
         work = self.dist.all_reduce(self.torch.from_numpy(buf), async_op=True)
-        self.pending.append((work, buf, None if run is not None else grads))
+        self.pending.append((work, buf, grads))
 
     def finish(self, loss: float) -> float:
         """Wait for every bucket, divide by the number of ranks; return the mean of the
@@ -164,24 +170,3 @@ class GradientAllReduce:
                 lo += g.size
         self.pending.clear()
         return float(total) / self.world
-
-
-def _one_run(arrays: list) -> np.ndarray | None:
-    """A 1-D view of the memory ``arrays`` fill together, when they are C-contiguous views
-    of one contiguous buffer that tile a run of it (in any order); else None."""
-    roots = []
-    for a in arrays:
-        root = a
-        while isinstance(root.base, np.ndarray):
-            root = root.base
-        roots.append(root)
-    root = roots[0]
-    if not (root.flags.c_contiguous and all(r is root for r in roots)):
-        return None
-    if not all(a.flags.c_contiguous and a.dtype == root.dtype for a in arrays):
-        return None
-    spans = sorted((a.ctypes.data, a.nbytes) for a in arrays)
-    if any(s + n != t for (s, n), (t, _) in zip(spans, spans[1:], strict=False)):
-        return None
-    lo = (spans[0][0] - root.ctypes.data) // root.itemsize
-    return root.reshape(-1)[lo : lo + sum(a.size for a in arrays)]
