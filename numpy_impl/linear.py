@@ -1,17 +1,7 @@
-"""Linear layer: y = x W^T + b, with its hand-written backward.
+"""Linear layer y = x W^T + b, forward and backward (CS231n's affine_forward / affine_backward).
 
-The weight is stored as ``(out_features, in_features)``, PyTorch's layout, so a
-state dict moves between the backends without transposes. Every leading
-dimension is flattened into one ``(N, in_features)`` matrix, so forward and
-backward are each one GEMM however many batch axes the input has.
-
-The functional pair :func:`linear` / :func:`linear_backward` (CS231n's
-``affine_forward`` / ``affine_backward``) does the arithmetic; :class:`Linear`
-owns the parameters, caches x, and adds the gradients into ``.grad``. A layer
-that applies row blocks of one weight to several inputs (cross-attention's q
-from the decoder, k and v from the encoder, out of one packed ``(3C, C)``
-weight, as ``torch.nn.MultiheadAttention``'s ``in_proj_weight``) calls the
-functions directly.
+W is ``(out, in)``, PyTorch's layout: state dicts move between the twins without transposes.
+The functions also serve layers that apply row blocks of one packed weight (cross-attention).
 """
 
 from __future__ import annotations
@@ -22,18 +12,10 @@ from .module import Module, Parameter, check_float, check_last_dim
 
 
 def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
-    """y = x W^T + b, over the last axis of ``x`` (``torch.nn.functional.linear``).
+    """y = x W^T + b over the last axis (``torch.nn.functional.linear``).
 
-    Args:
-        x: ``(..., in)``.
-        weight: ``(out, in)``.
-        bias: ``(out,)`` or None.
-
-    Returns:
-        y ``(..., out)``.
-
-    Raises:
-        ValueError: the last axis of ``x`` is not ``in``.
+    Shapes: x ``(..., in)``, weight ``(out, in)``, bias ``(out,)`` or None -> y ``(..., out)``.
+    Raises ValueError: the last axis of ``x`` is not ``in``.
     """
     check_last_dim(x, weight.shape[1], "x", "in_features")
     ### BEGIN SOLUTION ch02
@@ -50,19 +32,10 @@ def linear(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None) ->
 def linear_backward(
     dout: np.ndarray, x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Gradients of y = x W^T + b, given dout = dL/dy.
+    """Gradients of y = x W^T + b: dx = dout W, dW = dout^T x, db = dout summed over rows.
 
-        dx = dout W,   dW = dout^T x,   db = sum over rows of dout
-
-    Args:
-        dout: ``(..., out)``.
-        x: ``(..., in)``, the forward's input.
-        weight: ``(out, in)``.
-        bias: the forward's bias ``(out,)`` or None; only whether it is None matters.
-
-    Returns:
-        dx ``(..., in)``, dweight ``(out, in)``, dbias ``(out,)`` (None without a bias).
-        The caller adds dweight and dbias into its ``.grad``.
+    Shapes: dout ``(..., out)``, x ``(..., in)``, weight ``(out, in)`` -> dx ``(..., in)``,
+    dweight ``(out, in)``, dbias ``(out,)`` (None when ``bias`` is None). The caller adds them.
     """
     ### BEGIN SOLUTION ch02
     ### TODO: with dout and x flattened to (N, out) and (N, in): dx = dout W (reshaped like
@@ -78,25 +51,11 @@ def linear_backward(
 
 
 class Linear(Module):
-    """y = x W^T + b.
+    """y = x W^T + b; ``rng`` draws the init U(-1/sqrt(in), 1/sqrt(in)), PyTorch's default.
 
-    Args:
-        in_features, out_features: sizes of the last axis of input and output.
-        bias: learn an additive bias ``b`` of shape ``(out_features,)``.
-        dtype: float32 for training, float64 for parity tests.
-        rng: ``np.random.Generator`` for the default init, U(-1/sqrt(in), 1/sqrt(in))
-            (PyTorch's default; the GPT re-initialises its layers).
-
-    Shapes:
-        forward: x ``(..., in_features)`` -> ``(..., out_features)``
-        backward: dout ``(..., out_features)`` -> dx ``(..., in_features)``;
-        adds dW ``(out_features, in_features)`` and db ``(out_features,)``.
-
-    Cache: x.
-
-    Raises:
-        ValueError: ``in_features`` or ``out_features`` below 1; the last axis
-            of ``x`` is not ``in_features``.
+    Shapes: x ``(..., in_features)`` -> ``(..., out_features)``; backward: dout -> dx, and
+    adds dW ``(out_features, in_features)``, db ``(out_features,)``. Cache: x.
+    Raises ValueError: a size below 1; the last axis of ``x`` is not ``in_features``.
     """
 
     _caches = ("_x",)  # what backward reads; dropped under no_grad()

@@ -1,4 +1,5 @@
-"""Cross-entropy over logits, as a log-softmax, with the softmax and its backward fused."""
+"""Cross-entropy over logits, as a log-softmax, with the softmax and its backward taken
+together in one step: dlogits = softmax - onehot."""
 
 from __future__ import annotations
 
@@ -8,11 +9,9 @@ from .module import Module, check_float
 
 
 def check_ignore_index(ignore_index) -> int:
-    """``ignore_index`` as a Python int: an integer (not a bool) that fits in int64, the
-    range of PyTorch's targets (-100 by default; any negative one can never be a class id).
+    """``ignore_index`` as a Python int (PyTorch's default -100 is never a class id).
 
-    Raises:
-        TypeError: not an integer (1.5, "1", None). ValueError: outside int64.
+    Raises TypeError: not an integer (a bool, 1.5, None); ValueError: outside int64.
     """
     if isinstance(ignore_index, bool) or not isinstance(ignore_index, (int, np.integer)):
         raise TypeError(f"ignore_index: expected an int, got {ignore_index!r}")
@@ -22,32 +21,16 @@ def check_ignore_index(ignore_index) -> int:
 
 
 class CrossEntropyLoss(Module):
-    """loss = mean over kept positions n of ( logsumexp(logits_n) - logits_n[target_n] ).
+    """loss = mean over kept rows n of (logsumexp(z_n) - z_n[t_n]) = -log softmax(z_n)[t_n].
 
-    Numerically stable: the row maximum is subtracted before exponentiating.
-    Positions whose target equals ``ignore_index`` do not count (neither in
-    the sum nor in the mean's denominator); if every position is ignored the
-    loss is 0.0 and the gradient zero (``torch`` would return NaN there).
-
-    Forward, per row n with target t_n, as a log-softmax (Goodfellow et al. 2016, sec. 6.2.2.3):
-        shifted_n = z_n - max(z_n)                   the same softmax, and exp cannot overflow
-        nll_n     = logsumexp(shifted_n) - shifted_n[t_n] = -log softmax(z_n)[t_n]
-        loss      = mean of nll_n over the kept rows
-
-    Backward of softmax and cross-entropy together (as in llm.c):
-        dlogits_n = (softmax(z_n) - onehot(t_n)) / N_kept,   0 on ignored rows
-
-    Cache: the shifted logits ``(N, V)`` and their logsumexp ``(N,)``.
-
-    Shapes:
-        forward: logits ``(..., V)``, targets ``(...)`` integer -> loss (Python float)
-        backward: dloss (float, default 1.0) -> dlogits ``(..., V)``
-
-    Raises:
-        TypeError: targets are not integers; ``ignore_index`` is not an int.
-        ValueError: targets' shape does not match ``logits.shape[:-1]``, or a
-            target lies outside ``[0, V)`` and is not ``ignore_index``; ``ignore_index``
-            outside int64.
+    A log-softmax (Goodfellow et al. 2016, sec. 6.2.2.3), stable: each row's max is subtracted
+    before exp. Rows whose target is ``ignore_index`` do not count; all ignored: loss 0.0 (torch
+    gives NaN). Backward, as in llm.c: dlogits_n = (softmax(z_n) - onehot(t_n)) / N_kept.
+    Shapes: logits ``(..., V)``, integer targets ``(...)`` -> loss (float); backward dloss ->
+    dlogits ``(..., V)``. Cache: the shifted logits ``(N, V)`` and their logsumexp ``(N,)``.
+    Raises TypeError: non-integer targets or ``ignore_index``; ValueError: targets' shape is not
+    ``logits.shape[:-1]``, a target outside ``[0, V)`` and not ``ignore_index``, an
+    ``ignore_index`` outside int64.
     """
 
     _caches = ("_cache",)  # what backward reads; dropped under no_grad()

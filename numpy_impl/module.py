@@ -1,27 +1,15 @@
-"""The small piece of ``torch.nn.Module`` that the NumPy side builds for itself.
+"""The small piece of ``torch.nn.Module`` that the NumPy side builds for itself (no twin).
 
-A :class:`Parameter` holds an array and its gradient. A :class:`Module` finds
-its parameters and sub-modules by walking its attributes in assignment order,
-exactly as ``torch.nn.Module`` does, so both backends produce the same
-state-dict names (``blocks.0.attn.qkv_proj.weight`` ...) without a mapping
-table.
+A :class:`Module` finds its parameters and sub-modules by walking its attributes in assignment
+order, as ``torch.nn.Module`` does, so both backends give the same state-dict names.
 
 Contract for every layer (CS231n / llm.c style):
 
-* ``forward(x) -> out`` caches on ``self`` only what ``backward`` needs.
-* ``backward(dout) -> dx`` returns the input gradient and *adds* into each
-  parameter's ``.grad`` (never assigns), so a parameter used twice - the tied
-  token embedding and LM head - collects both contributions. Zeroing is one
-  explicit call, :meth:`Module.zero_grad`.
-* The attributes that hold those caches are named in the class's ``_caches``.
-  Inside ``with no_grad():`` (``torch.no_grad``'s counterpart: evaluation,
-  sampling) a layer drops them as soon as its forward returns (in
-  :meth:`Module.__call__`: call layers as ``layer(x)``, as every composite
-  layer here does; ``layer.forward(x)`` keeps them), so each layer's
-  activations are freed while the next layer runs and an evaluation holds one
-  layer's arrays at a time, not every layer's backward caches at once.
-
-This file has no twin in ``torch_impl/``: PyTorch ships ``nn.Module``.
+* ``forward(x) -> out`` caches on ``self`` only what ``backward`` needs, in the attributes
+  named by the class's ``_caches`` (dropped under :func:`no_grad`).
+* ``backward(dout) -> dx`` returns the input gradient and *adds* into each parameter's
+  ``.grad``, so a parameter used twice (tied embedding and LM head) collects both.
+  Zeroing is one explicit call, :meth:`Module.zero_grad`.
 """
 
 from __future__ import annotations
@@ -49,14 +37,10 @@ def is_grad_enabled() -> bool:
 def no_grad():
     """Forward passes inside the ``with`` keep no backward caches (``torch.no_grad``).
 
-    For evaluation and sampling: each layer drops what its backward would have
-    read (the attributes in its ``_caches``) as soon as its forward returns
-    (``Module.__call__`` does it: call layers as ``layer(x)``), so
-    there is nothing to differentiate afterwards: run the forward again outside
-    the ``with`` before a backward (a backward before that raises ``RuntimeError``,
-    as PyTorch's does: the dropped attributes hold :data:`NO_FORWARD`). Nests;
-    restores the previous mode on the way out, exceptions included. Results are
-    those of a forward outside it.
+    For evaluation and sampling: ``Module.__call__`` drops each layer's ``_caches`` as soon as
+    its forward returns (call layers as ``layer(x)``), so one layer's arrays are held at a time.
+    A backward afterwards raises ``RuntimeError``, as PyTorch's does. Nests; restores the
+    previous mode on the way out, exceptions included.
     """
     was = is_grad_enabled()
     _grad_mode.enabled = False
@@ -109,8 +93,7 @@ class Parameter:
     Attributes:
         data: the value, any shape, float32 or float64.
         grad: same shape and dtype as ``data``; backward passes add into it. It is
-            allocated (zeros) the first time it is used, so a model that only runs
-            inference never holds its gradients (GPT-2 124M: 0.5 GB).
+            allocated (zeros) on first use: inference never holds gradients.
     """
 
     __slots__ = ("data", "_grad")
@@ -278,9 +261,7 @@ class ModuleList(Module):
 
 
 # -- input checks shared by the NumPy layers -----------------------------------
-# PyTorch raises its own errors (or, for a negative embedding index on some
-# paths, silently wraps); both backends instead validate up front and raise the
-# same exception types with messages that name the argument.
+# Both backends validate up front and raise the same exception types, naming the argument.
 
 
 def check_ids(idx: np.ndarray, vocab_size: int, name: str = "idx") -> np.ndarray:

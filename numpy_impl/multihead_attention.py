@@ -1,15 +1,7 @@
 """Multi-head attention with separate q, k, v projections: ``torch.nn.MultiheadAttention``'s form.
 
-The tutorial "Getting Started with Transformers in PyTorch" writes multi-head
-attention (its ``MultiHeadAttention``) with three projections ``W_q``, ``W_k``,
-``W_v`` and returns the attention weights next to
-the output, as ``torch.nn.MultiheadAttention`` does. :class:`MultiHeadAttention`
-is that interface over the core of :class:`~numpy_impl.attention.SelfAttention`
-(the same attention, heads and output projection); only the projections differ.
-:func:`split_qkv_state_dict` and :func:`merge_qkv_state_dict` move weights
-between the two layouts.
-
-Twin of ``torch_impl/multihead_attention.py``.
+Also the form of the tutorial "Getting Started with Transformers in PyTorch": ``W_q``, ``W_k``,
+``W_v``, and the attention weights returned next to the output. Twin of torch_impl's.
 """
 
 from __future__ import annotations
@@ -21,34 +13,16 @@ from .linear import Linear
 
 
 class MultiHeadAttention(SelfAttention):
-    """:class:`SelfAttention`'s core behind three separate projections, and its weights returned.
+    """:class:`SelfAttention`'s core behind separate ``q_proj``, ``k_proj``, ``v_proj`` ``(C, C)``.
 
-    The form of the tutorial's layer and of ``torch.nn.MultiheadAttention``:
-    ``q_proj``, ``k_proj``, ``v_proj``, ``out_proj`` (each ``(C, C)``), query, key
-    and value passed separately, and the attention weights returned next to the
-    output. Loading ``in_proj_weight = concat(q_proj, k_proj, v_proj)`` (and the
-    biases, and ``out_proj``) into ``nn.MultiheadAttention(batch_first=True)``
-    gives the same function, with the mask inverted (True = masked there).
-    :func:`merge_qkv_state_dict` and :func:`split_qkv_state_dict` convert weights
-    to and from :class:`SelfAttention`'s packed layout.
-
-    Args:
-        d_model, n_heads, bias: as in :class:`SelfAttention`.
-        dropout: on the attention probabilities only (no dropout on the output).
-        attn_impl: ``"explicit"`` or ``"flash"``, as in :class:`SelfAttention`.
-        dtype, rng: NumPy only.
-
-    Shapes:
-        forward: query ``(B, T_q, C)``, key and value ``(B, T_k, C)``, attn_mask,
-        is_causal -> ``(out (B, T_q, C), weights)``: weights ``(B, n_heads, T_q, T_k)``
-        (the probabilities before dropout), ``(B, T_q, T_k)`` averaged over the heads
-        with ``average_attn_weights``, or None without ``need_weights``.
-        backward: dout ``(B, T_q, C)`` -> ``(dquery, dkey, dvalue)``; no gradient
-        flows back through the returned weights.
-
-    Raises:
-        ValueError: bad sizes; inputs that are not ``(B, T>=1, C)`` with matching B
-            and T_k; the mask errors of :func:`scaled_dot_product_attention`.
+    ``nn.MultiheadAttention(batch_first=True)`` with ``in_proj_weight = concat(q, k, v)`` computes
+    the same, its mask inverted (True = masked there). dropout: on the probabilities only.
+    Shapes: forward query ``(B, T_q, C)``, key, value ``(B, T_k, C)`` -> out ``(B, T_q, C)``,
+    weights ``(B, n_heads, T_q, T_k)`` before dropout (the head mean ``(B, T_q, T_k)`` with
+    ``average_attn_weights``; None without ``need_weights``); backward dout -> dquery, dkey,
+    dvalue (nothing flows back through the weights).
+    Raises ValueError: bad sizes; inputs not ``(B, T>=1, C)`` with matching B and T_k; the
+    mask errors of :func:`scaled_dot_product_attention`.
     """
 
     def __init__(
@@ -109,14 +83,10 @@ class MultiHeadAttention(SelfAttention):
 
 
 def split_qkv_state_dict(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A :class:`SelfAttention` state dict -> the :class:`MultiHeadAttention` one.
+    """A :class:`SelfAttention` state dict -> :class:`MultiHeadAttention`'s, as copies.
 
-    ``qkv_proj.weight (3C, C)`` is three stacked ``(C, C)`` blocks, q then k then v
-    (and likewise its bias): they become ``q_proj``, ``k_proj``, ``v_proj``.
-    ``out_proj`` and any other key pass through. Arrays are copies.
-
-    Raises:
-        ValueError: ``qkv_proj.weight`` missing or its first axis not divisible by 3.
+    ``qkv_proj`` rows ``(3C, ...)`` split into q, k, v blocks; other keys pass through.
+    Raises ValueError: ``qkv_proj.weight`` missing or its first axis not divisible by 3.
     """
     w = state_dict.get("qkv_proj.weight")
     if w is None or w.ndim != 2 or w.shape[0] % 3:
@@ -136,13 +106,9 @@ def split_qkv_state_dict(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndar
 
 
 def merge_qkv_state_dict(state_dict: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """A :class:`MultiHeadAttention` state dict -> the :class:`SelfAttention` one.
+    """The inverse of :func:`split_qkv_state_dict`: q, k, v rows stacked into ``qkv_proj``.
 
-    The inverse of :func:`split_qkv_state_dict`: ``q_proj``, ``k_proj``, ``v_proj``
-    rows stacked into ``qkv_proj`` in the order q, k, v. Other keys pass through.
-
-    Raises:
-        ValueError: some of the q/k/v projections present and others missing.
+    Raises ValueError: some of the q/k/v projections present and others missing.
     """
     out = {}
     for kind in ("weight", "bias"):

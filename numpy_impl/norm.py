@@ -1,4 +1,4 @@
-"""Layer normalisation (Ba et al. 2016), forward and backward."""
+"""LayerNorm (Ba et al. 2016) and RMSNorm (Zhang & Sennrich 2019), forward and backward."""
 
 from __future__ import annotations
 
@@ -8,35 +8,12 @@ from .module import Module, Parameter, check_float, check_last_dim
 
 
 class LayerNorm(Module):
-    """y = (x - mean) / sqrt(var + eps) * weight + bias, over the last axis.
+    """y = (x - mean) / sqrt(var + eps) * weight + bias, per token (Ba et al. 2016, eqs. 3-4).
 
-    Source: Ba et al. 2016, sec. 3, eqs. 3-4: statistics per token, then a
-    learned per-feature gain (``weight``) and bias.
-
-    ``var`` is the biased variance (divide by C, not C - 1) and ``eps`` sits
-    inside the square root, exactly as ``torch.nn.LayerNorm``. Statistics are
-    per token, never across the batch (that would be BatchNorm).
-
-    Args:
-        d_model: size of the normalised axis, C.
-        eps: added to the variance.
-        bias: learn the shift ``bias`` (Llama-style models drop it).
-        dtype: parameter dtype.
-
-    Shapes:
-        forward: x ``(..., C)`` -> ``(..., C)``
-        backward: dout ``(..., C)`` -> dx ``(..., C)``; adds dweight, dbias ``(C,)``.
-
-    Cache: the normalised input xhat ``(..., C)`` and rstd = 1/sqrt(var + eps)
-    ``(..., 1)`` (llm.c keeps mean and rstd; keeping xhat saves recomputing it).
-
-    Backward, per row (sums over the C features), with dxhat = dout * weight:
-        dx = rstd / C * (C dxhat - sum(dxhat) - xhat * sum(dxhat * xhat))
-        dweight = sum over rows of dout * xhat,   dbias = sum over rows of dout
-
-    Raises:
-        ValueError: ``d_model < 1`` or ``eps <= 0`` (constructor); the last axis
-            of ``x`` is not ``d_model``.
+    ``var`` is biased (divides by C) and eps sits inside the root, as in ``torch.nn.LayerNorm``.
+    Shapes: x ``(..., C)`` -> ``(..., C)``; backward dout -> dx, adds dweight, dbias ``(C,)``.
+    Cache: xhat ``(..., C)`` and rstd ``(..., 1)`` of :func:`layer_norm`. ``bias=False``: no shift.
+    Raises ValueError: ``d_model < 1`` or ``eps <= 0``; the last axis of x is not ``d_model``.
     """
 
     _caches = ("_xhat", "_rstd")  # what backward reads; dropped under no_grad()
@@ -72,11 +49,9 @@ class LayerNorm(Module):
 
 
 def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: float):
-    """LayerNorm of each row of x (..., C): returns y (..., C) and the backward's cache,
-    xhat (..., C) and rstd = 1 / sqrt(var + eps) (..., 1) (Ba et al. 2016, eqs. 3-4).
+    """LayerNorm of each row of x ``(..., C)``; weight, bias ``(C,)`` (bias may be None).
 
-    weight, bias: ``(C,)`` (bias may be None). Raises nothing: :class:`LayerNorm`
-    checks x's width and dtype.
+    Returns y ``(..., C)`` and the cache xhat ``(..., C)``, rstd = 1 / sqrt(var + eps) ``(..., 1)``.
     """
     ### BEGIN SOLUTION ch07
     ### TODO: per row, xhat = (x - mean) * rstd with rstd = 1 / sqrt(var + eps) (..., 1), then
@@ -94,9 +69,11 @@ def layer_norm(x: np.ndarray, weight: np.ndarray, bias: np.ndarray | None, eps: 
 def layer_norm_backward(
     dout: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, weight: np.ndarray
 ) -> np.ndarray:
-    """dx (..., C) of :func:`layer_norm`, row by row, from its cache xhat (..., C) and
-    rstd (..., 1); weight ``(C,)``. The parameter gradients, sums over every row, are
-    :meth:`LayerNorm.backward`'s. Ba et al. 2016; the derivation is chapter 07's.
+    """dx ``(..., C)`` of :func:`layer_norm` from its cache; dxhat = dout * weight, sums over C:
+
+        dx = rstd / C * (C dxhat - sum(dxhat) - xhat * sum(dxhat * xhat))
+
+    dweight = sum(dout * xhat) and dbias = sum(dout) over rows are :meth:`LayerNorm.backward`'s.
     """
     ### BEGIN SOLUTION ch07
     ### TODO: dx = rstd / C * (C dxhat - sum(dxhat) - xhat sum(dxhat xhat)) with
@@ -112,30 +89,11 @@ def layer_norm_backward(
 class RMSNorm(Module):
     """y = x / sqrt(mean(x^2) + eps) * weight, over the last axis (Zhang & Sennrich 2019, eq. 4).
 
-    LayerNorm without the mean: no centring and no shift, only a rescaling of
-    each token vector to unit root mean square, then a learned per-feature gain.
-    Llama's norm (with eps = 1e-5 in Llama 2; the default here).
-    ``eps`` sits inside the square root, as in ``torch.nn.RMSNorm`` (whose
-    default eps, when None, is the dtype's machine epsilon instead).
-
-    Args:
-        d_model: size of the normalised axis, C.
-        eps: added to the mean square.
-        dtype: parameter dtype.
-
-    Shapes:
-        forward: x ``(..., C)`` -> ``(..., C)``
-        backward: dout ``(..., C)`` -> dx ``(..., C)``; adds dweight ``(C,)``.
-
-    Cache: xhat = x * rrms ``(..., C)`` and rrms = 1 / sqrt(mean(x^2) + eps) ``(..., 1)``.
-
-    Backward, per row (sums over the C features), with dxhat = dout * weight:
-        dx = rrms / C * (C dxhat - xhat * sum(dxhat * xhat))
-        dweight = sum over rows of dout * xhat
-    LayerNorm's formula less its ``- sum(dxhat)`` term: there is no mean to subtract.
-
-    Raises:
-        ValueError: the last axis of ``x`` is not ``d_model``; ``eps <= 0``.
+    LayerNorm without centring or shift; Llama's norm (eps = 1e-5 in Llama 2, the default here).
+    Shapes: x ``(..., C)`` -> ``(..., C)``; backward dout -> dx, adds dweight ``(C,)``.
+    Cache: xhat = x * rrms ``(..., C)``, rrms = 1 / sqrt(mean(x^2) + eps) ``(..., 1)``. Backward:
+        dx = rrms / C * (C dxhat - xhat * sum(dxhat * xhat)),   dxhat = dout * weight
+    Raises ValueError: ``d_model < 1``, ``eps <= 0``; the last axis of x is not ``d_model``.
     """
 
     _caches = ("_xhat", "_rrms")  # what backward reads; dropped under no_grad()

@@ -11,12 +11,8 @@ from .module import Module, Parameter
 
 
 def configure_param_groups(model: Module, weight_decay: float) -> list[dict]:
-    """Split parameters into a decayed and a non-decayed group.
-
-    Matrices (ndim >= 2: Linear weights, embeddings) are decayed; vectors
-    (biases, LayerNorm weights, anything 1-D) are not, as in nanoGPT and
-    GPT-3: decaying a gain towards 0 only fights the normalisation.
-    A tied parameter appears once.
+    """Two groups: matrices (ndim >= 2) decayed, vectors (biases, norm gains) not, as in nanoGPT
+    and GPT-3; a tied parameter appears once. Raises ValueError: ``weight_decay < 0``.
     """
     if not weight_decay >= 0:
         raise ValueError(f"weight_decay: must be >= 0, got {weight_decay}")
@@ -28,32 +24,16 @@ def configure_param_groups(model: Module, weight_decay: float) -> list[dict]:
 
 
 class AdamW:
-    """Adam with decoupled weight decay (Loshchilov & Hutter 2019, Algorithm 2).
+    """Adam with decoupled weight decay (Loshchilov & Hutter 2019, Algorithm 2), torch's defaults.
 
-    Per parameter p with gradient g, at step t = 1, 2, ... (lr: the group's rate):
-        m     = beta1 m + (1 - beta1) g                       first moment
-        v     = beta2 v + (1 - beta2) g^2                     second moment
-        m_hat = m / (1 - beta1^t),  v_hat = v / (1 - beta2^t)  bias corrections
-        p     = p - lr (m_hat / (sqrt(v_hat) + eps) + weight_decay p)
-
-    The decay ``weight_decay p`` is outside the Adam ratio ("decoupled"), and
-    uses p before the step. Algorithm 2 scales it by the schedule multiplier
-    alone; PyTorch (and this class) by the learning rate, so ``weight_decay``
-    means the same here as in ``torch.optim.AdamW``, whose defaults these are.
-    The two agree to rounding (parity_tests/test_training.py).
-
-    Args:
-        params: a list of Parameters or of param-group dicts (``"params"``
-            plus optional ``"lr"``, ``"betas"``, ``"eps"``, ``"weight_decay"``), as in torch.
-        lr, betas, eps, weight_decay: defaults for every group.
-
-    Attributes:
-        param_groups: list of dicts; set ``group["lr"]`` to change the rate.
-        state: Parameter -> {"step": t, "exp_avg": m, "exp_avg_sq": v} (torch's names).
-
-    Raises:
-        ValueError: ``lr <= 0``, a beta outside ``[0, 1)``, ``eps <= 0``,
-            ``weight_decay < 0``.
+    Per parameter p with gradient g, at step t = 1, 2, ...:
+        m = beta1 m + (1 - beta1) g,   v = beta2 v + (1 - beta2) g^2
+        m_hat = m / (1 - beta1^t),     v_hat = v / (1 - beta2^t)
+        p = p - lr (m_hat / (sqrt(v_hat) + eps) + weight_decay p)
+    The decay is scaled by lr, as in ``torch.optim.AdamW`` (Algorithm 2: by the schedule alone).
+    params: Parameters or torch-style group dicts; set ``group["lr"]`` to change the rate.
+    ``state[p]`` uses torch's names: ``step``, ``exp_avg`` (m), ``exp_avg_sq`` (v).
+    Raises ValueError: ``lr <= 0``, a beta outside ``[0, 1)``, ``eps <= 0``, ``weight_decay < 0``.
     """
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01):
@@ -105,11 +85,10 @@ class AdamW:
 
 
 def clip_grad_norm_(parameters: Iterable[Parameter], max_norm: float) -> float:
-    """Scale all gradients together so their global L2 norm is at most ``max_norm``.
+    """Scale all gradients in place so their global L2 norm is at most ``max_norm``.
 
-    norm = sqrt(sum over every parameter of sum(g^2)); if norm > max_norm every
-    gradient is multiplied by max_norm / (norm + 1e-6) (torch's formula, so
-    the backends clip identically). Returns the norm *before* clipping.
+    If norm = sqrt(sum of every g^2) > max_norm, each g *= max_norm / (norm + 1e-6), torch's
+    formula. Returns the norm before clipping.
     """
     ### BEGIN SOLUTION ch09
     ### TODO: norm = sqrt(sum of g^2 over every element of every gradient); if norm > max_norm,
@@ -130,14 +109,11 @@ def cosine_lr(
 ) -> float:
     """Learning rate at ``step``: linear warmup, cosine decay, then a floor (nanoGPT's get_lr).
 
-    step <  warmup:          max_lr * (step + 1) / (warmup + 1)      (> 0 at step 0)
-    warmup <= step <= decay: min_lr + (max_lr - min_lr) * (1 + cos(pi * r)) / 2,
-                             r = (step - warmup) / (decay - warmup)
-    step > decay:            min_lr
-
+        step < warmup:           max_lr * (step + 1) / (warmup + 1)
+        warmup <= step <= decay: min_lr + (max_lr - min_lr) * (1 + cos(pi r)) / 2,
+                                 r = (step - warmup) / (decay - warmup)
+        step > decay:            min_lr
     The cosine is SGDR's without restarts (Loshchilov & Hutter 2017, eq. 5).
-    Training sets ``group["lr"] = cosine_lr(step, ...)`` before each step, in
-    both backends: ``torch_impl.optim.cosine_lr`` is the same function.
     """
     ### BEGIN SOLUTION ch09
     ### TODO: a Python float: warmup max_lr (step + 1) / (warmup_iters + 1) while step <

@@ -8,15 +8,7 @@ from .module import Module, Parameter
 
 
 def _check_positions(T, start_pos: int, block_size: int) -> tuple[int, int]:
-    """Validate positions ``start_pos .. start_pos + T - 1`` of a table of ``block_size`` rows.
-
-    Returns:
-        ``(T, start_pos)`` as Python ints.
-
-    Raises:
-        TypeError: ``T`` or ``start_pos`` is not an integer (bools included).
-        ValueError: ``T < 1``, ``start_pos < 0``, or ``start_pos + T > block_size``.
-    """
+    """Validate positions ``start_pos .. start_pos + T - 1`` of a ``block_size``-row table."""
     if isinstance(T, bool) or not isinstance(T, (int, np.integer)):
         raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
     if isinstance(start_pos, bool) or not isinstance(start_pos, (int, np.integer)):
@@ -34,28 +26,14 @@ def _check_positions(T, start_pos: int, block_size: int) -> tuple[int, int]:
 
 
 class LearnedPositionalEmbedding(Module):
-    """One learned vector per position: pos[t] = weight[start_pos + t], t = 0 .. T-1
-    (GPT-2; Radford et al. 2019, sec. 2.3).
+    """One learned vector per position: pos[t] = weight[start_pos + t] (GPT-2; Radford et al. 2019).
 
-    Args:
-        block_size: the longest sequence the model accepts.
-        d_model: vector size.
-        dtype, rng: parameter dtype; generator for the N(0, 1) default init
-            (PyTorch's; the GPT re-initialises with N(0, 0.02)).
-
-    Shapes:
-        forward: T (int), start_pos (int, default 0) -> ``(T, d_model)``, the rows of
-        positions ``start_pos .. start_pos + T - 1``, broadcast over the batch by the
-        caller (a KV cache passes the number of positions already cached).
-        backward: dout ``(T, d_model)`` (already summed over the batch) -> None;
-        adds into those same rows of dW ``(block_size, d_model)``.
-
-    Cache: start_pos.
-
-    Raises:
-        TypeError: ``T`` or ``start_pos`` is not an integer.
-        ValueError: a size below 1 (constructor); ``T`` not in ``[1, block_size]``;
-            ``start_pos < 0`` or ``start_pos + T > block_size``.
+    Init N(0, 1), PyTorch's default (the GPT re-initialises with N(0, 0.02)).
+    Shapes: forward T, start_pos -> ``(T, d_model)``, broadcast over the batch by the caller;
+    backward dout ``(T, d_model)`` (summed over the batch) -> None, adds into those rows of dW
+    ``(block_size, d_model)``. Cache: start_pos.
+    Raises TypeError: ``T`` or ``start_pos`` not an int; ValueError: a size below 1, ``T`` not
+    in ``[1, block_size]``, ``start_pos < 0`` or ``start_pos + T > block_size``.
     """
 
     _caches = ("_start_pos",)  # what backward reads; dropped under no_grad()
@@ -95,12 +73,7 @@ def sinusoidal_table(n_positions: int, d_model: int, base: float = 10000.0) -> n
         PE[pos, 2i]     = sin(pos / base^(2i / d_model))
         PE[pos, 2i + 1] = cos(pos / base^(2i / d_model))
 
-    Pair i turns at angular frequency ``base^(-2i/d_model)``: from 1 radian per
-    position (i = 0) down to nearly ``1/base``. An odd ``d_model`` ends with one
-    last sine column.
-
-    Returns:
-        float64 ``(n_positions, d_model)``.
+    Returns float64 ``(n_positions, d_model)``; an odd ``d_model`` ends with a sine column.
     """
     ### BEGIN SOLUTION ch13
     ### TODO: the (n_positions, d_model) table above, in float64: sines in the even columns,
@@ -118,31 +91,10 @@ def sinusoidal_table(n_positions: int, d_model: int, base: float = 10000.0) -> n
 class SinusoidalPositionalEncoding(Module):
     """Fixed sinusoidal position vectors, not trained (Vaswani et al. 2017, sec. 3.5).
 
-    The table is a buffer (``pe``, not a Parameter): it is in no state dict and
-    gets no gradient. The same interface as :class:`LearnedPositionalEmbedding`,
-    so a model can use either: ``forward(T, start_pos=0)`` returns the rows of
-    positions ``start_pos .. start_pos + T - 1``, added by the caller to the
-    token embeddings. Vaswani et al. chose it because
-    PE[pos + k] is a fixed linear map (a rotation per frequency pair) of PE[pos],
-    which may let the model attend by relative position, and because it is
-    defined for any position, although this module, like the learned one, stops
-    at ``block_size``.
-
-    Args:
-        block_size: the longest sequence the model accepts.
-        d_model: vector size (any positive int; odd sizes end with a sine column).
-        base: the wavelength scale, 10000 in the paper.
-        dtype: the buffer's dtype.
-
-    Shapes:
-        forward: T (int), start_pos (int, default 0) -> ``(T, d_model)``, broadcast
-        over the batch by the caller.
-        backward: dout ``(T, d_model)`` -> None (nothing to learn).
-
-    Raises:
-        TypeError: ``T`` or ``start_pos`` is not an integer.
-        ValueError: ``block_size`` or ``d_model`` not positive; ``T`` not in
-            ``[1, block_size]``; ``start_pos < 0`` or ``start_pos + T > block_size``.
+    PE[pos + k] is a fixed rotation of PE[pos], which may let the model attend by relative
+    position. ``pe`` is a buffer: in no state dict, no gradient. The interface of
+    :class:`LearnedPositionalEmbedding`: forward T, start_pos -> ``(T, d_model)``, added by the
+    caller to the token embeddings; backward -> None. Raises as that class does.
     """
 
     def __init__(self, block_size, d_model, base=10000.0, *, dtype=np.float32):

@@ -1,39 +1,12 @@
-"""Pretrained weights in this GPT's layout (chapter 17): GPT-2's and nanoGPT's state dicts.
+"""Pretrained GPT-2 and nanoGPT state dicts in this GPT's layout (chapter 17).
 
-OpenAI's GPT-2 (as Hugging Face's ``GPT2LMHeadModel`` names it) and Karpathy's
-nanoGPT (``model.py``, which kept GPT-2's names so that it could load OpenAI's
-weights) name every tensor the same way, and this GPT names them its own way::
-
-    GPT-2 / nanoGPT                     here                     GPT-2 Conv1D?
-    transformer.wte.weight              tok_emb.weight           (V, C)
-    transformer.wpe.weight              pos_emb.weight           (block_size, C)
-    transformer.h.N.ln_1.*              blocks.N.ln1.*
-    transformer.h.N.attn.c_attn.*       blocks.N.attn.qkv_proj.*  yes: (C, 3C) there
-    transformer.h.N.attn.c_proj.*       blocks.N.attn.out_proj.*  yes: (C, C)
-    transformer.h.N.ln_2.*              blocks.N.ln2.*
-    transformer.h.N.mlp.c_fc.*          blocks.N.ffn.fc1.*        yes: (C, 4C) there
-    transformer.h.N.mlp.c_proj.*        blocks.N.ffn.fc2.*        yes: (4C, C) there
-    transformer.ln_f.*                  ln_f.*
-    lm_head.weight                      head.weight              (tied to wte)
-
-The one difference that is not a name: GPT-2's four projections are ``Conv1D``
-modules, which compute ``x @ weight + bias`` with ``weight`` stored ``(in,
-out)``, while nanoGPT's are ``nn.Linear`` (``x @ weight.T + bias``, ``weight``
-stored ``(out, in)``), the layout of both backends here. So a GPT-2 weight is
-transposed on the way in and out, a nanoGPT weight is not. Both compute the
-same map: ``x @ W_conv1d == x @ W_linear.T`` with ``W_conv1d == W_linear.T``.
-
-The rest is the same in all three: q, k and v stacked in that order inside
-``c_attn`` (rows of ``qkv_proj``), the heads split as ``(B, T, C) -> (B, T,
-n_heads, d_k)``, pre-norm blocks, the LM head without bias. nanoGPT with
-``bias=False`` has no bias in its Linear layers and LayerNorms, exactly this
-GPT's ``bias=False``.
-
-Everything here works on NumPy arrays (a state dict of torch tensors is
-converted by the caller), so it has no twin in ``torch_impl/``: both backends
-load the result. ``labs/plumbing/interop_gpt2.py`` (a ``transformers`` model),
-``labs/plumbing/hf_files.py`` (a Hugging Face directory) and
-``labs/plumbing/nanogpt.py`` (nanoGPT's ``ckpt.pt``) call it.
+GPT-2 (Hugging Face's ``GPT2LMHeadModel``) and nanoGPT share key names, which map to ours as
+``transformer.wte/wpe`` -> ``tok_emb/pos_emb``, ``transformer.h.N.*`` -> ``blocks.N.*``
+(:data:`GPT2_BLOCK_MODULES`), ``transformer.ln_f`` -> ``ln_f``, ``lm_head`` -> ``head``.
+The rest is shared: q, k, v stacked in that order, pre-norm blocks, a head without bias.
+GPT-2's four projections are ``Conv1D``, ``x @ W + b`` with W ``(in, out)``: transposed to our
+``nn.Linear`` layout ``(out, in)``; nanoGPT's are ``nn.Linear`` already.
+NumPy only, so no twin: both backends load the result.
 """
 
 from __future__ import annotations
@@ -51,19 +24,12 @@ GPT2_BLOCK_MODULES = (
     ("ffn.fc1", "mlp.c_fc", True),
     ("ffn.fc2", "mlp.c_proj", True),
 )
-#: Non-trainable buffers GPT-2 and nanoGPT may keep in a state dict (the causal mask).
-BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")
-#: The prefix ``torch.compile`` puts before every key of the model it wraps (nanoGPT saves it).
-COMPILED_PREFIX = "_orig_mod."
+BUFFER_SUFFIXES = (".attn.bias", ".attn.masked_bias")  # causal-mask buffers, not parameters
+COMPILED_PREFIX = "_orig_mod."  # torch.compile's key prefix (nanoGPT saves it)
 
 
 def check_keys(what: str, present: set[str], wanted: set[str]) -> None:
-    """Raise unless ``present == wanted``, listing the keys missing and unexpected.
-
-    Raises:
-        ValueError: ``"<what>: missing keys [...], unexpected keys [...]"`` (the first ten
-            of each, sorted, and how many more).
-    """
+    """Raise ValueError unless ``present == wanted``, listing the missing and unexpected keys."""
     missing, unexpected = sorted(wanted - present), sorted(present - wanted)
 
     def listed(keys: list[str], limit: int = 10) -> str:
@@ -79,20 +45,11 @@ def check_keys(what: str, present: set[str], wanted: set[str]) -> None:
 def gpt2_key_table(
     n_layers: int, tied: bool = True, bias: bool = True
 ) -> list[tuple[str, str, bool]]:
-    """``(our key, GPT-2's key, a Conv1D weight in GPT-2?)`` for every parameter.
+    """``(our key, GPT-2's key, a Conv1D weight in GPT-2?)`` per parameter, in state dict order.
 
-    Args:
-        n_layers: blocks.
-        tied: the LM head is the token embedding (then ``lm_head.weight`` has no row).
-        bias: the model has biases (in its Linear layers and LayerNorms); nanoGPT's
-            ``bias=False`` has none.
-
-    Returns:
-        the rows in the state dict's order: the two embeddings, then per block
-        each module of :data:`GPT2_BLOCK_MODULES` (its ``weight``, then its
-        ``bias`` when ``bias``), then ``ln_f``, then (untied) the head. Only a
-        Conv1D module's ``weight`` is marked True: its bias is a vector, the
-        same either way.
+    ``tied``: the head is the token embedding (no ``lm_head.weight`` row). ``bias``: the Linear
+    layers and LayerNorms have biases (nanoGPT's ``bias=False`` has none). A Conv1D's bias is
+    marked False: a vector needs no transpose.
     """
     table = [
         ("tok_emb.weight", "transformer.wte.weight", False),
@@ -125,24 +82,11 @@ def from_gpt2_state(
     bias: bool = True,
     conv1d: bool = True,
 ) -> dict[str, np.ndarray]:
-    """GPT-2's (or nanoGPT's) state dict as this GPT's.
+    """GPT-2's (or nanoGPT's) state dict ``{key: array}`` as this GPT's, each C-contiguous.
 
-    Args:
-        hf_state: ``{GPT-2 key: array}`` (:func:`gpt2_key_table`'s names; the
-            causal-mask buffers of :data:`BUFFER_SUFFIXES` are ignored, and so is
-            ``lm_head.weight`` when ``tied``: it is the embedding).
-        n_layers, tied, bias: the model's (see :func:`gpt2_key_table`).
-        conv1d: the projections are GPT-2's ``Conv1D`` (``(in, out)``: transposed
-            here); False for nanoGPT, whose ``nn.Linear`` weights are ``(out, in)``
-            already.
-
-    Returns:
-        ``{our key: array}``, each C-contiguous; with ``tied``, ``head.weight``
-        is the ``tok_emb.weight`` array (one array, two names, as a state dict
-        of a tied model lists it).
-
-    Raises:
-        ValueError: keys missing or unexpected, all listed.
+    ``conv1d``: transpose GPT-2's Conv1D weights ``(in, out)``; False for nanoGPT. Causal-mask
+    buffers are ignored, and so is ``lm_head.weight`` when ``tied``: ``head.weight`` is then the
+    ``tok_emb.weight`` array. Raises ValueError: keys missing or unexpected, all listed.
     """
     table = gpt2_key_table(n_layers, tied, bias)
     present = {k for k in hf_state if not k.endswith(BUFFER_SUFFIXES)}
@@ -170,13 +114,9 @@ def to_gpt2_state(
     bias: bool = True,
     conv1d: bool = True,
 ) -> dict[str, np.ndarray]:
-    """The inverse of :func:`from_gpt2_state`: this GPT's state dict as GPT-2's
-    (``conv1d``: the projections' weights transposed back to ``(in, out)``; with
-    ``tied``, ``lm_head.weight`` is the ``transformer.wte.weight`` array).
+    """The inverse of :func:`from_gpt2_state` (``head.weight`` may be left out when tied).
 
-    Raises:
-        ValueError: keys missing or unexpected, all listed (``head.weight`` may be
-            left out when tied).
+    Raises ValueError: keys missing or unexpected, all listed.
     """
     table = gpt2_key_table(n_layers, tied, bias)
     present = set(state) - ({"head.weight"} if tied else set())
@@ -195,11 +135,9 @@ def to_gpt2_state(
 
 
 def strip_compiled_prefix(state: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """``state`` with ``torch.compile``'s ``_orig_mod.`` removed from the front of its keys
-    (nanoGPT saves the compiled model's state dict as it is).
+    """``state`` without ``torch.compile``'s ``_orig_mod.`` key prefix (nanoGPT saves it so).
 
-    Raises:
-        ValueError: two keys that are the same once stripped.
+    Raises ValueError: two keys that are the same once stripped.
     """
     out: dict[str, np.ndarray] = {}
     for key, value in state.items():

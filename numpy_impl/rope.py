@@ -1,30 +1,13 @@
 """Rotary position embeddings, RoPE (Su et al. 2021, RoFormer, sec. 3.4), forward and backward.
 
-RoPE encodes a token's position p by rotating its query and key vectors (never
-its value) in d_k / 2 planes, plane i by the angle p * theta_i with
+Position p rotates plane i of each q and k (never v) by the angle p theta_i (RoFormer, eq. 15):
 
-    theta_i = base^(-2i / d_k),   i = 0 .. d_k/2 - 1,   base = 10000   (RoFormer, eq. 15)
+    theta_i = base^(-2i / d_k),  i = 0 .. d_k/2 - 1
+    a' = a cos(p theta_i) - b sin(p theta_i),   b' = a sin(p theta_i) + b cos(p theta_i)
 
-For one plane holding the pair (a, b) of features:
-
-    a' = a cos(p theta_i) - b sin(p theta_i)
-    b' = a sin(p theta_i) + b cos(p theta_i)
-
-Rotations compose by adding angles and preserve dot products, so the score of
-query i and key j, R(i theta) q . R(j theta) k = q . R((j - i) theta) k, depends on
-the positions only through i - j.
-
-Which two features form plane i is a convention, and two are in circulation:
-
-* ``"interleaved"``: features (2i, 2i + 1). RoFormer's formula, Meta's Llama
-  (``view_as_complex``), GPT-J, and the ``x[..., 0::2], x[..., 1::2]`` of the source
-  material's ``rotary_embed`` (its chapter on from-scratch transformers).
-* ``"half"``: features (i, i + d_k/2), via ``rotate_half``. GPT-NeoX and the
-  Hugging Face Llama.
-
-The two are the same model up to a fixed permutation of each head's q and k
-features (:func:`rope_permutation`), which is how Hugging Face's conversion
-script turns Meta's Llama weights into its own.
+so the score of query i and key j depends on the positions only through i - j. Two layouts
+pick plane i's features: ``"interleaved"`` (2i, 2i + 1), RoFormer, Meta's Llama, GPT-J; ``"half"``
+(i, i + d_k/2), GPT-NeoX, Hugging Face Llama. They differ by a fixed :func:`rope_permutation`.
 """
 
 from __future__ import annotations
@@ -68,22 +51,10 @@ def _pairs(x: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
 def rope_cos_sin(
     T: int, d_k: int, start_pos: int = 0, base: float = 10000.0, *, dtype=np.float32
 ) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin of the rotation angles of positions ``start_pos .. start_pos + T - 1``.
+    """cos and sin ``(T, d_k/2)`` of the angles ``(start_pos + t) * base^(-2i / d_k)`` (eq. 15).
 
-    Args:
-        T: number of positions.
-        d_k: head dimension (even).
-        start_pos: the first position (a KV cache passes the number of cached tokens).
-        base: the frequency base (10000 in RoFormer and Llama).
-        dtype: of the returned tables; the angles are computed in float64 first.
-
-    Returns:
-        cos, sin: ``(T, d_k/2)``; entry (t, i) is cos / sin of
-        ``(start_pos + t) * base^(-2i / d_k)`` (Su et al. 2021, eq. 15).
-
-    Raises:
-        ValueError: odd or non-positive ``d_k``, ``start_pos`` outside ``[0, 2**53)``.
-        TypeError: non-integer ``start_pos``.
+    A KV cache passes its cached length as start_pos. Raises TypeError: non-integer
+    ``start_pos``; ValueError: odd or non-positive ``d_k``, ``start_pos`` outside ``[0, 2**53)``.
     """
     _check_head_dim(d_k)
     start_pos = _check_start_pos(start_pos)
@@ -99,19 +70,10 @@ def rope_cos_sin(
 
 
 def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str) -> np.ndarray:
-    """Rotate each plane of ``x`` by the angles whose cos and sin are given.
+    """Rotate each plane (a, b) of ``x``: ``a cos - b sin``, ``a sin + b cos``.
 
-    ``out_a = a cos - b sin``, ``out_b = a sin + b cos`` for every plane (a, b)
-    of the layout. Called with ``-sin`` it rotates back: that is the backward
-    pass, since a rotation's transpose is its inverse.
-
-    Args:
-        x: ``(..., T, d_k)``, e.g. ``(B, n_heads, T, d_k)``; not modified.
-        cos, sin: ``(T, d_k/2)`` from :func:`rope_cos_sin`.
-        layout: ``"interleaved"`` or ``"half"`` (module docstring).
-
-    Returns:
-        a new array, shape and dtype of ``x``.
+    Shapes: x ``(..., T, d_k)``, cos, sin ``(T, d_k/2)`` -> a new array like ``x``. With ``-sin``
+    it rotates back: the backward, since a rotation's transpose is its inverse.
     """
     out = np.empty_like(x)
     ### BEGIN SOLUTION ch13
@@ -129,26 +91,10 @@ def apply_rope(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, layout: str) -> 
 def rope_permutation(d_k: int, from_layout: str, to_layout: str) -> np.ndarray:
     """The order of one head's q/k features that turns one RoPE layout into the other.
 
-    With ``perm = rope_permutation(d_k, src, dst)``, feature j of the ``dst``
-    layout is feature ``perm[j]`` of the ``src`` layout, so plane i holds the
-    same pair of numbers in both: ``rope_dst(x[..., perm]) == rope_src(x)[..., perm]``.
-    Applying ``perm`` to the rows of every head's q and k projection weights
-    (and biases; see :func:`permute_qkv_for_rope`) and switching the layout
-    leaves every attention score, hence the whole model, unchanged: q . k is
-    a sum over features, which a common permutation does not change.
-    interleaved -> half is ``[0, 2, 4, ..., 1, 3, 5, ...]`` (the ``permute`` of
-    Hugging Face's convert_llama_weights_to_hf.py); half -> interleaved is its
-    inverse, ``[0, h, 1, h + 1, ...]`` with h = d_k/2.
-
-    Args:
-        d_k: head dimension (even).
-        from_layout, to_layout: ``"interleaved"`` or ``"half"``.
-
-    Returns:
-        int64 ``(d_k,)``, a permutation of ``0 .. d_k - 1``.
-
-    Raises:
-        ValueError: odd ``d_k``, unknown layout.
+    Feature j of ``to_layout`` is feature ``perm[j]`` of ``from_layout``. Permuting the rows of
+    q and k alike leaves every q . k, hence the model, unchanged. interleaved -> half is
+    ``[0, 2, 4, ..., 1, 3, 5, ...]`` (Hugging Face's convert_llama_weights_to_hf.py).
+    Returns int64 ``(d_k,)``. Raises ValueError: odd ``d_k``, unknown layout.
     """
     _check_head_dim(d_k)
     _check_layout(from_layout, "from_layout")
@@ -169,19 +115,9 @@ def permute_qkv_for_rope(
 ) -> np.ndarray:
     """Reorder the q and k rows of a combined QKV weight or bias for another RoPE layout.
 
-    Args:
-        qkv: ``SelfAttention.qkv_proj`` weight ``(3 d_model, d_model)`` or
-            bias ``(3 d_model,)``, rows in the order q, k, v, then heads.
-        n_heads: heads; ``d_k = d_model / n_heads`` must be even.
-        from_layout, to_layout: the RoPE layouts.
-
-    Returns:
-        a new array: each head's q rows and k rows reordered by
-        :func:`rope_permutation`; the v rows unchanged.
-
-    Raises:
-        ValueError: a first axis that is not ``3 * n_heads * d_k``, odd ``d_k``,
-            an unknown layout.
+    qkv: weight ``(3 d_model, d_model)`` or bias ``(3 d_model,)``, rows q, k, v, then heads.
+    Each head's q and k rows move by :func:`rope_permutation`; v rows stay. Returns a new array.
+    Raises ValueError: first axis not ``3 * n_heads * d_k``, odd ``d_k``, unknown layout.
     """
     if qkv.ndim not in (1, 2) or qkv.shape[0] % (3 * n_heads):
         raise ValueError(
@@ -196,31 +132,12 @@ def permute_qkv_for_rope(
 
 
 class RotaryEmbedding(Module):
-    """RoPE for the queries and keys of one attention layer (Su et al. 2021).
+    """RoPE for one attention layer's q and k, rotated by the same angles (Su et al. 2021).
 
-    No parameters: the angles are a fixed function of position. Forward and
-    backward take q and k together, because RoPE rotates both (with the same
-    angles) and never v.
-
-    Args:
-        d_k: head dimension; must be even.
-        layout: ``"interleaved"`` (pairs (2i, 2i+1), the default) or ``"half"``
-            (pairs (i, i + d_k/2)); see the module docstring.
-        base: frequency base, 10000 by default.
-
-    Shapes:
-        forward: q ``(..., T, d_k)``, k ``(..., T, d_k)``, start_pos (int) ->
-        rotated q, k (new arrays, same shapes). Position of row t is
-        ``start_pos + t``.
-        backward: dq, dk of those shapes -> dq, dk of the inputs.
-
-    Cache: cos and sin ``(T, d_k/2)``.
-
-    Raises:
-        ValueError: odd ``d_k`` (in the constructor), an unknown layout, q or k
-            whose last axis is not ``d_k`` or whose lengths T differ, a
-            negative ``start_pos``.
-        TypeError: a non-integer ``start_pos``.
+    No parameters. Shapes: forward q, k ``(..., T, d_k)``, start_pos -> rotated q, k (row t at
+    position ``start_pos + t``); backward dq, dk -> dq, dk. Cache: cos, sin ``(T, d_k/2)``.
+    Raises ValueError: odd ``d_k``, unknown layout, ``base <= 1``, q or k not ``(..., T, d_k)``
+    or of different T, a negative ``start_pos``; TypeError: a non-integer ``start_pos``.
     """
 
     _caches = ("_cos", "_sin")  # what backward reads; dropped under no_grad()

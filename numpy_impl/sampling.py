@@ -29,32 +29,14 @@ def _check_sampling_args(temperature, top_k, top_p) -> None:
 
 
 def filter_logits(logits: np.ndarray, temperature=1.0, top_k=None, top_p=None) -> np.ndarray:
-    """Scale by 1/temperature, then keep the top-k and/or the top-p nucleus.
+    """Scale ``(B, V)`` logits by 1/temperature (> 0), then keep the top-k and/or top-p nucleus.
 
-    Removed entries become -inf, so a softmax gives them probability 0.
-
-    * top-k keeps the k largest logits (ties at the k-th value are kept).
-    * top-p (Holtzman et al. 2020) sorts descending and keeps the smallest
-      prefix whose probability mass reaches ``top_p``, *including* the token
-      that crosses the threshold: token i is kept iff the mass strictly before
-      it is < top_p. So the most likely token always survives.
-
-    The probabilities and their running sum are computed in float64 whatever the
-    logits' dtype, in both twins (in float32, the running sum over 50,000 tokens
-    drifts by ~1e-3, and NumPy's softmax and PyTorch's round differently): the same
-    logits keep the same tokens.
-
-    Args:
-        logits: ``(B, V)``.
-        temperature: > 0 here (greedy decoding never calls this).
-
-    Returns:
-        ``(B, V)``, a new array.
-
-    Raises:
-        ValueError: logits not (B, V) or with V = 0; temperature <= 0, top_k <= 0, top_p
-            outside (0, 1] (or not a number: an array is refused, even of one element).
-        TypeError: logits not floating-point.
+    Removed entries become -inf (probability 0); returns a new ``(B, V)`` array. top-k keeps the
+    k largest logits (ties at the k-th stay). top-p (Holtzman et al. 2020) keeps token i, ranked
+    by probability, iff the mass strictly before it is < top_p: the most likely always survives.
+    That mass is computed in float64 in both twins, so the same logits keep the same tokens.
+    Raises TypeError: logits not floating; ValueError: logits not ``(B, V)`` with V >= 1,
+    temperature <= 0, top_k <= 0, top_p outside (0, 1] (or not a number, e.g. an array).
     """
     if logits.ndim != 2 or logits.shape[-1] == 0:
         raise ValueError(f"logits: expected shape (B, V) with V >= 1, got {logits.shape}")
@@ -106,11 +88,8 @@ class _UniformStream:
 
 
 def _shifted(logits: np.ndarray, step: int) -> np.ndarray:
-    """``logits`` minus each row's largest: the same softmax and order, and no logit above 0,
-    so dividing by a tiny temperature gives -inf or 0, never +inf (and never inf - inf = NaN).
-
-    Raises:
-        ValueError: a row holds NaN or +inf, or is all -inf (weights gone non-finite).
+    """``logits`` minus each row's max: the same softmax, and dividing by a tiny temperature
+    gives -inf or 0, never +inf or NaN. Raises ValueError: a row with NaN or +inf, or all -inf.
     """
     top = logits.max(axis=-1, keepdims=True)  # (B, 1); NaN if the row holds one
     if not np.isfinite(top).all():
@@ -133,16 +112,11 @@ def _check_uniforms(uniforms, max_new_tokens: int, B: int) -> np.ndarray:
 
 
 def _cached_next_logits(model: Module, idx: np.ndarray, cache) -> np.ndarray:
-    """Logits ``(B, V)`` of the token after ``idx`` ``(B, T)``, with ``cache`` (chapter 12).
+    """Logits ``(B, V)`` of the token after ``idx`` ``(B, T)``, with a KV ``cache`` (chapter 12).
 
-    The cache holds the positions of the context window the model saw last.
-    While the sequence fits in ``block_size``, that is every token but the
-    newest: one forward of one token at ``start_pos = T - 1`` appends it.
-    Otherwise (the first step, or once the sequence is longer than
-    ``block_size``, when the window slides by one and every token in it moves
-    to a new position) the cache is refilled with one forward of the whole
-    window: with learned absolute positions, past ``block_size`` every step
-    costs as much as without a cache.
+    While the sequence fits in ``block_size``, one forward of the newest token at
+    ``start_pos = T - 1`` appends it. Otherwise (the first step, or a sliding window whose
+    tokens all moved position) one forward of the whole window refills the cache.
     """
     T = idx.shape[1]
     block_size = model.config.block_size
@@ -173,41 +147,19 @@ def generate(
     rng: np.random.Generator | None = None,
     on_token: Callable[[np.ndarray], object] | None = None,
 ) -> np.ndarray:
-    """Extend ``idx`` by ``max_new_tokens`` tokens, one forward pass per token.
+    """Extend ``idx`` ``(B, T0)`` by ``max_new_tokens`` -> ``(B, T0 + max_new_tokens)`` int64.
 
-    The context is cropped to the last ``block_size`` tokens. Temperature 0
-    is greedy (argmax; among tied logits the lowest id, in both backends).
-    Otherwise a token is drawn by inverse-CDF sampling with one uniform number
-    per row, ``u = rng.random()``: the first token whose cumulative probability
-    exceeds u; the probabilities and their running sum are computed in float64
-    whatever the logits' dtype, as in the PyTorch twin, so that both draw the same
-    token from the same u. The logits are shifted so that each row's largest is 0 before
-    they are divided by the temperature, so any positive temperature gives
-    finite probabilities; one below the smallest normal number of the logits'
-    dtype (1.2e-38 in float32) is taken as that number: all the probability
-    then goes to the largest logits (shared equally when they tie).
-
-    Args:
-        model: a GPT (anything with ``config.block_size`` and ``forward``).
-        idx: ``(B, T0)`` integer prompt, T0 >= 1.
-        use_cache: decode with a KV cache (``model.new_kv_cache()``): after the
-            prompt, one token per forward instead of the whole window. The
-            tokens are the same as without it (the logits agree to rounding).
-        uniforms: ``(max_new_tokens, B)`` numbers in ``[0, 1)`` to use instead of
-            ``rng``: row s draws step s's tokens. The PyTorch twin takes the same
-            argument, so both backends sample identical tokens from the same stream.
-        rng (keyword): ``np.random.Generator``; a fresh unseeded one if None.
-        on_token (keyword): called with each step's new ids ``(B,)`` as they are drawn
-            (a caller streams the text).
-
-    Returns:
-        ``(B, T0 + max_new_tokens)`` int64.
-
-    Raises:
-        TypeError: the prompt is not integer.
-        ValueError: empty prompt, an id outside ``[0, vocab_size)``, max_new_tokens < 0,
-            temperature < 0 or not finite, top_k <= 0, top_p outside (0, 1], ``uniforms``
-            of the wrong shape or outside ``[0, 1)``, logits holding NaN or +inf.
+    Each step sees the last ``block_size`` tokens. Temperature 0 is greedy (argmax; ties: the
+    lowest id). Otherwise inverse-CDF sampling: with one ``u = rng.random()`` per row, the first
+    token whose cumulative probability exceeds u, computed in float64 as in the PyTorch twin, so
+    both draw the same token from the same u. Logits are shifted to a row max of 0 first, and a
+    temperature below the dtype's smallest normal (1.2e-38 in float32) is taken as that number.
+    ``use_cache``: decode with a KV cache, one token per forward; the same tokens.
+    ``uniforms`` ``(max_new_tokens, B)`` in ``[0, 1)``: used instead of ``rng``, row s at step s.
+    ``rng``: a fresh unseeded Generator if None. ``on_token``: called with each step's ids ``(B,)``.
+    Raises TypeError: a non-integer prompt; ValueError: empty prompt, an id outside
+    ``[0, vocab_size)``, max_new_tokens < 0, temperature < 0 or not finite, top_k <= 0, top_p
+    outside (0, 1], ``uniforms`` of the wrong shape or range, logits holding NaN or +inf.
     """
     _check_sampling_args(temperature, top_k, top_p)
     if (
@@ -219,8 +171,7 @@ def generate(
     idx = np.asarray(idx)
     if idx.ndim != 2 or idx.shape[1] == 0:
         raise ValueError(f"idx: expected a non-empty prompt of shape (B, T0), got {idx.shape}")
-    # every id of the prompt, not only the last block_size that the model sees;
-    # int64 so that new ids never wrap round in a narrow prompt dtype
+    # every prompt id, not only the window the model sees; int64: new ids never wrap round
     idx = check_ids(idx, model.config.vocab_size, "idx")
     if uniforms is not None:
         rng = _UniformStream(_check_uniforms(uniforms, max_new_tokens, idx.shape[0]))
@@ -239,8 +190,7 @@ def generate(
             if temperature == 0:
                 nxt = logits.argmax(axis=-1)  # ties: the lowest id (the first maximum)
             else:
-                # a temperature that would round to 0 in the logits' dtype: the smallest that
-                # does not (the distribution is all on the largest logits either way)
+                # a temperature that rounds to 0 in the logits' dtype: the smallest that does not
                 temperature = max(temperature, float(np.finfo(logits.dtype).tiny))
                 ### BEGIN SOLUTION ch10
                 ### TODO: draw nxt (B,), one token per row, from

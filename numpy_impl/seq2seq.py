@@ -1,23 +1,13 @@
 """The encoder-decoder Transformer (Vaswani et al. 2017, sec. 3.1) and its cross-attention.
 
-The encoder reads the source sequence bidirectionally into a "memory"
-``(B, S, C)``. The decoder reads the target sequence so far under a causal
-mask and, in every block, attends from its positions (queries) to the memory
-(keys and values): cross-attention, the "encoder-decoder attention" of sec.
-3.2.3. Training is teacher-forced: the decoder gets the whole target shifted
-right by one (BOS first) and predicts every next token at once; decoding is
-greedy, one token per step. The cross-attention is the one attention module
-of twinformer, :class:`~numpy_impl.attention.SelfAttention`, called with
-``kv=memory``: queries from the decoder, keys and values from the memory.
-
-Blocks are pre-norm (``x + f(LN(x))``, like the rest of twinformer) rather than
-the paper's post-norm; the encoder's final LayerNorm output is the memory.
-
-Masks (docs/masks.md): ``src_mask`` ``(B, S)`` and ``tgt_mask`` ``(B, T)`` are
-bool padding masks, True for a real token. The source mask hides source
-padding from the encoder's self-attention and from every cross-attention; the
-target mask hides target padding from the decoder's self-attention, combined
-with the causal mask into one explicit mask.
+The encoder reads the source bidirectionally into a "memory" ``(B, S, C)``. Each decoder block
+attends from the target positions (queries) to the memory (keys, values): the paper's
+"encoder-decoder attention" (sec. 3.2.3), here :class:`~numpy_impl.attention.SelfAttention`
+called with ``kv=memory``. Training is teacher-forced; decoding is greedy. Blocks are pre-norm
+(``x + f(LN(x))``), not the paper's post-norm; the encoder's final LayerNorm gives the memory.
+Masks (docs/masks.md): ``src_mask`` ``(B, S)``, ``tgt_mask`` ``(B, T)``, bool, True = real
+token. The source mask hides source padding from the encoder and every cross-attention; the
+target mask joins the causal mask in the decoder's self-attention.
 """
 
 from __future__ import annotations

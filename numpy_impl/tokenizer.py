@@ -1,16 +1,10 @@
 """Byte-level BPE from scratch (chapter 11): GPT-2's tokenizer scheme (Sennrich et al.
 2016; Radford et al. 2019, sec. 2.2) in pure Python and NumPy.
 
-This file is what the chapter teaches: the plain byte-pair encoding of the source
-material (:func:`get_pair_counts`, :func:`merge`, :func:`train_bpe_plain`: the whole
-text, every pair recounted at every merge) and :class:`BPETokenizer`, which encodes by
-merge rank, decodes by joining bytes before UTF-8, and keeps special tokens whole.
-Beside it, each with a twin in ``torch_impl/``: ``byte_level.py`` (the 256 bytes, their
-printable spelling, GPT-2's pre-tokenization), ``bpe_trainer.py`` (:func:`train_bpe`,
-the fast trainer that reproduces HF ``BpeTrainer``'s merges) and ``tokenizer_files.py``
-(HF's ``tokenizer.json``, ``DecodeStream``). This file's twin, ``torch_impl/tokenizer.py``,
-is the same interface over HF ``tokenizers``. Chapter 01's character tokenizer is in
-``char_tokenizer.py``.
+The source material's plain BPE (:func:`get_pair_counts`, :func:`merge`, :func:`train_bpe_plain`)
+and :class:`BPETokenizer`. Beside it, each with a twin: ``byte_level.py`` (bytes and
+pre-tokenization), ``bpe_trainer.py`` (the fast :func:`train_bpe`) and ``tokenizer_files.py``.
+This file's twin, ``torch_impl/tokenizer.py``, is the same interface over HF ``tokenizers``.
 
     >>> bpe = BPETokenizer.train("hello hello hello", vocab_size=262)
     >>> bpe.pre_tokenize("hello hello"), [bpe.id_to_token(i) for i in bpe.encode(" hello")]
@@ -50,24 +44,14 @@ _LONG_PIECE = 64  # pieces longer than this (in bytes) merge with a heap, not a 
 
 # -- the source material's BPE: the whole text, no pre-tokenization, a rescan per merge --
 def get_pair_counts(seq: list[int]) -> Counter:
-    """How often each adjacent pair of ids occurs: ``[1, 2, 1, 2]`` ->
-    ``{(1, 2): 2, (2, 1): 1}``. Overlapping pairs all count (``[5, 5, 5]`` has
-    ``(5, 5)`` twice)."""
+    """How often each adjacent pair of ids occurs, overlaps included: ``[1, 2, 1, 2]`` ->
+    ``{(1, 2): 2, (2, 1): 1}``; ``[5, 5, 5]`` has ``(5, 5)`` twice."""
     return Counter(zip(seq, seq[1:], strict=False))
 
 
 def merge(seq: list[int], pair: tuple[int, int], new_token: int) -> list[int]:
-    """Replace each occurrence of ``pair`` in ``seq`` by ``new_token``, scanning left
-    to right without overlaps: ``merge([5, 5, 5], (5, 5), 9) == [9, 5]``.
-
-    Args:
-        seq: token ids.
-        pair: ``(left id, right id)``.
-        new_token: the id of the merged token.
-
-    Returns:
-        a new list; ``seq`` is not modified.
-    """
+    """A new list: each ``pair`` in ``seq`` replaced by ``new_token``, left to right without
+    overlaps: ``merge([5, 5, 5], (5, 5), 9) == [9, 5]``."""
     ### BEGIN SOLUTION ch11
     ### TODO: walk seq with an index i; where seq[i], seq[i + 1] is the pair, append
     ###   new_token and step 2, else append seq[i] and step 1 (so [5, 5, 5] -> [9, 5])
@@ -86,30 +70,17 @@ def merge(seq: list[int], pair: tuple[int, int], new_token: int) -> list[int]:
 def train_bpe_plain(
     text: str, vocab_size: int
 ) -> tuple[list[int], dict[bytes, int], list[tuple[bytes, bytes]]]:
-    """The source material's byte-pair encoding, for reading: the whole text is one
-    sequence, and every merge recounts every pair (O(merges x bytes): seconds per
-    merge on Tiny Shakespeare).
+    """The source material's byte-pair encoding, for reading: the whole text is one sequence,
+    and every merge recounts every pair (O(merges x bytes)).
 
-    Start from the text's UTF-8 bytes; repeatedly replace the most frequent adjacent
-    pair by a new token, until the vocabulary has ``vocab_size`` tokens or no pair is
-    left. Ties go to the pair with the smallest ids, ``(left, right)`` compared as a
-    tuple: HF BpeTrainer's rule. A merge whose bytes are already a token reuses that
-    token's id (the vocabulary does not grow; HF does the same).
-
-    Equal to :func:`train_bpe` with ``pattern=None`` (tested), which is much faster.
-
-    Args:
-        text: the training text.
-        vocab_size: 256 byte tokens plus the merges wanted.
-
-    Returns:
-        ``(ids, vocab, merges)``: the text's ids after the last merge (its length over
-        the text's bytes is the compression), ``{token bytes: id}``, and the merges
-        in order, as pairs of token bytes.
-
-    Raises:
-        TypeError: ``text`` is not a ``str``, ``vocab_size`` not an int.
-        ValueError: ``vocab_size < 256``.
+    From the text's UTF-8 bytes, repeatedly replace the most frequent adjacent pair by a new
+    token until ``vocab_size`` tokens or no pair is left. Ties: the smallest ``(left, right)``
+    ids, HF BpeTrainer's rule; a merge whose bytes are already a token reuses its id (as HF).
+    Equals :func:`train_bpe` with ``pattern=None``, which is much faster.
+    Returns ``(ids, vocab, merges)``: the text's final ids, ``{token bytes: id}``, and the
+    merges in order as pairs of token bytes.
+    Raises TypeError: ``text`` not a ``str``, ``vocab_size`` not an int; ValueError:
+    ``vocab_size < 256``.
     """
     _check_text(text)
     _check_vocab_size(vocab_size)
@@ -133,38 +104,18 @@ def train_bpe_plain(
 
 
 class BPETokenizer:
-    """Byte-level BPE, from scratch: GPT-2's tokenizer scheme (Radford et al. 2019,
-    sec. 2.2), and HF tokenizers' ``tokenizer.json`` to store it.
+    """Byte-level BPE, from scratch: GPT-2's tokenizer scheme (Radford et al. 2019, sec. 2.2).
 
-    Every text is UTF-8 bytes first, and the 256 bytes are all tokens, so any string
-    encodes (no ``[UNK]``) and ``decode(encode(s)) == s``. ``encode`` splits the text
-    with :data:`GPT2_SPLIT_PATTERN`, then inside each piece applies the merges by
-    rank: always the adjacent pair that was merged earliest in training. Special
-    tokens (``<|endoftext|>``) are whole, never split, and come out of ``encode`` only
-    where allowed: by default their text is encoded as ordinary text.
-
-    Args:
-        vocab: ``{token bytes: id}``; holds the 256 single bytes.
-        merges: ``[(left bytes, right bytes), ...]``, earliest first; both sides and
-            their concatenation are tokens of ``vocab``.
-        special_tokens: ``{text: id}``. An id may repeat a vocab id only for a token
-            with the same bytes (GPT-2's file has ``<|endoftext|>`` in both).
-        pattern: :data:`GPT2_SPLIT_PATTERN`, or None: no pre-tokenization (merges
-            may then cross word boundaries: the source material's BPE).
-
-    Attributes:
-        vocab, merges, special_tokens, pattern: as given (copied).
-        vocab_size: ids run over ``[0, vocab_size)``, specials included.
-
-    Raises:
-        TypeError: arguments of the wrong types.
-        ValueError: a byte missing from ``vocab``, repeated ids, ids that do not
-            cover ``[0, vocab_size)``, a merge of unknown tokens, a bad ``pattern``.
-
-    The ids of :meth:`train` are HF's: bytes in :data:`BASE_BYTES` order (ids 0-255),
-    merges in creation order, specials last; :meth:`save` writes a tokenizer.json
-    that HF ``tokenizers.Tokenizer.from_file`` loads, and :meth:`from_file` reads
-    HF's byte-level BPE files (GPT-2's included).
+    Text is UTF-8 bytes first and all 256 bytes are tokens, so any string encodes (no ``[UNK]``)
+    and ``decode(encode(s)) == s``. ``encode`` splits the text with ``pattern``
+    (:data:`GPT2_SPLIT_PATTERN`; None: no split, the source material's BPE), then merges inside
+    each piece by rank: the earliest-learned adjacent pair first. Special tokens
+    (``<|endoftext|>``) are never split and come out of ``encode`` only where allowed.
+    vocab: ``{token bytes: id}`` holding the 256 bytes; merges: ``[(left, right) bytes]``,
+    earliest first; special_tokens: ``{text: id}``. :meth:`train` gives HF's ids (bytes,
+    merges, specials last); :meth:`save` / :meth:`from_file` write and read HF's tokenizer.json.
+    Raises TypeError: wrong argument types; ValueError: a byte missing from ``vocab``, repeated
+    ids, ids not covering ``[0, vocab_size)``, a merge of unknown tokens, a bad ``pattern``.
     """
 
     def __init__(
@@ -182,8 +133,7 @@ class BPETokenizer:
         self.pattern = pattern
         self.vocab_size = len(self._id_bytes)
         self._byte_ids: list[int] = [vocab[bytes([b])] for b in range(256)]
-        # (left id, right id) -> (rank, id of the merged token); a pair listed twice
-        # keeps its last rank, as HF's BPE model does.
+        # (left id, right id) -> (rank, merged id); a repeated pair keeps its last rank, as in HF
         self._ranks: dict[tuple[int, int], tuple[int, int]] = {}
         self.merges: list[tuple[bytes, bytes]] = []
         for rank, pair in enumerate(merges):
@@ -209,14 +159,11 @@ class BPETokenizer:
         special_tokens: Iterable[str] = (ENDOFTEXT,),
         pattern: str | None = GPT2_SPLIT_PATTERN,
     ) -> BPETokenizer:
-        """Learn ``vocab_size - len(special_tokens)`` tokens from ``text`` with
-        :func:`train_bpe` (HF BpeTrainer's algorithm and tie-break), then append the
-        special tokens.
+        """Learn ``vocab_size - len(special_tokens)`` tokens with :func:`train_bpe` (HF
+        BpeTrainer's algorithm), then append the special tokens.
 
-        Raises:
-            TypeError: ``text`` not a ``str``, ``special_tokens`` not strings.
-            ValueError: ``vocab_size`` below 256 + the specials, empty or repeated
-                special tokens, a bad ``pattern``.
+        Raises TypeError: ``text`` not a ``str``, specials not strings; ValueError:
+        ``vocab_size`` below 256 + the specials, empty or repeated specials, a bad ``pattern``.
         """
         _check_text(text)
         specials = _check_special_tokens(special_tokens)
@@ -311,22 +258,12 @@ class BPETokenizer:
         return out
 
     def encode(self, text: str, allowed_special: Iterable[str] | str = frozenset()) -> list[int]:
-        """The ids of ``text``.
+        """The ids of ``text`` (any ``str``), each in ``[0, vocab_size)``.
 
-        Args:
-            text: any ``str`` (every string encodes: there are no unknown bytes).
-            allowed_special: special tokens that may come out of this text (their
-                exact text becomes their id, never split), or ``"all"``. Others are
-                ordinary text: ``"<|endoftext|>"`` in a user's prompt is bytes, not
-                the end of the document (tiktoken's convention).
-
-        Returns:
-            ``list[int]``, each id in ``[0, vocab_size)``.
-
-        Raises:
-            TypeError: ``text`` is not a ``str``; ``allowed_special`` is not ``"all"``
-                or an iterable of str.
-            ValueError: ``allowed_special`` names a token that is not special here.
+        ``allowed_special``: special tokens whose exact text becomes their id, or ``"all"``;
+        others are ordinary text (tiktoken's convention: a user's ``"<|endoftext|>"`` is bytes).
+        Raises TypeError: ``text`` not a ``str``, ``allowed_special`` not ``"all"`` or
+        strings; ValueError: ``allowed_special`` names a token that is not special here.
         """
         _check_text(text)
         allowed = _check_allowed_special(allowed_special, self.special_tokens)
@@ -349,11 +286,9 @@ class BPETokenizer:
     def encode_array(
         self, text: str, dtype=np.int64, allowed_special: Iterable[str] | str = frozenset()
     ) -> np.ndarray:
-        """:meth:`encode` as a ``(N,)`` array of ``dtype`` (``np.uint16`` holds ids up
-        to 65535, as nanoGPT's ``train.bin``).
+        """:meth:`encode` as a ``(N,)`` array of ``dtype`` (``np.uint16``: nanoGPT's train.bin).
 
-        Raises:
-            as :meth:`encode`; ValueError: ``dtype`` cannot hold every id.
+        Raises as :meth:`encode`, and ValueError: ``dtype`` cannot hold every id.
         """
         dtype = np.dtype(dtype)
         if dtype.kind not in "iu" or np.iinfo(dtype).max < self.vocab_size - 1:
@@ -364,21 +299,15 @@ class BPETokenizer:
     def decode_bytes(self, ids: Iterable[int] | np.ndarray) -> bytes:
         """The bytes of ``ids``, joined (special tokens as their UTF-8 text).
 
-        Raises:
-            TypeError: an id that is not an integer.
-            ValueError: an id outside ``[0, vocab_size)``; an array that is not 1-D.
+        Raises TypeError: a non-integer id; ValueError: an id outside ``[0, vocab_size)``, not 1-D.
         """
         return b"".join(map(self._id_bytes.__getitem__, _check_ids(ids, self.vocab_size)))
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
         """The text of ``ids``: all their bytes joined, then decoded from UTF-8 once.
 
-        Decoding token by token would break a character whose bytes two tokens share
-        (an emoji is 4 bytes; a tokenizer may well split it). Bytes that are not valid
-        UTF-8 (ids a model sampled in a bad order) become U+FFFD, as in HF's decoder.
-
-        Raises:
-            TypeError, ValueError: as :meth:`decode_bytes`.
+        Token by token would break a character two tokens share (an emoji's 4 bytes). Invalid
+        UTF-8 becomes U+FFFD, as in HF. Raises as :meth:`decode_bytes`.
         """
         return self.decode_bytes(ids).decode("utf-8", errors="replace")
 
@@ -387,11 +316,9 @@ class BPETokenizer:
         return DecodeStream(self)
 
     def id_to_token(self, token_id: int) -> str:
-        """The token's tokenizer.json spelling: ``"Ġthe"`` for ``b" the"``; a special
-        token's own text.
+        """The token's tokenizer.json spelling (``"Ġthe"`` for ``b" the"``; a special's own text).
 
-        Raises:
-            TypeError, ValueError: as :meth:`decode_bytes`.
+        Raises as :meth:`decode_bytes`.
         """
         (i,) = _check_ids([token_id], self.vocab_size)
         t = self._id_bytes[i]
@@ -420,21 +347,15 @@ class BPETokenizer:
 
     @classmethod
     def from_json(cls, text: str) -> BPETokenizer:
-        """Read a byte-level BPE ``tokenizer.json`` (ours, or HF's: GPT-2's loads); what
-        it may hold: see :func:`parse_tokenizer_json`.
+        """Read a byte-level BPE ``tokenizer.json`` (ours, or HF's: GPT-2's loads).
 
-        Raises:
-            ValueError: not JSON, or a field this tokenizer does not support (named).
+        Raises ValueError: not JSON, or a field :func:`parse_tokenizer_json` does not support.
         """
         return cls(*parse_tokenizer_json(text))
 
     @classmethod
     def from_file(cls, path) -> BPETokenizer:
-        """:meth:`from_json` of a file.
-
-        Raises:
-            FileNotFoundError: no such file. ValueError: as :meth:`from_json`.
-        """
+        """:meth:`from_json` of a file. Raises FileNotFoundError, or as :meth:`from_json`."""
         from pathlib import Path
 
         return cls.from_json(Path(path).read_text(encoding="utf-8"))

@@ -1,12 +1,8 @@
 """A byte-level BPE tokenizer's file, and a stream of ids decoded (chapter 11).
 
-:func:`tokenizer_to_json` writes HF ``tokenizers``' ``tokenizer.json`` (``model.vocab``
-and ``model.merges`` in :func:`token_to_str` spelling, the special tokens as
-``added_tokens``); :func:`parse_tokenizer_json` reads one (ours or HF's, GPT-2's
-included) back into the tables ``BPETokenizer`` is built from; ``BPETokenizer.to_json``,
-``save``, ``from_json`` and ``from_file`` call them.
-:class:`DecodeStream` turns ids that arrive one at a time into text. The twin,
-``torch_impl/tokenizer_files.py``, hands the same jobs to HF.
+:func:`tokenizer_to_json` writes HF's ``tokenizer.json``; :func:`parse_tokenizer_json`
+reads one (ours or HF's, GPT-2's included) into ``BPETokenizer``'s tables. :class:`DecodeStream`
+turns ids arriving one at a time into text. The torch twin hands the same jobs to HF.
 """
 
 from __future__ import annotations
@@ -163,8 +159,7 @@ class DecodeStream:
 
     def __init__(self, tokenizer: BPETokenizer):
         self.tokenizer = tokenizer
-        # The standard library's incremental UTF-8 decoder is exactly "hold back an
-        # incomplete tail": it buffers at most 3 bytes between calls.
+        # the standard incremental UTF-8 decoder holds back an incomplete tail (<= 3 bytes)
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def step(self, token_id: int) -> str:
