@@ -10,22 +10,14 @@ from .module import Module, check_float
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
-    """sigma(x) = 1 / (1 + exp(-x)), written as exp(-log(1 + exp(-x))).
-
-    ``np.logaddexp(0, -x)`` is log(1 + exp(-x)) computed without overflow, so
-    neither tail warns: far left it is -x and sigma is exp(x) -> 0, far right
-    it is 0 and sigma is 1.
-    """
+    """sigma(x) = 1 / (1 + exp(-x)), as exp(-log(1 + exp(-x))): ``np.logaddexp`` computes
+    log(1 + exp(-x)) without overflow, so neither tail warns."""
     return np.exp(-np.logaddexp(0.0, -x))
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    """The error function, elementwise, in ``x``'s dtype (the exact GELU's Phi needs it).
-
-    ``scipy.special.erf`` when scipy is installed (the ``exact-gelu`` extra);
-    without it, the standard library's ``math.erf`` on each element: the same
-    values (both are correctly rounded to within an ulp), about 30x slower.
-    """
+    """The error function in ``x``'s dtype: scipy's if installed (the ``exact-gelu`` extra),
+    else ``math.erf`` per element (the same values, slower)."""
     try:
         from scipy.special import erf as scipy_erf
     except ImportError:
@@ -36,31 +28,14 @@ def erf(x: np.ndarray) -> np.ndarray:
 
 
 class GELU(Module):
-    """Gaussian Error Linear Unit, y = x Phi(x) (Hendrycks & Gimpel 2016, sec. 2).
+    """Gaussian Error Linear Unit, y = x Phi(x) (Hendrycks & Gimpel 2016, sec. 2); elementwise.
 
-    Args:
-        approximate: ``"tanh"`` (the GPT default, the form GPT-2 used) or
-            ``"none"`` for the exact erf form.
-
-    Formulas, with Phi the standard normal CDF and phi its density:
-        exact: y = 0.5 x (1 + erf(x / sqrt 2)) = x Phi(x)
-               dy/dx = Phi(x) + x phi(x),       phi(x) = exp(-x^2 / 2) / sqrt(2 pi)
-        tanh:  y = 0.5 x (1 + tanh(u)),         u = sqrt(2/pi) (x + 0.044715 x^3)
-               dy/dx = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx,
-               du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
-
-    Cache: x (tanh form: all its backward reads, as in PyTorch: tanh(u) is
-    recomputed from x, which costs less than keeping a second array of x's size
-    alive until the backward), and Phi(x) (exact form).
-
-    The exact form's erf is this module's :func:`erf`: scipy's when scipy is
-    installed, else ``math.erf`` element by element; the default (tanh) form
-    needs NumPy alone.
-
-    Shapes: any; elementwise.
-
-    Raises:
-        ValueError: ``approximate`` is not ``"tanh"`` or ``"none"``.
+    Phi is the standard normal CDF, phi its density. ``approximate``: ``"tanh"`` (GPT-2's
+    form, the default; see :func:`gelu_tanh`) or ``"none"``, the exact form:
+        y = 0.5 x (1 + erf(x / sqrt 2)),   dy/dx = Phi(x) + x phi(x),
+        phi(x) = exp(-x^2 / 2) / sqrt(2 pi).
+    Cache: x, and Phi(x) for the exact form.
+    Raises ValueError if ``approximate`` is not ``"tanh"`` or ``"none"``.
     """
 
     _caches = ("_x", "_cdf")  # what backward reads; dropped under no_grad()
@@ -100,16 +75,11 @@ class GELU(Module):
 
 def gelu_tanh(x: np.ndarray) -> np.ndarray:
     """GELU's tanh form, y = 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3)
-    (Hendrycks & Gimpel 2016, sec. 2).
-
-    Shapes: x any -> y, x's shape and dtype. Raises nothing; past |x| ~ 7e12 in
-    float32 the cube overflows to inf and tanh gives +-1, the right limit.
-    """
+    (Hendrycks & Gimpel 2016, sec. 2). Elementwise, in x's shape and dtype."""
     ### BEGIN SOLUTION ch06
     ### TODO: u, then y = 0.5 x (1 + tanh(u)), x's shape. Write x^3 as x * x * x (x**3 calls
     ###   pow(), ~200x slower) inside np.errstate(over="ignore") (x^3 overflows past ~7e12)
-    # x**3 written x * x * x, as PyTorch's kernel does: NumPy's x**3 calls pow(), ~200x
-    # slower than two products. Beyond |x| ~ 7e12 float32 overflows: tanh = +-1, right.
+    # x * x * x, as PyTorch's kernel: x**3 calls pow(), far slower. Overflow gives tanh = +-1
     with np.errstate(over="ignore"):
         u = math.sqrt(2 / math.pi) * (x + 0.044715 * (x * x * x))
     return 0.5 * x * (1 + np.tanh(u))
@@ -117,18 +87,12 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 
 def gelu_tanh_backward(dout: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """dx = dout * dy/dx for :func:`gelu_tanh`, from the forward's input x alone:
+    """dx = dout * dy/dx for :func:`gelu_tanh`, from x alone (t recomputed, as PyTorch does):
 
-    dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,   t = tanh(u),
-    u = sqrt(2/pi) (x + 0.044715 x^3),   du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+        dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx,   t = tanh(u),
+        du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2)
 
-    t is computed again here rather than kept from the forward (PyTorch's GELU
-    backward does the same): one tanh costs less than a second activation-sized
-    array held from forward to backward.
-
-    Shapes: dout, x one shape -> dx, that shape (Hendrycks & Gimpel 2016, sec. 2).
-    Raises nothing: a new array, dout is never written.
-    """
+    dout, x one shape -> dx, a new array."""
     ### BEGIN SOLUTION ch06
     ### TODO: u and t = tanh(u) again (as in gelu_tanh: x * x * x, np.errstate), du/dx, dy/dx,
     ###   then dout * dy/dx (a new array: never write into dout)
@@ -143,14 +107,8 @@ def gelu_tanh_backward(dout: np.ndarray, x: np.ndarray) -> np.ndarray:
 
 class ReLU(Module):
     """y = max(x, 0) (Nair & Hinton 2010), the original transformer's FFN activation
-    (Vaswani et al. 2017, eq. 2).
-
-    Backward: dx = dout where x > 0, else 0 (the subgradient 0 at x = 0, as torch).
-
-    Cache: the bool mask x > 0, all backward needs.
-
-    Shapes: any; elementwise.
-    """
+    (Vaswani et al. 2017, eq. 2). dx = dout where x > 0, else 0 (0 at x = 0, as torch).
+    Caches the bool mask x > 0; elementwise."""
 
     _caches = ("_positive",)  # what backward reads; dropped under no_grad()
 
@@ -171,14 +129,8 @@ class ReLU(Module):
 class SiLU(Module):
     """SiLU / Swish-1: y = x sigma(x) (Elfwing et al. 2017, eq. 1; Ramachandran et al. 2017).
 
-    The gate of SwiGLU (Shazeer 2020). With s = sigma(x):
-        dy/dx = s + x s (1 - s) = s (1 + x (1 - s))
-    ``sigmoid`` (this module) computes s without overflow at either end.
-
-    Cache: x and s.
-
-    Shapes: any; elementwise.
-    """
+    The gate of SwiGLU (Shazeer 2020). With s = sigma(x), dy/dx = s (1 + x (1 - s)).
+    Caches x and s; elementwise."""
 
     _caches = ("_x", "_s")  # what backward reads; dropped under no_grad()
 

@@ -3,14 +3,9 @@
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V           (Vaswani et al. 2017, eq. 1)
     MultiHead(x) = Concat(head_1 .. head_H) W_O,  head_h = Attention(x W_Q^h, x W_K^h, x W_V^h)
 
-:class:`SelfAttention` serves every model here: the GPT's causal self-attention
-(``is_causal=True``, optionally with RoPE and a KV cache), the encoder's
-bidirectional self-attention (``attn_mask`` = the padding), and the decoder's
-cross-attention (``kv`` = the encoder's output: queries from x, keys and values
-from kv). ``multihead_attention.py`` puts the same core behind separate q, k, v
-projections and the interface of ``torch.nn.MultiheadAttention``.
-
-Twin of ``torch_impl/attention.py``.
+:class:`SelfAttention` serves every model: causal (GPT), bidirectional with padding (encoder)
+and cross-attention (``kv``: the encoder's output). ``multihead_attention.py`` puts it behind
+``nn.MultiheadAttention``'s interface. Twin of ``torch_impl/attention.py``.
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ from .module import Module, check_float
 from .rope import RotaryEmbedding
 
 ATTN_IMPLS = ("explicit", "flash")
-# flash's tile: 128 x 128 scores (64 KiB float32 per head); causal T = 256 computes 3 of 4
-# tiles. Keys within one tile run the explicit formula: one tile of FlashAttention is it.
+# flash's tile: 128 x 128 scores (64 KiB float32 per head); fewer keys run the explicit formula
 FLASH_TILE = 128
 
 
@@ -46,10 +40,7 @@ class AttentionCache(NamedTuple):
 
 
 def split_heads(x: np.ndarray, n_heads: int) -> np.ndarray:
-    """``(B, T, C)`` -> ``(B, n_heads, T, d_k)``.
-
-    Head h gets features ``h d_k .. (h + 1) d_k - 1`` of every position.
-    """
+    """``(B, T, C)`` -> ``(B, n_heads, T, d_k)``; head h: features ``h d_k .. (h+1) d_k - 1``."""
     ### BEGIN SOLUTION ch04
     ### TODO: cut the last axis into (n_heads, d_k), then move the head axis before T
     B, T, C = x.shape
@@ -67,11 +58,10 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
-    """softmax over the last axis, ``exp(s - max s) / sum exp(s - max s)``, row by row.
+    """softmax over the last axis, ``exp(s - max s) / sum exp(s - max s)``.
 
-    Subtracting the row maximum changes nothing mathematically and keeps exp
-    from overflowing. A row that is all ``-inf`` (a query that may see no key)
-    gives zeros instead of 0/0 = NaN, as PyTorch's fused kernels do.
+    The max keeps exp from overflowing. An all ``-inf`` row (a query that may see no key)
+    gives zeros, not 0/0 = NaN, as PyTorch's fused kernels do.
     """
     check_float(scores, "scores")
     ### BEGIN SOLUTION ch03
@@ -98,31 +88,19 @@ def scaled_dot_product_attention(
 ) -> tuple[np.ndarray, tuple]:
     """softmax(q k^T * scale + mask) v (Vaswani et al. 2017, eq. 1), and a cache for backward.
 
-    Args:
-        q: ``(B, n_heads, T_q, d_k)`` queries.
-        k: ``(B, n_heads, T_k, d_k)`` keys.
-        v: ``(B, n_heads, T_k, d_v)`` values.
-        attn_mask: broadcastable to ``(B, n_heads, T_q, T_k)``. Boolean: True = may
-            attend (see ``numpy_impl/masks.py``). Float, q's dtype: added to the scores.
-        is_causal: forbid keys j > i (top-left aligned). With ``attn_mask`` too, a
-            key is seen only if both allow it.
-        scale: defaults to ``1 / sqrt(d_k)`` (sec. 3.2.1: keeps the scores' variance ~1).
-        dropout_p: dropout on the attention probabilities (pass 0 at evaluation).
-        rng: generator for the dropout mask (NumPy only).
+    q ``(B, n_heads, T_q, d_k)``, k ``(B, n_heads, T_k, d_k)``, v ``(B, n_heads, T_k, d_v)``
+    -> out ``(B, n_heads, T_q, d_v)``, and an :class:`AttentionCache` (``probs``: the weights).
 
-    Returns:
-        out ``(B, n_heads, T_q, d_v)``, and an :class:`AttentionCache` for the backward
-        (``cache.probs`` are the attention weights).
+    attn_mask: broadcastable to ``(B, n_heads, T_q, T_k)``; bool True = may attend
+    (``numpy_impl/masks.py``), or float in q's dtype, added to the scores.
+    is_causal: forbid keys j > i (top-left aligned); with a mask too, a key must pass both.
+    scale: default ``1 / sqrt(d_k)`` (sec. 3.2.1: keeps the scores' variance ~1).
+    dropout_p: on the probabilities (0 at evaluation), masks drawn from ``rng``.
+    A query whose keys are all masked gets zeros and finite gradients.
 
-    A query whose keys are all masked gets probabilities of zero, hence an
-    output of zeros and finite gradients.
-
-    Raises:
-        ValueError: q, k, v not 4-D or with mismatched shapes, no key or d_k = 0,
-            ``attn_mask`` not broadcastable, ``scale`` not a finite number > 0,
-            ``dropout_p`` outside ``[0, 1)``.
-        TypeError: ``attn_mask`` neither bool nor q's float dtype; q, k, v not of one
-            float dtype; ``is_causal`` not a bool.
+    Raises ValueError: q, k, v not 4-D or mismatched, no key or d_k = 0, a mask that does not
+    broadcast, ``scale`` not finite > 0, ``dropout_p`` outside ``[0, 1)``. TypeError: a mask
+    neither bool nor q's dtype; q, k, v not of one float dtype; ``is_causal`` not a bool.
     """
     mask, scale, keep = attention_inputs(q, k, v, attn_mask, is_causal, scale, dropout_p, rng)
     ### BEGIN SOLUTION ch03
@@ -141,12 +119,9 @@ def scaled_dot_product_attention(
 
 
 def attention_inputs(q, k, v, attn_mask, is_causal, scale, dropout_p, rng):
-    """Check :func:`scaled_dot_product_attention`'s arguments; return ``(mask, scale, keep)``:
-    the one mask (bool, float or None) of ``attn_mask`` and ``is_causal``, the scale as a
-    Python float, and the dropout's scaled keep-mask ``(B, H, T_q, T_k)`` or None.
-
-    Raises: as :func:`scaled_dot_product_attention`.
-    """
+    """Check :func:`scaled_dot_product_attention`'s arguments, raising as it does. Returns the
+    one mask of ``attn_mask`` and ``is_causal`` (bool, float or None), the scale as a float,
+    and the dropout's scaled keep-mask ``(B, H, T_q, T_k)`` or None."""
     check_qkv(q, k, v)
     is_causal = check_is_causal(is_causal)
     check_scale(scale)
@@ -179,12 +154,7 @@ def scaled_dot_product_attention_backward(
         dq = dS k * scale,   dk = dS^T q * scale
     With dropout, out = (P * keep) v: dv uses P * keep, and dP is multiplied by keep.
 
-    Args:
-        dout: ``(B, n_heads, T_q, d_v)``.
-        cache: the second return value of the forward.
-
-    Returns:
-        dq ``(B, n_heads, T_q, d_k)``, dk ``(B, n_heads, T_k, d_k)``, dv ``(B, n_heads, T_k, d_v)``.
+    dout ``(B, n_heads, T_q, d_v)`` -> dq, dk, dv, the shapes of q, k, v.
     """
     q, k, v, probs, keep, scale = cache
     ### BEGIN SOLUTION ch03
@@ -204,43 +174,23 @@ def scaled_dot_product_attention_backward(
 class SelfAttention(Module):
     """Multi-head attention with one packed q/k/v projection (Vaswani et al. 2017, sec. 3.2.2).
 
-    ``qkv_proj`` ``(3 d_model, d_model)`` holds W_Q, W_K, W_V stacked in that
-    order (nanoGPT's ``c_attn``, ``nn.MultiheadAttention``'s ``in_proj_weight``).
+    ``qkv_proj`` ``(3 d_model, d_model)`` stacks W_Q, W_K, W_V (nanoGPT's ``c_attn``,
+    ``nn.MultiheadAttention``'s ``in_proj_weight``). Self-attention: q, k, v =
+    split(qkv_proj(x)), one matrix product. Cross-attention (``kv`` given): q from x with the
+    first rows, k and v from kv with the other two. ``n_heads`` heads of ``d_model / n_heads``.
 
-    * Self-attention (``kv`` None): q, k, v = split(qkv_proj(x)), one GEMM.
-    * Cross-attention (``kv`` given): q from x with the first block of rows,
-      k and v from kv with the other two (as ``nn.MultiheadAttention`` does when
-      key and value differ from the query).
+    rope: None or a RoPE layout, ``"interleaved"`` or ``"half"`` (``numpy_impl/rope.py``).
+    attn_impl: ``"explicit"`` (the formula) or ``"flash"`` (the same by tiles of ``flash_tile``,
+    ``numpy_impl/flash_attention.py``); flash gives no weights and no dropout, so with
+    ``need_weights`` or dropout in training the formula runs. dropout: on the probabilities
+    (training only) and on the output.
+    x ``(B, T, C)``, kv ``(B, S, C)`` or None, attn_mask broadcastable to ``(B, n_heads, T, S)``,
+    start_pos (x's first position, for RoPE and ``kv_cache``, a
+    :class:`~numpy_impl.kv_cache.LayerKVCache`) -> ``(B, T, C)``. backward: dout -> dx, or
+    ``(dx, dkv)`` for cross-attention.
 
-    Each of q, k, v is cut into ``n_heads`` heads of ``d_k = d_model / n_heads``
-    features; the heads' outputs are joined again and projected by ``out_proj``.
-
-    Args:
-        d_model: width C; n_heads: heads, dividing C.
-        bias: biases in both projections.
-        dropout: on the attention probabilities (training only) and on the output.
-        rope: None, or a RoPE layout (``"interleaved"``, ``"half"``): q and k are
-            rotated by their positions (Su et al. 2021; ``numpy_impl/rope.py``).
-        rope_base: RoPE's frequency base.
-        attn_impl: ``"explicit"`` (the formula above, the reading path of chapters 03
-            and 04) or ``"flash"`` (the same function by FlashAttention's tiles,
-            ``numpy_impl/flash_attention.py``: no ``(T, T)`` matrices, ``flash_tile``
-            (128) queries and keys per tile). The tiles give no weights and have no
-            dropout: with ``need_weights`` or attention dropout in training, ``"flash"``
-            runs the explicit formula. NumPy only; can be reassigned later.
-        dtype, rng: parameter dtype and the generator of the default init (NumPy only).
-
-    Shapes:
-        forward: x ``(B, T, C)``; kv ``(B, S, C)`` or None; attn_mask broadcastable
-        to ``(B, n_heads, T, S)``; is_causal; start_pos (int, the position of x's
-        first token, for RoPE and the cache); kv_cache a
-        :class:`~numpy_impl.kv_cache.LayerKVCache` or None -> ``(B, T, C)``.
-        backward: dout ``(B, T, C)`` -> dx ``(B, T, C)``, or ``(dx, dkv)`` when
-        forward had a ``kv``.
-
-    Raises:
-        ValueError: bad sizes; x or kv not ``(B, T>=1, C)``; RoPE with ``kv``; a mask
-            together with ``kv_cache``; the errors of :func:`scaled_dot_product_attention`.
+    Raises ValueError: bad sizes; x or kv not ``(B, T>=1, C)``; RoPE with ``kv``; a mask with
+    ``kv_cache``; the errors of :func:`scaled_dot_product_attention`.
     """
 
     _caches = ("_cache", "_inputs")  # what backward reads; dropped under no_grad()
@@ -431,10 +381,8 @@ class SelfAttention(Module):
     def use_cache(self, k, v, start_pos: int, kv_cache):
         """Store this step's keys and values in ``kv_cache``; return all of them and the mask.
 
-        The new tokens sit at positions ``start_pos .. start_pos + T - 1``; the
-        cache holds the keys and values of ``0 .. start_pos - 1``. With RoPE, k was
-        rotated by its absolute positions before it is cached, so cached keys stay
-        valid. Query ``start_pos + i`` sees keys ``0 .. start_pos + i``.
+        Query ``start_pos + i`` sees keys ``0 .. start_pos + i``. With RoPE, k was rotated by
+        its absolute positions before caching, so cached keys stay valid.
         """
         k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
         attn_mask, is_causal = cached_attn_mask(k.shape[-2] - start_pos, start_pos)

@@ -1,9 +1,7 @@
-"""The input checks of attention: shapes, dtypes, scale and sizes, said once.
+"""The input checks of attention, said once: shapes, dtypes, scale and sizes.
 
-Used by :mod:`numpy_impl.attention` (the formula and :class:`SelfAttention`),
-``flash_attention.py`` and ``multihead_attention.py``; each error names the
-argument and the expected shape or range, as the torch twin's
-(``torch_impl/attention_checks.py``) does with the same exception types.
+Used by ``attention.py``, ``flash_attention.py`` and ``multihead_attention.py``. Each error
+names the argument and what was expected, with the exception types of the torch twin.
 """
 
 from __future__ import annotations
@@ -64,16 +62,11 @@ def check_sizes(d_model, n_heads) -> None:
 
 
 def check_layer_inputs(x, kv, attn_mask, kv_cache, d_model: int, dtype, rope: bool) -> None:
-    """The inputs of ``SelfAttention.forward``: x (and kv) of the layer's dtype, kv of
-    x's batch size, no RoPE (``rope``) or kv_cache with kv, no ``attn_mask`` with a
-    kv_cache.
+    """The inputs of ``SelfAttention.forward`` (the checks ``nn.MultiheadAttention`` makes).
 
-    Shapes: x ``(B, T>=1, d_model)``, kv ``(B, S>=1, d_model)`` or None. Returns None.
-    Source: the checks ``torch.nn.MultiheadAttention.forward`` makes of its query and key.
-
-    Raises:
-        ValueError: a shape, or a combination of arguments, the layer does not take.
-        TypeError: x or kv not of ``dtype`` (the layer's parameters').
+    x ``(B, T>=1, d_model)``, kv ``(B, S>=1, d_model)`` or None, both of ``dtype`` (the
+    layer's). Raises ValueError for other shapes, kv with RoPE or a kv_cache, or an
+    ``attn_mask`` with a kv_cache; TypeError for x or kv not of ``dtype``.
     """
     for name, a in (("x", x), ("kv", kv)):
         if a is None:

@@ -29,40 +29,19 @@ def check_block_options(norm: str, ffn: str, norm_position: str) -> None:
 class Block(Module):
     """Pre-norm: x = x + attn(ln1(x)); x = x + ffn(ln2(x)).  Post-norm: x = ln1(x + attn(x)); ...
 
-    Pre-norm (the default): each sub-layer reads a normalised copy of the
-    residual stream and adds its result back, so the stream itself is never
-    normalised and gradients reach early layers through the identity path
-    unchanged. Post-norm (the original transformer's
-    "LayerNorm(x + Sublayer(x))", Vaswani et al. 2017, sec. 3.1) normalises the stream after each
-    add: every gradient passes through every norm on its way down.
+    Pre-norm (the default) never normalises the residual stream itself, so gradients reach
+    early layers through the identity path unchanged. Post-norm (the original transformer's
+    "LayerNorm(x + Sublayer(x))", Vaswani et al. 2017, sec. 3.1) normalises the stream after
+    each add: every gradient passes through every norm on its way down. The GPT uses the
+    block causal; the encoder with ``is_causal=False`` and a padding ``attn_mask``.
 
-    The same block serves the GPT (causal attention, the default) and the
-    encoder (``is_causal=False`` and a padding ``attn_mask``: every position
-    sees every real position, Devlin et al. 2019).
-
-    Args:
-        d_model, n_heads: width and head count of the attention.
-        d_ff: FFN hidden width (default ``4 * d_model``; SwiGLU: 2/3 of that, rounded).
-        bias: biases in every Linear and LayerNorm.
-        dropout: dropout probability inside attention and FFN.
-        gelu_approximate: ``"tanh"`` (default) or ``"none"``.
-        norm: ``"layernorm"`` (default) or ``"rmsnorm"`` (Zhang & Sennrich 2019; no bias).
-        ffn: ``"gelu"`` (default), ``"relu"`` or ``"swiglu"`` (Shazeer 2020).
-        norm_position: ``"pre"`` (default) or ``"post"``.
-        rope: None or a RoPE layout for the attention (``"interleaved"``, ``"half"``).
-        rope_base: RoPE's frequency base.
-        dtype, rng: parameter dtype; generator of the default init (NumPy only).
-
-    The sub-modules are ``ln1``, ``attn``, ``ln2``, ``ffn`` whatever the options,
-    so state-dict names only change inside them.
-
-    Shapes:
-        forward: x ``(B, T, C)``; attn_mask, is_causal, start_pos, kv_cache as in
-        :class:`~numpy_impl.attention.SelfAttention` -> ``(B, T, C)``.
-        backward: dout -> dx, same shape.
-
-    Raises:
-        ValueError: an unknown option (named), or the sub-modules' errors.
+    Options: ``norm`` ``"layernorm"`` or ``"rmsnorm"`` (Zhang & Sennrich 2019; no bias);
+    ``ffn`` ``"gelu"``, ``"relu"`` or ``"swiglu"`` (Shazeer 2020); ``norm_position`` ``"pre"``
+    or ``"post"``; ``d_ff`` default ``4 * d_model`` (SwiGLU: 2/3 of that, rounded); the rest
+    as in :class:`~numpy_impl.attention.SelfAttention` and the FFNs. The sub-modules are
+    ``ln1``, ``attn``, ``ln2``, ``ffn`` whatever the options, so state-dict names stay.
+    x ``(B, T, C)`` -> ``(B, T, C)``. Raises ValueError: an unknown option (named), or the
+    sub-modules' errors.
     """
 
     def __init__(

@@ -114,23 +114,18 @@ def train_bpe(
 ) -> tuple[dict[bytes, int], list[tuple[bytes, bytes]]]:
     """Byte-level BPE training, fast: HF ``BpeTrainer``'s algorithm in Python.
 
-    1. Pre-tokenize and count each distinct piece once (Tiny Shakespeare: 297,833
-       pieces, 15,057 distinct): a merge then costs the distinct words that contain
-       the pair, not a pass over the corpus.
+    1. Pre-tokenize and count each distinct piece once: a merge then costs the distinct
+       words that hold the pair, not a pass over the corpus.
     2. Count every adjacent pair, weighted by word frequency, and remember which
        words hold it; put ``(count, pair, words)`` in a max-heap.
-    3. Pop the top pair. Counts only ever go down for existing pairs, so a popped
-       entry whose count is stale is pushed back with its current count (lazy
-       invalidation) and the next one is tried. Merge it in its words only,
-       updating the neighbours' counts incrementally (:func:`_merge_word`), and push
-       the pairs the merge created.
+    3. Pop the top pair. Counts of existing pairs only go down, so an entry whose count
+       is stale is pushed back with its current count (lazy invalidation). Merge the
+       pair in its words only, updating the neighbours' counts (:func:`_merge_word`).
 
-    Tie-break (deterministic, documented): the highest count wins; among equal
-    counts, the smallest ``(left id, right id)``. Ids are those of HF (base bytes in
-    :data:`BASE_BYTES` order, then merges in creation order), so the merges and the
-    vocabulary are HF's, in order (tested; 744/744 and 9,744/9,744 on Tiny
-    Shakespeare at vocab 1,000 and 10,000). HF's quirks are kept: a merged pair's
-    count is never reset, and a merge whose bytes are already a token reuses its id.
+    Tie-break: the highest count, then the smallest ``(left id, right id)``. Ids are HF's
+    (:data:`BASE_BYTES` order, then merges in creation order), so merges and vocabulary
+    are HF's, in order. HF's quirks are kept: a merged pair's count is never reset, and a
+    merge whose bytes are already a token reuses its id.
 
     Args:
         text: the training text (one document: pre-tokenized as a whole).
@@ -165,9 +160,8 @@ def train_bpe(
             where.setdefault(key, set()).add(i)
         if len(w) > _LONG_WORD:
             words[i] = _LongWord(w)
-    # Max-heap by count, then min-heap by pair: heapq is a min-heap of (-count, pair).
-    # ``tick`` orders two entries of the same pair and count (possible after a
-    # repeated token) without ever comparing their sets.
+    # heapq is a min-heap: (-count, pair) pops the top count, then the smallest pair;
+    # ``tick`` orders equal entries without comparing their sets.
     heap = [(-pair_counts[k], k, tick, pos) for tick, (k, pos) in enumerate(where.items())]
     heapq.heapify(heap)
     tick = len(heap)

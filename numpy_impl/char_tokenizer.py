@@ -1,10 +1,8 @@
 """The character tokenizer (chapter 01): one token per Unicode character.
 
-The vocabulary is the sorted set of characters of the training corpus (65 for Tiny
-Shakespeare), so token ``i`` is ``chars[i]``: the tokenizer of nanoGPT's
-``shakespeare_char`` and of Karpathy's char-rnn. Both backends share it (it has no
-twin in ``torch_impl/``): the ids it produces are plain NumPy arrays that either
-model consumes. Chapter 11's byte-level BPE, which has a twin, is in ``tokenizer.py``.
+The vocabulary is the sorted set of the corpus's characters (65 for Tiny Shakespeare), as in
+nanoGPT's ``shakespeare_char``. No twin: both backends take its NumPy ids. Chapter 11's
+byte-level BPE is in ``tokenizer.py``.
 
     >>> tok = CharTokenizer.from_text("hello")
     >>> tok.chars, tok.encode("hell"), tok.decode([3, 1])
@@ -27,17 +25,8 @@ def _describe(chars: Iterable[str]) -> str:
 class CharTokenizer:
     """Maps each character of a fixed vocabulary to an integer id and back.
 
-    Args:
-        chars: the vocabulary, one character per token; it is sorted, so the
-            ids do not depend on the order given.
-
-    Attributes:
-        chars: the sorted vocabulary, ``chars[i]`` is the character of id ``i``.
-        vocab_size: ``len(chars)``.
-
-    Raises:
-        TypeError: ``chars`` is not a ``str``.
-        ValueError: ``chars`` is empty or repeats a character.
+    ``chars``: the vocabulary, sorted on entry, so ``chars[i]`` is the character of id ``i``.
+    Raises TypeError if ``chars`` is not a ``str``; ValueError if it is empty or repeats one.
     """
 
     def __init__(self, chars: str):
@@ -51,20 +40,14 @@ class CharTokenizer:
         self.chars = "".join(sorted(chars))
         self.vocab_size = len(self.chars)
         self._stoi = {c: i for i, c in enumerate(self.chars)}
-        # Lookup table indexed by code point: _table[ord(c)] is c's id, -1 when
-        # c is not in the vocabulary. It turns encoding a 1 MB corpus into one
-        # NumPy gather instead of a million dictionary look-ups.
+        # _table[ord(c)] is c's id (-1 if none): encoding a corpus is one NumPy gather
         codepoints = np.array([ord(c) for c in self.chars], dtype=np.int64)
         self._table = np.full(int(codepoints.max()) + 1, -1, dtype=np.int64)
         self._table[codepoints] = np.arange(self.vocab_size)
 
     @classmethod
     def from_text(cls, text: str) -> CharTokenizer:
-        """Build the tokenizer whose vocabulary is every character of ``text``.
-
-        Raises:
-            ValueError: ``text`` is empty.
-        """
+        """The tokenizer of every character of ``text``; ValueError if ``text`` is empty."""
         if not text:
             raise ValueError("text: cannot build a vocabulary from an empty text")
         return cls("".join(sorted(set(text))))
@@ -80,13 +63,8 @@ class CharTokenizer:
         )
 
     def encode(self, text: str) -> list[int]:
-        """Ids of the characters of ``text``, one per character.
-
-        Raises:
-            TypeError: ``text`` is not a ``str``.
-            ValueError: ``text`` contains characters outside the vocabulary;
-                the message lists them with their code points.
-        """
+        """Ids of the characters of ``text``. Raises TypeError if it is not a ``str``;
+        ValueError listing the characters outside the vocabulary, with their code points."""
         if not isinstance(text, str):
             raise TypeError(f"text: expected a str, got {type(text).__name__}")
         ### BEGIN SOLUTION ch01
@@ -99,24 +77,15 @@ class CharTokenizer:
         ### END SOLUTION
 
     def encode_array(self, text: str, dtype=np.int64) -> np.ndarray:
-        """Vectorised :meth:`encode` for a whole corpus.
-
-        Returns:
-            ``(N,)`` array of ids, ``N = len(text)``, of ``dtype`` (int64 by
-            default; ``np.uint16`` takes a quarter of the memory, as nanoGPT's
-            ``train.bin`` does, for vocabularies of at most 65536 tokens).
-
-        Raises:
-            TypeError: ``text`` is not a ``str``.
-            ValueError: characters outside the vocabulary (listed), or a
-                ``dtype`` too small to hold every id.
-        """
+        """Vectorised :meth:`encode`: ``(len(text),)`` ids of ``dtype`` (``np.uint16`` is
+        nanoGPT's ``train.bin``). Raises as :meth:`encode`, and ValueError if ``dtype`` cannot
+        hold every id."""
         if not isinstance(text, str):
             raise TypeError(f"text: expected a str, got {type(text).__name__}")
         dtype = np.dtype(dtype)
         if dtype.kind not in "iu" or np.iinfo(dtype).max < self.vocab_size - 1:
             raise ValueError(f"dtype: {dtype} cannot hold ids up to {self.vocab_size - 1}")
-        # UTF-32 stores each character as one 4-byte code point: a free view.
+        # UTF-32: one 4-byte code point per character, a free view
         codepoints = np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
         in_table = codepoints < len(self._table)
         ids = np.full(codepoints.shape, -1, dtype=np.int64)
@@ -127,13 +96,8 @@ class CharTokenizer:
 
     # -- decoding ------------------------------------------------------------
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
-        """The text of a sequence of ids (a list, or a 1-D integer array).
-
-        Raises:
-            TypeError: an id is not an integer.
-            ValueError: an id is outside ``[0, vocab_size)``, or ``ids`` is an
-                array that is not 1-D.
-        """
+        """The text of ids (a list or a 1-D integer array). Raises TypeError for a non-integer
+        id; ValueError for an id outside ``[0, vocab_size)`` or an array that is not 1-D."""
         if isinstance(ids, np.ndarray):
             if ids.ndim != 1:
                 raise ValueError(f"ids: expected a 1-D array, got shape {ids.shape}")
@@ -161,11 +125,7 @@ class CharTokenizer:
 
     @classmethod
     def from_dict(cls, d: dict) -> CharTokenizer:
-        """Inverse of :meth:`to_dict`.
-
-        Raises:
-            ValueError: ``d`` is not a char tokenizer's dict.
-        """
+        """Inverse of :meth:`to_dict`; ValueError if ``d`` is not a char tokenizer's dict."""
         if not isinstance(d, dict) or d.get("type") != "char" or "chars" not in d:
             raise ValueError(f'tokenizer: expected {{"type": "char", "chars": ...}}, got {d!r}')
         return cls(d["chars"])

@@ -8,29 +8,15 @@ from .module import Module, Parameter, check_ids
 
 
 class Embedding(Module):
-    """out[b, t] = weight[idx[b, t]].
+    """out[b, t] = weight[idx[b, t]]; weight is ``(num_embeddings, embedding_dim)`` (V, C).
 
-    Args:
-        num_embeddings: vocabulary size ``vocab_size``.
-        embedding_dim: ``d_model``.
-        dtype, rng: parameter dtype; generator for the N(0, 1) default init
-            (PyTorch's; the GPT re-initialises with N(0, 0.02)).
+    Shapes: idx ``(...)`` int -> ``(..., embedding_dim)``. Backward adds into dW
+    ``(num_embeddings, embedding_dim)`` and returns None (ids have no gradient); it is
+    a scatter-add: an id seen n times gets the sum of its n gradients.
+    Init N(0, 1) as PyTorch's (the GPT re-initialises with N(0, 0.02)).
 
-    Shapes:
-        forward: idx ``(...)`` integer -> ``(..., embedding_dim)``
-        backward: dout ``(..., embedding_dim)`` -> None (ids have no gradient);
-        adds into dW ``(num_embeddings, embedding_dim)``.
-
-    The backward is a scatter-add: an id that occurs n times receives the sum of
-    its n upstream gradients. ``dW[idx] += dout`` would be wrong, because fancy
-    assignment with repeated indices keeps only the last write; ``np.add.at``
-    is the unbuffered version that accumulates.
-
-    Raises:
-        TypeError: ``idx`` is not an integer array.
-        ValueError: a size below 1 (constructor); an id lies outside
-            ``[0, num_embeddings)`` (negative ids are rejected, not wrapped round
-            as NumPy indexing would).
+    Raises TypeError if ``idx`` is not integer; ValueError for a size below 1 or an id
+    outside ``[0, num_embeddings)`` (negative ids are rejected, not wrapped round).
     """
 
     _caches = ("_idx",)  # what backward reads; dropped under no_grad()

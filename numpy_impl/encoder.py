@@ -1,22 +1,13 @@
 """The bidirectional (BERT-style) encoder and a transformer classifier on top of it.
 
-An encoder block is the GPT's :class:`~numpy_impl.block.Block` without the
-causal mask: every position attends to every other real position of its
-sequence, in both directions (Devlin et al. 2019). Sequences of different
-lengths share a batch by padding; a key-padding mask keeps the padding out of
-every attention row and out of the pooled vector. The classifier is the one of
-the tutorial "Getting Started with Transformers in PyTorch" ("the tutorial"
-below):
+An encoder block is the GPT's :class:`~numpy_impl.block.Block` without the causal mask:
+each position attends to every real position, before or after it (Devlin et al. 2019).
+The classifier is that of the tutorial "Getting Started with Transformers in PyTorch":
 
     logits = head(mean_pool(ln_f(blocks(drop(tok_emb(idx) + PE)))))
 
-with the sinusoidal encoding PE of Vaswani et al. 2017 (sec. 3.5), pre-norm
-blocks, a final LayerNorm, mean pooling over the real tokens only, and a
-Linear-ReLU-Dropout-Linear head.
-
-Masks follow twinformer's convention (docs/masks.md): a padding mask
-``token_mask`` is bool ``(B, T)``, True for a real token; an ``attn_mask`` is
-bool, True = may attend.
+with PE the sinusoids of Vaswani et al. 2017 (sec. 3.5). Padding is kept out of attention
+and of the mean by ``token_mask``, bool ``(B, T)``, True for a real token (docs/masks.md).
 """
 
 from __future__ import annotations
@@ -49,23 +40,12 @@ def check_model_sizes(**sizes) -> None:
 
 
 class Encoder(Module):
-    """A stack of bidirectional pre-norm blocks and the final LayerNorm a pre-norm stack needs.
+    """Bidirectional pre-norm blocks (``is_causal=False``), then the final LayerNorm.
 
-    Each block is ``x = x + attn(ln1(x), mask); x = x + ffn(ln2(x))`` with
-    ``is_causal=False``: position i sees every position j the mask allows,
-    before or after it.
-
-    Args:
-        n_layers: number of blocks.
-        d_model, n_heads, d_ff (default ``4 * d_model``), bias, dropout: as in
-            :class:`~numpy_impl.block.Block`.
-        gelu_approximate: ``"none"`` (exact GELU, ``nn.GELU()``'s default, as in
-            the tutorial) or ``"tanh"``.
-        dtype, rng: NumPy only.
-
-    Shapes:
-        forward: x ``(B, T, C)``, attn_mask (broadcastable to ``(B, n_heads, T, T)``,
-        bool True = attend, or float added) -> ``(B, T, C)``; backward: dout -> dx.
+    ``d_model``, ``n_heads``, ``d_ff`` (default ``4 * d_model``), ``bias``, ``dropout``: as in
+    :class:`~numpy_impl.block.Block`. ``gelu_approximate``: ``"none"`` (exact, as the
+    tutorial) or ``"tanh"``. x ``(B, T, C)``, attn_mask broadcastable to
+    ``(B, n_heads, T, T)`` (bool True = attend, or float added) -> ``(B, T, C)``.
     """
 
     def __init__(
@@ -101,21 +81,13 @@ class Encoder(Module):
 
 
 class MeanPool(Module):
-    """Mean of each sequence's vectors over its real tokens: one vector per sequence.
+    """Mean of each sequence's vectors over its real tokens (m_bt = token_mask):
 
         pooled_b = sum_t m_bt x_bt / max(n_b, 1),   n_b = sum_t m_bt
 
-    so padding never dilutes the mean, and a row with no real token at all gives
-    zeros (not 0/0 = NaN). Without a mask, the plain mean over T (the tutorial's
-    ``x.mean(dim=1)``, which counts padding as tokens).
-
-    Shapes:
-        forward: x ``(B, T, C)``, token_mask bool ``(B, T)`` (True = real) or None
-        -> ``(B, C)``. backward: dout ``(B, C)`` -> dx ``(B, T, C)``.
-
-    Raises:
-        ValueError: x not 3-D; token_mask not of shape ``(B, T)`` of x.
-        TypeError: token_mask not boolean.
+    A row with no real token gives zeros, not NaN; no mask is the plain mean over T.
+    x ``(B, T, C)``, token_mask bool ``(B, T)`` or None -> ``(B, C)``.
+    Raises ValueError: x not 3-D, token_mask not ``(B, T)``; TypeError: token_mask not bool.
     """
 
     _caches = ("_weights",)  # what backward reads; dropped under no_grad()
@@ -152,14 +124,9 @@ class MeanPool(Module):
 
 
 class ClassifierHead(Module):
-    """Linear - ReLU - Dropout - Linear, from a pooled vector to class scores (the tutorial's head).
+    """Linear - ReLU - Dropout - Linear, the tutorial's head (its ``hidden`` is ``d_model // 2``).
 
-    Args:
-        d_model: input width; hidden: the middle width (the tutorial: ``d_model // 2``);
-        num_classes: output width; dropout: after the ReLU; bias: in both Linears.
-
-    Shapes:
-        forward: x ``(B, d_model)`` -> logits ``(B, num_classes)``; backward: dlogits -> dx.
+    x ``(B, d_model)`` -> logits ``(B, num_classes)``.
     """
 
     def __init__(
@@ -187,32 +154,14 @@ class TransformerClassifier(Module):
         x = encoder(x, key-padding mask)           blocks, then ln_f
         logits = head(mean over the real tokens)   (B, num_classes)
 
-    Initialisation (the same scheme in both backends; their generators differ):
-    token embedding N(0, 1) (``nn.Embedding``'s default, the tutorial's, which puts
-    tokens on the scale of the sinusoids), every Linear N(0, 0.02) with zero
-    biases, and the projections that write into the residual stream
-    (``attn.out_proj``, ``ffn.fc2``) N(0, 0.02 / sqrt(2 n_layers)), as GPT-2.
-    The logits start near 0, so the first loss is close to ln(num_classes).
+    Init: :func:`init_transformer_weights`, the same scheme in both backends. Defaults are
+    the tutorial's (3 layers, 4 heads, d_model 256, d_ff 512, dropout 0.1, exact GELU);
+    ``block_size`` is the longest sequence. idx ``(B, T)`` int, token_mask bool ``(B, T)`` or
+    None -> logits ``(B, num_classes)``; backward: dlogits -> None, fills every ``.grad``.
 
-    Args:
-        vocab_size, num_classes: input ids and output classes.
-        block_size: longest sequence (the sinusoid table's length; the tutorial's max_len).
-        n_layers, n_heads, d_model, d_ff: the encoder (the tutorial: 3, 4, 256, 512).
-        dropout: after the encoding, in every block, and in the head (the tutorial: 0.1).
-        bias: biases in Linear and LayerNorm layers.
-        gelu_approximate: ``"none"`` (exact GELU, as the tutorial) or ``"tanh"``.
-        seed, dtype: initial weights; float32 to train, float64 for parity tests.
-
-    Shapes:
-        forward: idx ``(B, T)`` integer, token_mask bool ``(B, T)`` (True = real
-        token) or None (no padding) -> logits ``(B, num_classes)``.
-        backward: dlogits ``(B, num_classes)`` -> None; fills every ``.grad``.
-
-    Raises:
-        ValueError: a size that is not a positive int, ``d_model`` not divisible
-            by ``n_heads``; idx not ``(B, T)`` with ``1 <= T <= block_size``, an id
-            out of range; token_mask not ``(B, T)``.
-        TypeError: non-integer idx; non-boolean token_mask.
+    Raises ValueError: a size not a positive int, ``d_model`` not divisible by ``n_heads``,
+    idx not ``(B, T)`` with ``1 <= T <= block_size``, an id out of range, token_mask not
+    ``(B, T)``. TypeError: non-integer idx, non-boolean token_mask.
     """
 
     def __init__(
@@ -283,12 +232,8 @@ class TransformerClassifier(Module):
 
 # -- shared by the encoder models ---------------------------------------------------------------
 def check_sequence_ids(idx, vocab_size: int, block_size: int, name: str) -> np.ndarray:
-    """Validate a ``(B, T)`` batch of token ids with ``1 <= T <= block_size``; return int64.
-
-    Raises:
-        ValueError: wrong rank, T out of range, ids outside ``[0, vocab_size)``.
-        TypeError: ids that are not integers.
-    """
+    """Validate a ``(B, T)`` batch of ids, ``1 <= T <= block_size``; return int64. Raises
+    ValueError (rank, T, ids outside ``[0, vocab_size)``), TypeError (non-integer ids)."""
     idx = np.asarray(idx)
     if idx.ndim != 2:
         raise ValueError(f"{name}: expected shape (B, T), got {idx.shape}")
@@ -300,12 +245,12 @@ def check_sequence_ids(idx, vocab_size: int, block_size: int, name: str) -> np.n
 
 
 def init_transformer_weights(model: Module, n_layers: int, *, rng: np.random.Generator) -> None:
-    """The initialisation of :class:`TransformerClassifier` (and of the seq2seq model).
+    """The initialisation of :class:`TransformerClassifier` and the seq2seq model.
 
-    Embeddings N(0, 1); every Linear N(0, 0.02), biases 0; residual output
-    projections (``out_proj`` of every attention, ``fc2`` of every FFN) N(0,
-    0.02 / sqrt(2 n_layers)). LayerNorms keep weight 1, bias 0. Modules are
-    visited in state-dict order, so a seed gives the same weights every time.
+    Embeddings N(0, 1) (``nn.Embedding``'s, on the sinusoids' scale); every Linear
+    N(0, 0.02), biases 0; residual projections (every ``out_proj``, ``fc2``)
+    N(0, 0.02 / sqrt(2 n_layers)), as GPT-2; LayerNorms 1, 0. State-dict order, so a seed
+    gives the same weights every time.
     """
     resid_std = 0.02 / math.sqrt(2 * n_layers)
     for name, mod in model.named_modules():

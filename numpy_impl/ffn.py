@@ -13,36 +13,22 @@ FFN_ACTIVATIONS = ("gelu", "relu")
 
 
 def swiglu_hidden_dim(d_model: int, multiple_of: int = 8) -> int:
-    """SwiGLU's default hidden width: 2/3 of 4 d_model, rounded up to a multiple of ``multiple_of``.
+    """SwiGLU's default width: 2/3 of 4 d_model, rounded up to ``multiple_of`` (as Llama).
 
-    Three matrices of ``(d_ff, d_model)`` with d_ff = 2/3 * 4 d_model hold as many
-    parameters as the two of a 4 d_model MLP (Shazeer 2020, sec. 2). The
-    rounding is Llama's (``multiple_of``, 256 there; 8 here, for small models):
-    d_model 128 -> int(341.3) = 341 -> 344.
-    """
+    Three ``(d_ff, d_model)`` matrices then hold as many parameters as a 4 d_model MLP's two
+    (Shazeer 2020, sec. 2). d_model 128 -> 341 -> 344."""
     hidden = int(2 * (4 * d_model) / 3)
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
 class FeedForward(Module):
-    """FFN(x) = Dropout(fc2(GELU(fc1(x)))), applied to every position independently.
+    """FFN(x) = Dropout(fc2(act(fc1(x)))), applied to every position independently.
 
-    Args:
-        d_model: model width C.
-        d_ff: hidden width; ``4 * d_model`` by default (Vaswani et al. 2017, sec. 3.3).
-        bias: biases in fc1 and fc2.
-        dropout: residual dropout probability on the output.
-        gelu_approximate: ``"tanh"`` (GPT default) or ``"none"``.
-        activation: ``"gelu"`` (GPT-2, the default) or ``"relu"`` (the original
-            transformer, Vaswani et al. 2017, eq. 2).
-        dtype, rng: parameter dtype; generator for the Linears' default init.
-
-    Shapes:
-        forward: x ``(B, T, C)`` -> ``(B, T, C)``; hidden ``(B, T, d_ff)``.
-        backward: dout ``(B, T, C)`` -> dx ``(B, T, C)``.
-
-    Raises:
-        ValueError: ``d_model`` or ``d_ff`` below 1.
+    ``d_ff``: hidden width, ``4 * d_model`` by default (Vaswani et al. 2017, sec. 3.3).
+    ``activation``: ``"gelu"`` (GPT-2, the default; ``gelu_approximate`` picks its form) or
+    ``"relu"`` (the original transformer, eq. 2). ``dropout``: on the output.
+    x ``(B, T, C)`` -> hidden ``(B, T, d_ff)`` -> ``(B, T, C)``.
+    Raises ValueError: ``d_model`` or ``d_ff`` below 1, an unknown ``activation``.
     """
 
     def __init__(
@@ -88,33 +74,15 @@ class FeedForward(Module):
 class SwiGLUFeedForward(Module):
     """SwiGLU FFN (Shazeer 2020, eq. 6; Llama): w2(SiLU(w1(x)) * w3(x)), then dropout.
 
-    Meta's Llama names: ``w1`` is the gate projection, ``w3`` the up
-    projection, ``w2`` the down projection (Hugging Face: ``gate_proj``,
-    ``up_proj``, ``down_proj``). The gate's SiLU decides, feature by feature,
-    how much of the linear "up" value passes.
+    Llama's names: ``w1`` the gate, ``w3`` the up, ``w2`` the down projection (Hugging Face:
+    ``gate_proj``, ``up_proj``, ``down_proj``). ``d_ff`` None: :func:`swiglu_hidden_dim`.
+    ``bias`` False by default, as Llama. x ``(..., C)`` -> hidden ``(..., d_ff)`` -> ``(..., C)``.
 
-    Args:
-        d_model: model width C.
-        d_ff: hidden width; None = :func:`swiglu_hidden_dim` (2/3 * 4 d_model,
-            rounded up to ``multiple_of``).
-        bias: biases in w1, w2, w3 (Llama has none: False by default).
-        dropout: dropout probability on the output.
-        multiple_of: the rounding of the default ``d_ff``.
-        dtype, rng: parameter dtype; generator for the Linears' default init.
-
-    Shapes:
-        forward: x ``(..., C)`` -> ``(..., C)``; hidden ``(..., d_ff)``.
-        backward: dout ``(..., C)`` -> dx ``(..., C)``.
-
-    Cache: the gate SiLU(w1 x) and the up value w3 x, ``(..., d_ff)`` each (and
-    what the Linears and the SiLU keep).
-
-    Backward, with h = a * u, a = SiLU(g), g = w1 x, u = w3 x:
+    Backward, with h = a * u, a = SiLU(g), g = w1 x, u = w3 x (a and u are cached):
         dh = w2^T dout,   da = dh * u,   du = dh * a,
         dx = w1^T (SiLU'(g) da) + w3^T du      (x feeds two branches: they add)
 
-    Raises:
-        ValueError: a non-positive ``d_ff`` or ``multiple_of``.
+    Raises ValueError: a non-positive ``d_ff`` or ``multiple_of``.
     """
 
     _caches = ("_gate", "_up")  # what backward reads; dropped under no_grad()

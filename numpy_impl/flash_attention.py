@@ -2,32 +2,13 @@
 
     out = softmax(q k^T * scale + mask) v            (Vaswani et al. 2017, eq. 1)
 
-computed tile by tile (Dao et al. 2022, Algorithm 1; the loop order of Dao 2023,
-FlashAttention-2, Algorithm 1): for one tile of queries, the key/value tiles
-stream past, and each query row keeps three running quantities,
-
-    m   the largest score seen so far,
-    l   the sum of exp(score - m) so far,
-    acc the sum of exp(score - m) * v so far.
-
-When a new tile raises the maximum from m to m', everything accumulated so far
-was measured against the old maximum: multiplying l and acc by
-alpha = exp(m - m') rescales it to the new one (the "online softmax",
-Milakov & Gimelshein 2018). After the last tile, out = acc / l. Only the
-per-row log-sum-exp L = m + log(l) is saved for the backward, which recomputes
-each tile of probabilities as P = exp(S - L) (Dao et al. 2022, Algorithm 4;
-Dao 2023, Algorithm 2) and uses D = rowsum(dout * out) in place of
-rowsum(dP * P), so it never needs the whole P either.
-
-Memory beyond the inputs and outputs: one ``(..., tile_q, tile_k)`` tile of
-scores and a few ``(..., T, d)`` / ``(..., T)`` arrays, so it grows with T,
-not T^2 (``python -m labs bench-attention`` measures it). The arithmetic is
-the same as the explicit version's, reordered: in float64 the two agree to
-~1e-15.
-
-The twin, ``torch_impl/flash_attention.py``, is PyTorch's fused
-``F.scaled_dot_product_attention``, which runs this algorithm (or its
-memory-efficient relative) inside one kernel.
+computed tile by tile (Dao et al. 2022, Algorithm 1, in the loop order of FlashAttention-2,
+Dao 2023). Key/value tiles stream past a tile of queries; each query row keeps m, the
+largest score so far, l = sum exp(score - m) and acc = sum exp(score - m) v. When a tile
+raises m to m', alpha = exp(m - m') rescales l and acc (the "online softmax", Milakov &
+Gimelshein 2018). At the end out = acc / l; only the row log-sum-exp L = m + log(l) is
+kept for the backward. Memory grows with T, not T^2.
+Twin: ``torch_impl/flash_attention.py``, PyTorch's fused ``F.scaled_dot_product_attention``.
 """
 
 from __future__ import annotations
@@ -48,12 +29,8 @@ def check_tile(value, name: str) -> int:
 
 
 def _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k):
-    """Validate like :func:`numpy_impl.attention.scaled_dot_product_attention`.
-
-    Returns the leading (batch) shape, the mask broadcast to ``(..., T_q, T_k)``
-    (a view, or None) and the two tile lengths."""
-    # the explicit version's checks (4-D, same B and heads, one float dtype), as the torch
-    # twin applies them: a 3-D q or a k of another batch size is a mistake, not a broadcast
+    """Check as the explicit attention does; return lead shape, broadcast mask view, tiles."""
+    # as the torch twin: a 3-D q or a k of another batch size is a mistake, not a broadcast
     check_qkv(q, k, v)
     check_is_causal(is_causal)
     lead = q.shape[:-2]
@@ -91,38 +68,18 @@ def flash_attention(
 ) -> tuple[np.ndarray, tuple]:
     """softmax(q k^T * scale + mask) v, one tile at a time (Dao et al. 2022, Algorithm 1).
 
-    The same function as :func:`numpy_impl.attention.scaled_dot_product_attention`
-    (without dropout), with the same mask conventions, computed without ever
-    holding more than a ``(..., tile_q, tile_k)`` block of scores.
+    Same function and masks as :func:`numpy_impl.attention.scaled_dot_product_attention`
+    (no dropout). q ``(B, n_heads, T_q, d_k)``, k ``(B, n_heads, T_k, d_k)``, v
+    ``(B, n_heads, T_k, d_v)``, one float dtype. ``tile_q``, ``tile_k``: queries and keys
+    per tile (B_r, B_c in the paper); need not divide T. Wholly future key tiles are skipped.
 
-    Args:
-        q: ``(B, n_heads, T_q, d_k)`` queries; float32/64.
-        k: ``(B, n_heads, T_k, d_k)`` keys, q's dtype.
-        v: ``(B, n_heads, T_k, d_v)`` values, q's dtype.
-        attn_mask: broadcastable to ``(..., T_q, T_k)``. Boolean: True = may attend
-            (a key-padding mask is ``(B, 1, 1, T_k)``). Float: added to the scores
-            (``-inf`` forbids).
-        is_causal: forbid keys j > i (top-left aligned, as in
-            ``F.scaled_dot_product_attention``); with ``attn_mask`` a key is seen only if
-            both allow it. Key tiles entirely in a query tile's future are skipped.
-        scale: defaults to ``1 / sqrt(d_k)``.
-        tile_q: queries per tile (B_r in the paper); need not divide T_q.
-        tile_k: keys per tile (B_c in the paper); need not divide T_k.
+    Returns out ``(..., T_q, d_v)`` and the cache for :func:`flash_attention_backward`
+    (inputs, out, row log-sum-exp ``lse`` ``(..., T_q, 1)``, settings). A query with every
+    key masked gets zeros (its lse is +inf).
 
-    Returns:
-        out ``(..., T_q, d_v)`` in q's dtype, and the cache for
-        :func:`flash_attention_backward`: the inputs (references, not copies),
-        ``out``, the row log-sum-exp ``lse`` ``(..., T_q, 1)``, and the settings.
-
-    A query whose keys are all masked gets an output of zeros (its ``lse`` is
-    +inf, so the backward's exp(S - lse) is 0 and its gradients are zeros), as
-    in the explicit version and the fused PyTorch kernel.
-
-    Raises:
-        ValueError: mismatched shapes, a mask that does not broadcast, a tile length
-            that is not a positive int, ``scale`` not a finite number > 0.
-        TypeError: ``attn_mask`` is neither bool nor float; q, k, v not of one float dtype;
-            ``is_causal`` not a bool.
+    Raises ValueError: mismatched shapes, a mask that does not broadcast, a tile length not a
+    positive int, ``scale`` not finite > 0. TypeError: a mask neither bool nor float; q, k, v
+    not of one float dtype; ``is_causal`` not a bool.
     """
     lead, mask, tile_q, tile_k = _check_flash_inputs(q, k, v, attn_mask, is_causal, tile_q, tile_k)
     check_scale(scale)
@@ -175,26 +132,16 @@ def flash_attention_backward(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Gradients of :func:`flash_attention`, recomputing the probabilities tile by tile.
 
-    Dao et al. 2022, Algorithm 4, in FlashAttention-2's loop order (Dao 2023,
-    Algorithm 2): the outer loop over key/value tiles j owns dk_j and dv_j;
-    the inner loop over query tiles i recomputes
+    Dao et al. 2022, Algorithm 4, in FlashAttention-2's loop order (Dao 2023, Algorithm 2):
+    the outer loop over key tiles j owns dk_j, dv_j; the inner loop over query tiles i does
 
-        S = q_i k_j^T * scale,  P = exp(S - lse_i)          (the forward's probabilities)
-        dv_j += P^T dout_i
-        dP = dout_i v_j^T
-        dS = P * (dP - D_i),    D_i = rowsum(dout_i * out_i)
-        dq_i += dS k_j * scale,  dk_j += dS^T q_i * scale
+        S = q_i k_j^T * scale,  P = exp(S - lse_i)           (the forward's probabilities)
+        dv_j += P^T dout_i,     dP = dout_i v_j^T
+        dS = P * (dP - D_i),    D_i = rowsum(dout_i * out_i)  (= rowsum(dP * P): out_i = P v)
+        dq_i += dS k_j * scale, dk_j += dS^T q_i * scale
 
-    D_i = rowsum(dP * P) in the explicit backward; since out_i = sum_j P_ij v_j
-    it equals rowsum(dout_i * out_i), an O(T d) product computed once.
-
-    Args:
-        dout: ``(..., T_q, d_v)``.
-        cache: the second return value of :func:`flash_attention`.
-
-    Returns:
-        dq ``(..., T_q, d_k)``, dk ``(..., T_k, d_k)``, dv ``(..., T_k, d_v)``
-        (with the inputs' leading shape broadcast together).
+    dout ``(..., T_q, d_v)`` -> dq ``(..., T_q, d_k)``, dk ``(..., T_k, d_k)``, dv
+    ``(..., T_k, d_v)``. Raises ValueError if dout's shape is not out's.
     """
     q, k, v, out, lse, mask, is_causal, scale, tile_q, tile_k = cache
     if dout.shape != out.shape:

@@ -1,13 +1,9 @@
 """The parameters as views of one flat buffer of values and one of gradients.
 
-Zeroing, clipping and AdamW (``fast.adamw_step``) then run over all parameters in a
-few calls instead of a few calls per parameter, and a gradient all-reduce sends one
-buffer (``labs/plumbing/distributed.py``). Nothing here is a new formula:
-:func:`clip_grad_norm_` equals ``optim.clip_grad_norm_`` to rounding
-(``parity_tests/test_flat_buffers.py``).
-
-Source: PyTorch FSDP's ``FlatParameter`` (Zhao et al. 2023, sec. 3.2) and NVIDIA
-apex's multi-tensor ``FusedAdam``. No twin: eager PyTorch keeps one tensor per parameter.
+Zeroing, clipping and AdamW (``fast.adamw_step``) then take a few calls in all, not a few per
+parameter; a gradient all-reduce sends one buffer (``labs/plumbing/distributed.py``). No new
+formula. Source: PyTorch FSDP's ``FlatParameter`` (Zhao et al. 2023, sec. 3.2) and apex's
+multi-tensor ``FusedAdam``. No twin: eager PyTorch keeps one tensor per parameter.
 """
 
 from __future__ import annotations
@@ -20,23 +16,13 @@ import numpy as np
 class FlatParameters:
     """Parameters whose values and gradients are consecutive views of two flat buffers.
 
-    Building one moves each parameter's ``data`` (and its gradient, if allocated) into
-    ``data[lo:hi]`` (``grad[lo:hi]``), in the given order: the same values in new memory.
-    The layers never see the difference (they write gradients in place, ``p.grad += ...``);
-    whoever rebinds a ``p.data`` or ``p.grad`` (``Module.astype``) breaks the layout,
-    which :meth:`intact` then reports.
-
-    Args:
-        params: distinct Parameters of one floating dtype, in the buffers' order.
-
-    Attributes:
-        params: the list. data, grad: the ``(N,)`` buffers, N the parameters' total size.
-        bounds: ``params[i]`` is ``data[bounds[i]:bounds[i + 1]]``.
-        index: ``{id(param): i}``.
-        exp_avg, exp_avg_sq: AdamW's moments laid out as ``data``, made by :meth:`moments`.
-
-    Raises:
-        ValueError: ``params`` empty, repeated, or of several dtypes (named).
+    Each parameter's ``data`` (and gradient) moves into ``data[lo:hi]`` (``grad[lo:hi]``), in
+    ``params``' order. Layers write gradients in place, so they see no difference; rebinding
+    a ``p.data`` or ``p.grad`` (``Module.astype``) breaks the layout, as :meth:`intact` reports.
+    ``data``, ``grad``: ``(N,)``, N the total size; ``params[i]`` is
+    ``data[bounds[i]:bounds[i + 1]]``; ``exp_avg``, ``exp_avg_sq``: AdamW's moments, laid out
+    as ``data`` (made by :meth:`moments`).
+    Raises ValueError: ``params`` empty, repeated, or of several dtypes.
     """
 
     def __init__(self, params):
@@ -110,12 +96,9 @@ def flat_parameters(flat: FlatParameters | None, params) -> FlatParameters:
 
 
 def clip_grad_norm_(flat: FlatParameters, max_norm: float) -> float:
-    """``optim.clip_grad_norm_`` over all of ``flat``'s gradients: norm = sqrt(sum g^2), each
-    parameter's sum of squares added as a Python float as the formula does, then every
-    gradient times ``max_norm / (norm + 1e-6)`` in one call when that is below 1. Returns
-    the norm before clipping. Source: Pascanu et al. 2013, Algorithm 1, with
-    ``torch.nn.utils.clip_grad_norm_``'s 1e-6.
-    """
+    """``optim.clip_grad_norm_`` over ``flat``'s gradients (Pascanu et al. 2013, Algorithm 1):
+    norm = sqrt(sum g^2), each parameter's sum added as a Python float as that does; all
+    gradients times ``max_norm / (norm + 1e-6)`` (torch's 1e-6) if below 1. Returns the norm."""
     g, bounds = flat.grad, flat.bounds
     total = sum(
         float(np.einsum("i,i->", g[lo:hi], g[lo:hi]))

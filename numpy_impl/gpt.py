@@ -223,11 +223,8 @@ class GPT(Module):
             self.head.weight = self.tok_emb.weight  # one Parameter, two uses
             ### END SOLUTION
         self._init_weights(rng)
-        # Every dropout mask (the Dropout layers and attention's dropout_p: the modules with
-        # an `_rng`) comes from one generator of the model's own, spawned from `seed` (so the
-        # weights' stream is untouched): a seeded model drops the same units on every run,
-        # and its state, `dropout_rng.bit_generator.state` (a JSON-ready dict), is what a
-        # checkpoint saves to resume a run exactly. The torch twin uses torch's generator.
+        # every dropout mask from one generator spawned from `seed` (the weights' stream untouched):
+        # a seeded model drops the same units each run; a checkpoint saves its state to resume
         self.dropout_rng = rng.spawn(1)[0]
         for _, mod in self.named_modules():
             if hasattr(mod, "_rng"):

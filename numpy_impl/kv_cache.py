@@ -1,19 +1,9 @@
 """The key/value cache: autoregressive decoding without recomputing the past.
 
-A causal model's keys and values at position t depend only on tokens 0..t, so
-when a token is appended they do not change: each attention layer can keep
-them and compute q, k, v for the new token only. A decoding step then costs
-O(T) work per layer (one query against T cached keys) instead of the O(T^2)
-of running the whole sequence again (Pope et al. 2022, sec. 2; the
-``past_key_values`` of Hugging Face transformers).
-
-The buffers are allocated once, ``(B, n_heads, max_len, d_k)``, and filled in
-place, so appending never copies what is already there. ``update`` takes the
-absolute position of its first new token (``start_pos``): a model with rotary
-position embeddings (RoPE, Su et al. 2021) rotates q and k by positions
-``start_pos .. start_pos + T - 1`` before caching, and can use this class
-unchanged.
-
+A causal model's keys and values at position t depend only on tokens 0..t, so each
+attention layer keeps them and computes q, k, v for the new token only: O(T) work per
+step instead of O(T^2) (Pope et al. 2022, sec. 2; Hugging Face's ``past_key_values``).
+Buffers ``(B, n_heads, max_len, d_k)`` are allocated once and filled in place.
 Twin of ``torch_impl/kv_cache.py``. Inference only: no backward.
 """
 
@@ -31,16 +21,8 @@ def _check_positive_int(value, name: str) -> int:
 class LayerKVCache:
     """Keys and values of one attention layer, for positions ``0 .. length - 1``.
 
-    Args:
-        max_len: the most positions it can hold (a GPT's ``block_size``).
-
-    Attributes:
-        k, v: ``(B, n_heads, max_len, d_k)`` buffers (None until the first update);
-            only the first ``length`` positions are meaningful.
-        length: number of positions held.
-
-    Raises:
-        ValueError: ``max_len`` is not a positive int.
+    ``max_len``: the most positions held (a GPT's ``block_size``). Buffers ``k``, ``v``
+    are None until the first update. Raises ValueError if ``max_len`` is not a positive int.
     """
 
     def __init__(self, max_len: int):
@@ -58,24 +40,13 @@ class LayerKVCache:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Store keys/values of positions ``start_pos .. start_pos + T - 1``; return all of them.
 
-        Positions from ``start_pos`` on are overwritten (anything cached past
-        them is dropped), so ``start_pos = 0`` starts afresh and
-        ``start_pos = length`` appends.
+        ``start_pos`` in ``[0, length]``: 0 starts afresh, ``length`` appends; positions
+        after it are dropped. k_new ``(B, n_heads, T, d_k)`` (already rotated, for RoPE),
+        v_new ``(B, n_heads, T, d_v)`` -> k, v ``(B, n_heads, start_pos + T, d_*)``,
+        views of the buffers valid until the next update.
 
-        Args:
-            k_new: ``(B, n_heads, T, d_k)``, the new positions' keys (already
-                rotated, for a RoPE model).
-            v_new: ``(B, n_heads, T, d_v)``.
-            start_pos: absolute position of the first new token, in ``[0, length]``.
-
-        Returns:
-            k ``(B, n_heads, start_pos + T, d_k)`` and v ``(B, n_heads, start_pos + T, d_v)``:
-            views of the buffers (valid until the next update).
-
-        Raises:
-            TypeError: ``start_pos`` is not an int.
-            ValueError: ``start_pos`` outside ``[0, length]``; more than ``max_len``
-                positions; shapes that do not match each other or the cache.
+        Raises TypeError if ``start_pos`` is not an int; ValueError if it lies outside
+        ``[0, length]``, past ``max_len``, or shapes do not match each other or the cache.
         """
         if k_new.ndim != 4 or v_new.ndim != 4 or k_new.shape[:3] != v_new.shape[:3]:
             raise ValueError(
@@ -120,17 +91,9 @@ class LayerKVCache:
 
 
 class KVCache:
-    """One :class:`LayerKVCache` per block of a GPT.
+    """One :class:`LayerKVCache` per block of a GPT, in ``layers``, in block order.
 
-    Args:
-        n_layers: number of attention layers.
-        max_len: positions each layer can hold (the model's ``block_size``).
-
-    Attributes:
-        layers: the per-layer caches, in block order.
-
-    Raises:
-        ValueError: a size that is not a positive int.
+    Raises ValueError if ``n_layers`` or ``max_len`` is not a positive int.
     """
 
     def __init__(self, n_layers: int, max_len: int):
