@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import warnings
 
 from .. import UserError
@@ -130,10 +131,17 @@ def launch(args: argparse.Namespace, n: int) -> int:
         print(file=sys.stderr)  # past rank 0's progress bar, cut mid-line
         raise
     finally:  # a failed rank, or Ctrl-C: the others end now (the run resumes as after a kill)
+        deadline = time.monotonic() + (GRACE_S if status else 0.0)
+        while running and time.monotonic() < deadline:  # a user error fails every rank:
+            for sentinel in wait(list(running), timeout=deadline - time.monotonic()):
+                running.pop(sentinel).join()  # let rank 0 say it before the others are killed
         for p in running.values():
             p.kill()
             p.join()
     return status
+
+
+GRACE_S = 5.0  # how long the other ranks may take to end after one failed
 
 
 def _rank(rank: int, argv: list[str]) -> None:
