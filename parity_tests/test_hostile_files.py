@@ -374,3 +374,15 @@ def test_the_torch_floor_has_no_known_weights_only_bypass():
     (torch_spec,) = [d for d in project["dependencies"] if d.startswith("torch")]
     floor = tuple(int(x) for x in torch_spec.split(">=")[1].split(".")[:2])
     assert floor >= (2, 10)  # CVE-2025-32434 (<= 2.5.1), CVE-2026-24747 (< 2.10)
+
+
+def test_reset_keeps_a_copy_of_the_learners_code(tmp_path):
+    ws = tmp_path / "ws"
+    assert limited("start", "01", "--workspace", ws).returncode == 0
+    mine = ws / "numpy_impl" / "char_tokenizer.py"
+    text = mine.read_text().replace("raise NotImplementedError", "return 'my attempt'  # mine", 1)
+    mine.write_text(text)
+    proc = limited("reset", "01", "--workspace", ws)
+    assert proc.returncode == 0 and "copied to" in proc.stdout, proc.stdout + proc.stderr
+    (kept,) = (ws / "replaced").iterdir()
+    assert kept.read_text() == text and "# mine" not in mine.read_text()

@@ -32,6 +32,7 @@ from .invocation import labs_command
 PACKAGE = "numpy_impl"
 #: Read by parity_tests/conftest.py too: test this workspace.
 WORKSPACE_ENV = "TWINFORMER_WORKSPACE"
+BACKUP_DIR = "replaced"  # in the workspace: the learner's code, kept before reset or --force
 REPORTS_DIR = ".reports"  # in the workspace: the JSON report of each chapter's last check
 STATE_FILE = "progress.json"  # in the workspace: started chapters and their last check
 
@@ -178,6 +179,7 @@ class Written:
     file: str
     action: str  # "created", "stubbed", "unchanged", "rewritten"
     functions: list[str]
+    kept: Path | None = None  # where the learner's replaced code was copied first
 
 
 def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) -> list[Written]:
@@ -238,7 +240,7 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
                 f"{', '.join(dict.fromkeys(missing))} are missing"
             )
             continue
-        bodies = {}
+        bodies, theirs = {}, False
         for r in refs:
             current = _normalised(mine[r.key].body)
             stub = ref.stub(r)
@@ -247,10 +249,12 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
             if current != _normalised(r.body) and not force:
                 conflicts.append(f"{f}: {r.function}")
                 continue
+            theirs = theirs or current != _normalised(r.body)
             bodies[r.key] = stub
         if bodies:
             plan[f] = replace_bodies(text, mine.values(), bodies)
-        written.append(Written(f, "stubbed" if bodies else "unchanged", functions[f]))
+        kept = ws.root / BACKUP_DIR / f"{f}.{_now().replace(':', '')}" if theirs else None
+        written.append(Written(f, "stubbed" if bodies else "unchanged", functions[f], kept))
     if damaged:  # with or without force: nothing is rewritten around a damaged fence
         raise UserError(
             f"chapter {chapter}: damaged fences, nothing changed: {'; '.join(damaged)}. "
@@ -266,6 +270,10 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
             "with the stubs"
         )
     try:
+        for w in written:  # the learner's code, copied before it is replaced
+            if w.kept is not None:
+                w.kept.parent.mkdir(exist_ok=True)
+                write_atomic(w.kept, (ws.package / w.file).read_bytes())
         for f, text in plan.items():
             _write_atomic(ws.package / f, text)
     except OSError as e:
@@ -312,3 +320,5 @@ def _function_list(regions: list[Region]) -> list[str]:
 def _print_written(ws: Workspace, written: list[Written], indent: str = "  ") -> None:
     for w in written:
         print(f"{indent}{_show(ws.package / w.file)}: {', '.join(w.functions)}")
+        if w.kept is not None:
+            print(f"{indent}  your code there was copied to {_show(w.kept)} first")
