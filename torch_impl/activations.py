@@ -12,30 +12,11 @@ GELU_APPROXIMATIONS = ("tanh", "none")
 
 
 class GELU(nn.Module):
-    """Gaussian Error Linear Unit, ``GELU(x) = x * Phi(x)`` (Hendrycks & Gimpel 2016).
+    """``GELU(x) = x * Phi(x)``, Phi the standard normal CDF (Hendrycks & Gimpel 2016).
 
-    ``Phi`` is the standard normal CDF. Two forms are offered:
-
-    * ``approximate="none"`` (exact)::
-
-          GELU(x) = 0.5 * x * (1 + erf(x / sqrt(2)))
-
-    * ``approximate="tanh"`` (the default here, and the form GPT-2 was trained
-      with, so the GPT default)::
-
-          GELU(x) ~= 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))
-
-    The two differ by less than about 1e-3 in absolute value; pick the one the
-    weights were trained with.
-
-    Args:
-        approximate: ``"tanh"`` or ``"none"``.
-
-    Shapes:
-        x: any shape, float -> same shape and dtype.
-
-    Raises:
-        ValueError: if ``approximate`` is neither ``"tanh"`` nor ``"none"``.
+    ``"none"``: ``0.5 * x * (1 + erf(x / sqrt(2)))``; ``"tanh"`` (GPT-2's, the default):
+    ``0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x**3)))``. Any shape.
+    ``ValueError`` if ``approximate`` is neither.
     """
 
     def __init__(self, approximate: str = "tanh"):

@@ -1,11 +1,6 @@
-"""Byte-level BPE training, the library path (chapter 11): HF ``BpeTrainer``.
+"""Byte-level BPE training by HF's Rust ``BpeTrainer`` (chapter 11).
 
-The twin of ``numpy_impl/bpe_trainer.py``: :func:`train_bpe` takes the same arguments
-and returns the same tables, the vocabulary and the merges, learned by HF's Rust
-trainer (the NumPy twin's are the same, merge for merge). ``BPETokenizer.train``
-calls it. Nothing here imports ``numpy_impl``.
-
-    >>> vocab, merges = train_bpe(text, 1000)       # HF BpeTrainer (Rust)
+Twin of ``numpy_impl/bpe_trainer.py``: same arguments, same vocabulary and merges.
 """
 
 from __future__ import annotations
@@ -25,19 +20,10 @@ from .tokenizer_files import parse_tokenizer_json
 def train_bpe(
     text: str, vocab_size: int, pattern: str | None = GPT2_SPLIT_PATTERN
 ) -> tuple[dict[bytes, int], list[tuple[bytes, bytes]]]:
-    """HF ``BpeTrainer`` learns ``vocab_size`` tokens from ``text`` (one document,
-    pre-tokenized whole).
+    """Learn ``vocab_size`` tokens from ``text``; return ``({token bytes: id}, merges in order)``.
 
-    ``initial_alphabet=ByteLevel.alphabet()`` puts all 256 bytes in the vocabulary,
-    seen in the text or not: that is what spares byte-level BPE an ``[UNK]``. HF's
-    Rust trainer uses its thread pool (``RAYON_NUM_THREADS``).
-
-    Returns:
-        ``(vocab, merges)``: ``{token bytes: id}`` and the merges in order, read back
-        from HF's ``tokenizer.json``.
-
-    Raises:
-        TypeError, ValueError: as the NumPy twin's ``train_bpe``.
+    All 256 bytes enter the vocabulary (``initial_alphabet``), so no ``[UNK]`` token
+    is needed. Raises as the NumPy twin's ``train_bpe``.
     """
     _check_text(text)
     _check_vocab_size(vocab_size)

@@ -17,27 +17,12 @@ def check_probability(p: float, name: str = "p") -> float:
 
 
 class Dropout(nn.Module):
-    """Zero each element with probability ``p`` during training, scale the rest by ``1/(1-p)``.
+    """Zero each element with probability ``p`` in training, scale the rest by ``1/(1-p)``;
+    identity in eval mode or when ``p == 0``. Any shape.
 
-    Scaling at training time ("inverted" dropout) keeps the expected activation
-    unchanged, so evaluation is the identity and needs no rescaling.
-
-    Args:
-        p: drop probability, in ``[0, 1)``.
-
-    Shapes:
-        x: any shape, float -> same shape and dtype.
-        mask (optional): bool, broadcastable to ``x``; ``True`` keeps an element.
-
-    Behaviour:
-        * eval mode, or ``p == 0``: returns ``x`` unchanged (``mask`` ignored).
-        * training with ``mask``: ``x * mask / (1 - p)``. The parity tests use
-          this to replay the NumPy side's random mask exactly.
-        * training without ``mask``: ``F.dropout(x, p)``, drawing from torch's RNG.
-
-    Raises:
-        ValueError: ``p`` outside ``[0, 1)``, or ``mask`` not broadcastable to ``x``.
-        TypeError: ``mask`` that is not a bool tensor.
+    ``mask`` (bool, broadcastable to x, True = keep) replays the NumPy side's draw:
+    ``x * mask / (1 - p)``. ``ValueError`` for ``p`` outside ``[0, 1)`` or a mask
+    that does not broadcast; ``TypeError`` for a mask that is not bool.
     """
 
     def __init__(self, p: float = 0.0):

@@ -1,9 +1,6 @@
-"""Token embedding: a learned lookup table, the twin of ``numpy_impl/embedding.py``.
+"""Token embedding, a learned lookup table; twin of ``numpy_impl/embedding.py``.
 
-Row ``i`` of ``weight`` is the vector for token id ``i``; the forward pass is
-plain indexing. The only subtle part is validation: PyTorch indexing would
-accept a negative id and silently read a row from the end of the table, so the
-ids are range-checked explicitly first.
+Ids are range-checked first: indexing would read a negative id from the table's end.
 """
 
 from __future__ import annotations
@@ -16,24 +13,9 @@ from torch import nn
 def check_token_ids(
     idx: torch.Tensor, num_embeddings: int, name: str = "idx", bound: str = "num_embeddings"
 ) -> torch.Tensor:
-    """Validate a tensor of token ids and return it as ``torch.long``.
-
-    Args:
-        idx: token ids, any shape, any integer dtype.
-        num_embeddings: ids must lie in ``[0, num_embeddings)``.
-        name: argument name used in error messages.
-        bound: name of the upper bound used in error messages (``vocab_size``
-            for a language model).
-
-    Returns:
-        ``idx`` converted to ``torch.long`` (int64), same shape.
-
-    Raises:
-        TypeError: if ``idx`` is not a tensor, or is a floating, complex or
-            bool tensor.
-        ValueError: if any id is outside ``[0, num_embeddings)`` (an unsigned
-            64-bit id of 2**63 or more is rejected, not wrapped round to a negative id).
-    """
+    """``idx`` (any integer dtype) as ``torch.long``, same shape. ``TypeError`` for a
+    non-integer tensor; ``ValueError`` for an id outside ``[0, num_embeddings)``.
+    ``name`` and ``bound`` name the argument and the bound in the messages."""
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"{name}: expected an integer torch.Tensor, got {type(idx).__name__}")
     if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
@@ -55,25 +37,10 @@ def check_token_ids(
 
 
 class Embedding(nn.Module):
-    """Lookup table mapping integer ids to learned vectors: ``out[..., :] = weight[idx]``.
+    """``out = weight[idx]``; weight ``(num_embeddings, embedding_dim)``, init N(0, 1)
+    (GPT re-draws it with std 0.02, Radford et al. 2019).
 
-    Args:
-        num_embeddings: number of rows (the vocabulary size).
-        embedding_dim: length of each vector (``d_model``).
-        dtype: parameter dtype (``None``: torch's default).
-
-    Parameters:
-        weight: ``(num_embeddings, embedding_dim)``, initialised N(0, 1) as in
-            ``torch.nn.Embedding``; :class:`~torch_impl.gpt.GPT` re-draws it
-            with standard deviation 0.02 (Radford et al. 2019).
-
-    Shapes:
-        idx: ``(...)`` any integer dtype -> ``(..., embedding_dim)``, weight's dtype.
-        Typically ``(B, T) -> (B, T, d_model)``.
-
-    Raises:
-        TypeError: ids that are not an integer tensor.
-        ValueError: ids outside ``[0, num_embeddings)``.
+    Shapes: idx ``(...)`` integer -> ``(..., embedding_dim)``. Raises as :func:`check_token_ids`.
     """
 
     def __init__(

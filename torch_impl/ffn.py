@@ -1,9 +1,4 @@
-"""Position-wise feed-forward networks, twin of ``numpy_impl/ffn.py``.
-
-The same MLP is applied to every position independently: two layers with
-GELU (GPT-2) or ReLU (Vaswani et al. 2017, eq. 2) between them, or the gated
-SwiGLU of Llama (Shazeer 2020).
-"""
+"""Position-wise feed-forward networks (one MLP per position), twin of ``numpy_impl/ffn.py``."""
 
 from __future__ import annotations
 
@@ -18,38 +13,17 @@ FFN_ACTIVATIONS = ("gelu", "relu")
 
 
 def swiglu_hidden_dim(d_model: int, multiple_of: int = 8) -> int:
-    """2/3 of 4 d_model rounded up to a multiple of ``multiple_of`` (Llama's rule; 8 here).
-
-    d_model 128 -> int(341.3) = 341 -> 344. Same function as the NumPy twin's.
-    """
+    """2/3 of 4 d_model rounded up to a multiple of ``multiple_of`` (Llama's rule): 128 -> 344."""
     hidden = int(2 * (4 * d_model) / 3)
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
 class FeedForward(nn.Module):
-    """``FFN(x) = Dropout(GELU(x W1^T + b1) W2^T + b2)``.
+    """``FFN(x) = Dropout(act(x W1^T + b1) W2^T + b2)``, act GELU (GPT-2) or ReLU
+    (Vaswani et al. 2017, eq. 2); ``d_ff`` defaults to ``4 * d_model``.
 
-    Args:
-        d_model: input and output width.
-        d_ff: hidden width; ``None`` means ``4 * d_model`` (Vaswani et al. 2017).
-        bias: give both linear layers a bias.
-        dropout: drop probability applied to the output, in ``[0, 1)``.
-        gelu_approximate: ``"tanh"`` (GPT-2) or ``"none"``; see :class:`GELU`.
-        activation: ``"gelu"`` (GPT-2, default) or ``"relu"`` (Vaswani et al. 2017).
-        dtype: parameter dtype (``None``: torch's default).
-
-    Submodules (in this order, matching the NumPy twin):
-        fc1: ``Linear(d_model, d_ff)``, weight ``(d_ff, d_model)``.
-        act: ``GELU`` or ``ReLU``.
-        fc2: ``Linear(d_ff, d_model)``, weight ``(d_model, d_ff)``.
-        dropout: ``Dropout``.
-
-    Shapes:
-        x: ``(..., d_model)`` -> ``(..., d_model)``; typically ``(B, T, d_model)``.
-
-    Raises:
-        ValueError: ``d_ff < 1``, a bad ``dropout``, ``gelu_approximate`` or
-            ``activation``, or an input whose last dimension is not ``d_model``.
+    Submodules fc1, act, fc2, dropout, in the NumPy twin's order. Shapes: ``(..., d_model)``
+    -> ``(..., d_model)``. ``ValueError`` for a bad size, option, or input width.
     """
 
     def __init__(
@@ -86,26 +60,9 @@ class FeedForward(nn.Module):
 class SwiGLUFeedForward(nn.Module):
     """SwiGLU FFN (Shazeer 2020, eq. 6), as in Llama: ``w2(SiLU(w1(x)) * w3(x))``, then dropout.
 
-    Meta's names: ``w1`` gate, ``w3`` up, ``w2`` down (Hugging Face:
-    ``gate_proj``, ``up_proj``, ``down_proj``). Twin of the NumPy class.
-
-    Args:
-        d_model: model width.
-        d_ff: hidden width; None = :func:`swiglu_hidden_dim` (d_model, multiple_of).
-        bias: biases in the three linears (Llama: none, the default).
-        dropout: on the output, in ``[0, 1)``.
-        multiple_of: rounding of the default ``d_ff``.
-        dtype: parameter dtype.
-
-    Submodules (in this order): ``w1 (d_ff, d_model)``, ``w2 (d_model, d_ff)``,
-    ``w3 (d_ff, d_model)``, ``act`` (SiLU), ``dropout``.
-
-    Shapes:
-        x: ``(..., d_model)`` -> ``(..., d_model)``.
-
-    Raises:
-        ValueError: a non-positive ``d_ff`` or ``multiple_of``, a bad ``dropout``,
-            an input whose last dimension is not ``d_model``.
+    Meta's names (Hugging Face: ``gate_proj``, ``up_proj``, ``down_proj``); ``d_ff`` defaults
+    to :func:`swiglu_hidden_dim`. Shapes: ``(..., d_model)`` -> ``(..., d_model)``.
+    ``ValueError`` for a non-positive size, a bad dropout, or a wrong input width.
     """
 
     def __init__(

@@ -1,8 +1,6 @@
 """A GPT-2 style decoder-only language model (Radford et al. 2019), twin of ``numpy_impl/gpt.py``.
 
-token ids -> token + position embeddings -> ``n_layers`` pre-norm blocks ->
-final LayerNorm -> linear head -> logits over the vocabulary. Configured with
-RoPE, RMSNorm, SwiGLU and no biases, the same class is a Llama-style decoder
+With RoPE, RMSNorm, SwiGLU and no biases it is a Llama-style decoder
 (Touvron et al. 2023, sec. 2.2).
 """
 
@@ -35,36 +33,10 @@ MAX_SIZE = 2**31 - 1
 
 @dataclass
 class GPTConfig:
-    """Hyperparameters of :class:`GPT`; identical on the NumPy side.
-
-    Attributes:
-        vocab_size: number of token ids.
-        block_size: longest context (positions) the model accepts.
-        n_layers: number of transformer blocks.
-        n_heads: attention heads per block; must divide ``d_model``.
-        d_model: width of the residual stream.
-        d_ff: feed-forward hidden width; ``None`` means ``4 * d_model``.
-        dropout: dropout probability everywhere, in ``[0, 1)``.
-        bias: biases in the linear layers and LayerNorms (the head never has one).
-        tie_weights: share the token embedding with the output head (GPT-2 does).
-        gelu_approximate: ``"tanh"`` (GPT-2) or ``"none"``.
-        pos_emb: ``"learned"`` (GPT-2) or ``"rope"`` (rotary q and k in every layer).
-        rope_layout: ``"interleaved"`` or ``"half"`` (``torch_impl/rope.py``).
-        rope_base: RoPE's frequency base (10000).
-        norm: ``"layernorm"`` or ``"rmsnorm"`` (every norm, ``ln_f`` included).
-        ffn: ``"gelu"``, ``"relu"`` or ``"swiglu"``.
-        norm_position: ``"pre"`` (GPT-2) or ``"post"`` (Vaswani et al. 2017).
+    """Hyperparameters of :class:`GPT`, field for field the NumPy twin's (described there).
 
     Llama-style: ``pos_emb="rope", norm="rmsnorm", ffn="swiglu", bias=False``.
-    A dict written before these fields existed loads with their defaults.
-
-    Raises:
-        ValueError: from ``__post_init__``, naming the offending field: a
-            size that is not a positive int, ``d_model`` not divisible by
-            ``n_heads``, ``dropout`` outside ``[0, 1)``, an unknown
-            ``gelu_approximate``, ``pos_emb``, ``rope_layout``, ``norm``,
-            ``ffn`` or ``norm_position``, ``rope_base <= 1``, or RoPE with an
-            odd head dimension.
+    ``ValueError`` names the first field out of range (RoPE needs an even head dimension).
     """
 
     vocab_size: int
@@ -149,49 +121,17 @@ class GPTConfig:
 
 
 class GPT(nn.Module):
-    """GPT-2 style language model (Radford et al. 2019).
+    """GPT-2 style language model (Radford et al. 2019), submodules in the NumPy twin's order.
 
-    ``logits = head(ln_f(blocks(drop(tok_emb(idx) + pos_emb(T)))))``
+    ``logits = head(ln_f(blocks(drop(tok_emb(idx) + pos_emb(T)))))``; ``pos_emb`` is None
+    with RoPE. With ``tie_weights`` ``head.weight`` *is* ``tok_emb.weight`` (Press & Wolf 2017).
+    Init: GPT-2's, as in nanoGPT (see :meth:`reset_parameters`); seed with ``torch.manual_seed``.
 
-    Args:
-        config: the hyperparameters.
-        attn_impl: ``"sdpa"`` or ``"explicit"`` for every block (settable
-            later through the :attr:`attn_impl` property).
-        dtype: parameter dtype (``None``: torch's default).
-
-    Submodules (in this exact order, matching the NumPy twin):
-        tok_emb: ``Embedding(vocab_size, d_model)``.
-        pos_emb: ``LearnedPositionalEmbedding(block_size, d_model)``, or None
-            with ``pos_emb="rope"`` (the attention layers rotate q and k instead).
-        drop: ``Dropout(dropout)`` on the summed embeddings.
-        blocks: ``nn.ModuleList`` of ``n_layers`` :class:`Block`.
-        ln_f: final ``LayerNorm(d_model)`` (``RMSNorm`` with ``norm="rmsnorm"``).
-        head: ``Linear(d_model, vocab_size, bias=False)``; with ``tie_weights``
-            its weight *is* ``tok_emb.weight`` (Press & Wolf 2017), so
-            ``state_dict()`` lists the tensor under both names and
-            ``parameters()`` yields it once.
-
-    Initialisation (GPT-2, as in nanoGPT): every Linear weight and both
-    embeddings N(0, 0.02), biases 0, LayerNorm weight 1 and bias 0; then the
-    two projections that write into the residual stream (``attn.out_proj`` and
-    ``ffn.fc2``) are re-drawn N(0, 0.02 / sqrt(2 n_layers)), so the stream's
-    variance does not grow with depth. Seed with ``torch.manual_seed`` first
-    for reproducible weights.
-
-    Shapes:
-        idx: ``(B, T)`` any integer dtype, ``1 <= T <= block_size`` ->
-        logits: ``(B, T, vocab_size)``, parameter dtype.
-
-    Decoding with a cache (inference only): ``cache = model.new_kv_cache()``, then
-    ``model(idx, kv_cache=cache, start_pos=p)`` returns the logits of the tokens
-    ``idx`` at positions ``p .. p + T - 1`` while the cache supplies the keys and
-    values of positions ``0 .. p - 1`` (``start_pos=None``: append).
-
-    Raises:
-        TypeError: ``idx`` that is not an integer tensor; ``start_pos`` not an int.
-        ValueError: ``idx`` not 2-D, ``T == 0``, ``T > block_size``, or ids
-            outside ``[0, vocab_size)``; with a cache, ``start_pos`` outside
-            ``[0, kv_cache.length]`` or positions past ``block_size``.
+    Shapes: idx ``(B, T)`` integer, ``1 <= T <= block_size`` -> logits ``(B, T, vocab_size)``.
+    With ``kv_cache=model.new_kv_cache()``, ``model(idx, kv_cache=cache, start_pos=p)`` scores
+    positions ``p .. p + T - 1`` against cached ``0 .. p - 1`` (``start_pos=None``: append).
+    Raises ``TypeError`` for non-integer ids or ``start_pos``; ``ValueError`` for a bad shape,
+    ids outside ``[0, vocab_size)``, or ``start_pos`` outside ``[0, kv_cache.length]``.
     """
 
     def __init__(
@@ -238,7 +178,8 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self) -> None:
-        """(Re-)draw every parameter with the GPT-2 initialisation described above."""
+        """GPT-2 init: weights N(0, 0.02), biases 0, norm gains 1;
+        residual output projections std 0.02 / sqrt(2 n_layers)."""
         for module in self.modules():
             if isinstance(module, nn.Linear):
                 nn.init.normal_(module.weight, mean=0.0, std=0.02)
@@ -252,8 +193,7 @@ class GPT(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, RMSNorm):
                 nn.init.ones_(module.weight)
-        # Each block adds two residual branches; shrink their output weights so the
-        # residual stream's variance stays ~constant with depth (Radford et al. 2019).
+        # two residual branches per block: keep the stream's variance flat with depth (GPT-2)
         residual_std = 0.02 / math.sqrt(2 * self.config.n_layers)
         for block in self.blocks:
             nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
@@ -301,12 +241,7 @@ class GPT(nn.Module):
         return KVCache(self.config.n_layers, self.config.block_size)
 
     def _check_decoding(self, T: int, kv_cache: KVCache | None, start_pos: int | None) -> int:
-        """The position of idx's first token: 0 without a cache; validated with one.
-
-        As in the NumPy twin: the cache holds positions ``0 .. start_pos - 1`` of
-        every block and gains those of ``idx``; ``start_pos=None`` appends,
-        ``start_pos=0`` starts afresh.
-        """
+        """The position of idx's first token: 0 without a cache; validated with one."""
         if kv_cache is None and start_pos is None:
             return 0
         if not isinstance(kv_cache, KVCache) or len(kv_cache.layers) != len(self.blocks):

@@ -1,14 +1,7 @@
-"""The key/value cache: autoregressive decoding without recomputing the past.
+"""The key/value cache: decoding without recomputing the past (Pope et al. 2022, sec. 2).
 
-Twin of ``numpy_impl/kv_cache.py`` (the reasoning is written out there). A
-causal model's keys and values at position t depend only on tokens 0..t, so
-each attention layer keeps them and a decoding step computes q, k, v for the
-new token only (Pope et al. 2022, sec. 2; the ``past_key_values`` of Hugging
-Face transformers). Buffers ``(B, n_heads, max_len, d_k)`` are allocated once
-and written in place; ``update`` takes the absolute position of the first new
-token, so a RoPE model (Su et al. 2021) rotates q and k at ``start_pos ..``
-before caching and uses this class unchanged. Inference only: use it under
-``torch.no_grad()`` (``generate`` does).
+Twin of ``numpy_impl/kv_cache.py``, which gives the reasoning. Inference only:
+use it under ``torch.no_grad()`` (``generate`` does).
 """
 
 from __future__ import annotations
@@ -27,16 +20,8 @@ def _check_positive_int(value, name: str) -> int:
 class LayerKVCache:
     """Keys and values of one attention layer, for positions ``0 .. length - 1``.
 
-    Args:
-        max_len: the most positions it can hold (a GPT's ``block_size``).
-
-    Attributes:
-        k, v: ``(B, n_heads, max_len, d_k)`` buffers (None until the first update);
-            only the first ``length`` positions are meaningful.
-        length: number of positions held.
-
-    Raises:
-        ValueError: ``max_len`` is not a positive int.
+    ``k``, ``v``: ``(B, n_heads, max_len, d_k)`` buffers, allocated at the first update.
+    ``ValueError`` unless ``max_len`` is a positive int.
     """
 
     def __init__(self, max_len: int):
@@ -52,23 +37,11 @@ class LayerKVCache:
     def update(
         self, k_new: torch.Tensor, v_new: torch.Tensor, start_pos: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Store keys/values of positions ``start_pos .. start_pos + T - 1``; return all of them.
+        """Store positions ``start_pos .. start_pos + T - 1`` (overwriting); return all held.
 
-        Positions from ``start_pos`` on are overwritten (``start_pos = 0`` starts
-        afresh, ``start_pos = length`` appends).
-
-        Args:
-            k_new: ``(B, n_heads, T, d_k)``; v_new: ``(B, n_heads, T, d_v)``.
-            start_pos: absolute position of the first new token, in ``[0, length]``.
-
-        Returns:
-            k ``(B, n_heads, start_pos + T, d_k)``, v ``(B, n_heads, start_pos + T, d_v)``:
-            views of the buffers (valid until the next update).
-
-        Raises:
-            TypeError: ``start_pos`` is not an int.
-            ValueError: ``start_pos`` outside ``[0, length]``; more than ``max_len``
-                positions; shapes that do not match each other or the cache.
+        k_new ``(B, H, T, d_k)``, v_new ``(B, H, T, d_v)`` -> views ``(B, H, start_pos + T, d)``,
+        valid until the next update. ``TypeError`` for a non-int ``start_pos``;
+        ``ValueError`` for ``start_pos`` outside ``[0, length]``, overflow, or mismatched shapes.
         """
         if k_new.dim() != 4 or v_new.dim() != 4 or k_new.shape[:3] != v_new.shape[:3]:
             raise ValueError(
@@ -112,18 +85,7 @@ class LayerKVCache:
 
 
 class KVCache:
-    """One :class:`LayerKVCache` per block of a GPT.
-
-    Args:
-        n_layers: number of attention layers.
-        max_len: positions each layer can hold (the model's ``block_size``).
-
-    Attributes:
-        layers: the per-layer caches, in block order.
-
-    Raises:
-        ValueError: a size that is not a positive int.
-    """
+    """One :class:`LayerKVCache` per GPT block, in ``layers``; ``ValueError`` for a size < 1."""
 
     def __init__(self, n_layers: int, max_len: int):
         n_layers = _check_positive_int(n_layers, "n_layers")

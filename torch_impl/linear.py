@@ -1,10 +1,7 @@
 """Affine map ``y = x W^T + b``: the twin of ``numpy_impl/linear.py``.
 
-PyTorch already ships this layer, so the torch side only subclasses
-:class:`torch.nn.Linear` to add the input check both backends share, and
-offers the functional form :func:`linear` (``F.linear`` with that check), which
-a layer applying row blocks of one packed weight to different inputs calls
-directly.
+``torch.nn.Linear`` plus the input check both backends share; :func:`linear` is
+``F.linear`` with that check, for a layer that applies row blocks of one packed weight.
 """
 
 from __future__ import annotations
@@ -15,20 +12,8 @@ from torch import nn
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """``y = x W^T + b`` over the last axis of ``x``: ``F.linear`` with a clear shape error.
-
-    Args:
-        x: ``(..., in)``.
-        weight: ``(out, in)``.
-        bias: ``(out,)`` or None.
-
-    Returns:
-        y ``(..., out)``; autograd provides the backward (the NumPy twin's
-        ``linear_backward``).
-
-    Raises:
-        ValueError: ``x`` with no dimensions or a last axis that is not ``in``.
-    """
+    """``y = x W^T + b``: x ``(..., in)``, weight ``(out, in)``, bias ``(out,)`` or None
+    -> y ``(..., out)``. ``ValueError`` if x's last axis is not ``in``."""
     if x.dim() < 1 or x.shape[-1] != weight.shape[1]:
         raise ValueError(
             f"x: expected shape (..., in_features={weight.shape[1]}), got {tuple(x.shape)}"
@@ -37,10 +22,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
 
 
 def check_float(x: torch.Tensor, name: str = "x", dtype=None) -> None:
-    """As the NumPy twin's (``numpy_impl/module.py``): ``TypeError`` unless ``x`` is a
-    floating-point tensor, of ``dtype`` (a layer's parameters') when given. Under
-    ``torch.autocast`` (mixed precision) a float of another width is autocast's to
-    choose, so only the floating-point check applies there."""
+    """``TypeError`` unless ``x`` is floating point, of ``dtype`` when given (as in
+    ``numpy_impl/module.py``). Under ``torch.autocast`` (mixed precision) only the first
+    check applies."""
     if not x.is_floating_point():
         raise TypeError(f"{name}: expected a floating-point tensor, got dtype {x.dtype}")
     autocast = torch.is_autocast_enabled(x.device.type)
@@ -52,30 +36,12 @@ def check_float(x: torch.Tensor, name: str = "x", dtype=None) -> None:
 
 
 class Linear(nn.Linear):
-    """Fully connected layer, ``y = x W^T + b``.
+    """Fully connected layer, ``y = x W^T + b``; weight ``(out_features, in_features)``,
+    bias ``(out_features,)`` or None (the NumPy twin's layout: no transposes between them).
 
-    Same layout as ``torch.nn.Linear`` (and as the NumPy twin), so a state dict
-    crosses between backends with no transposes.
-
-    Args:
-        in_features: size of the last input dimension.
-        out_features: size of the last output dimension.
-        bias: learn an additive bias ``b`` when True.
-        dtype: parameter dtype (``None``: torch's default, usually float32).
-
-    Parameters:
-        weight: ``(out_features, in_features)``, float.
-        bias: ``(out_features,)``, float, or ``None`` when ``bias=False``.
-
-    Shapes:
-        x: ``(..., in_features)`` -> y: ``(..., out_features)``, x's dtype.
-
-    Raises:
-        ValueError: ``in_features`` or ``out_features`` below 1; ``x`` with no
-            dimensions or a last dimension that is not ``in_features``.
-
-    Initialisation is torch's default (Kaiming-uniform); :class:`~torch_impl.gpt.GPT`
-    re-draws it with the GPT-2 scheme.
+    Shapes: x ``(..., in_features)`` -> y ``(..., out_features)``.
+    Raises ``ValueError`` for a size below 1 or x's last dimension not ``in_features``.
+    Init is torch's Kaiming-uniform; :class:`~torch_impl.gpt.GPT` re-draws it (GPT-2 scheme).
     """
 
     def __init__(

@@ -1,9 +1,6 @@
-"""Attention masks: one convention, the causal mask, padding, and decoding with a cache.
-
-Twin of ``numpy_impl/masks.py``. A boolean ``attn_mask`` is True where a query
-MAY attend to a key (``F.scaled_dot_product_attention``'s convention); a
-floating ``attn_mask`` is added to the scores. ``docs/masks.md`` compares the
-conventions in circulation; :func:`to_attn_mask` converts them.
+"""Attention masks, twin of ``numpy_impl/masks.py``: a bool ``attn_mask`` is True where a
+query MAY attend (``F.scaled_dot_product_attention``'s convention); a float one is added to
+the scores. ``docs/masks.md`` compares conventions; :func:`to_attn_mask` converts them.
 """
 
 from __future__ import annotations
@@ -25,12 +22,10 @@ def causal_attn_mask(T_q: int, T_k: int, *, device: torch.device | None = None) 
 def cached_attn_mask(
     T_new: int, start_pos: int, *, device: torch.device | None = None
 ) -> tuple[torch.Tensor | None, bool]:
-    """The causal mask of a decoding step: ``T_new`` queries after ``start_pos`` cached keys.
+    """``(attn_mask, is_causal)`` for ``T_new`` queries after ``start_pos`` cached keys.
 
-    Query ``start_pos + i`` may attend to keys ``0 .. start_pos + i``. Returned as
-    ``(attn_mask, is_causal)``: ``(None, False)`` for one new query, ``(None, True)``
-    for a prefill (``start_pos == 0``: the fused flash kernel takes no mask), else
-    the explicit bool mask ``(T_new, start_pos + T_new)``.
+    ``(None, False)`` for one query, ``(None, True)`` from position 0 (the flash kernel takes
+    no mask), else bool ``(T_new, start_pos + T_new)``: query ``start_pos + i`` sees keys ``<=`` it.
     """
     if T_new == 1:
         return None, False
@@ -44,11 +39,8 @@ def cached_attn_mask(
 def check_token_mask(
     token_mask: torch.Tensor, shape: tuple[int, int] | None = None, name: str = "token_mask"
 ) -> None:
-    """Validate a ``(B, T)`` padding mask (True = real token); errors name it ``name``.
-
-    Raises:
-        TypeError: not boolean. ValueError: not 2-D, or not ``shape`` when given.
-    """
+    """Validate a ``(B, T)`` padding mask (True = real token): ``TypeError`` if not bool,
+    ``ValueError`` if not 2-D or not ``shape``."""
     if not isinstance(token_mask, torch.Tensor) or token_mask.dtype != torch.bool:
         got = token_mask.dtype if isinstance(token_mask, torch.Tensor) else type(token_mask)
         raise TypeError(
@@ -60,31 +52,16 @@ def check_token_mask(
 
 
 def key_padding_attn_mask(token_mask: torch.Tensor) -> torch.Tensor:
-    """A batch's padding as an attention mask: ``(B, T_k)`` -> ``(B, 1, 1, T_k)``.
-
-    Args:
-        token_mask: bool ``(B, T_k)``, True for a real token, False for padding
-            (the opposite of ``nn.MultiheadAttention``'s ``key_padding_mask``).
-
-    Raises:
-        TypeError: ``token_mask`` is not boolean.
-        ValueError: ``token_mask`` is not 2-D.
-    """
+    """Padding as an attention mask: bool ``(B, T_k)`` (True = real token, the opposite of
+    ``nn.MultiheadAttention``'s ``key_padding_mask``) -> ``(B, 1, 1, T_k)``."""
     check_token_mask(token_mask)
     return token_mask[:, None, None, :]  # (B, T_k) -> (B, 1, 1, T_k)
 
 
 def to_attn_mask(mask: torch.Tensor, convention: str) -> torch.Tensor:
-    """Convert a mask written in another convention to twinformer's (bool, True = attend).
-
-    ``convention``: ``"attend"`` (bool, True = may attend; returned as is),
-    ``"masked"`` (bool, True = may NOT attend, ``nn.MultiheadAttention``'s;
-    returns ``~mask``) or ``"keep"`` (numbers, 0 = masked; returns ``mask != 0``).
-
-    Raises:
-        ValueError: unknown ``convention``.
-        TypeError: a non-bool mask for ``"attend"`` or ``"masked"``.
-    """
+    """A mask in ``convention`` as twinformer's (bool, True = attend): ``"attend"`` as is,
+    ``"masked"`` (True = may NOT attend) inverted, ``"keep"`` (0 = masked) as ``mask != 0``.
+    ``ValueError`` for another convention; ``TypeError`` for a non-bool attend/masked mask."""
     if convention not in MASK_CONVENTIONS:
         raise ValueError(f"convention: expected one of {MASK_CONVENTIONS}, got {convention!r}")
     if convention == "keep":
@@ -95,12 +72,7 @@ def to_attn_mask(mask: torch.Tensor, convention: str) -> torch.Tensor:
 
 
 def check_attn_mask(attn_mask: torch.Tensor, target: tuple[int, ...], dtype=None) -> None:
-    """Validate ``attn_mask`` against the scores' shape ``target`` = ``(B, H, T_q, T_k)``.
-
-    Raises:
-        TypeError: neither bool nor floating; a floating mask whose dtype is not ``dtype``.
-        ValueError: not broadcastable to ``target``.
-    """
+    """Validate ``attn_mask`` against the scores' shape ``target`` = ``(B, H, T_q, T_k)``."""
     if attn_mask.dtype != torch.bool and not attn_mask.is_floating_point():
         raise TypeError(
             f"attn_mask: expected dtype bool (True = attend) or a floating dtype "
@@ -122,12 +94,7 @@ def check_attn_mask(attn_mask: torch.Tensor, target: tuple[int, ...], dtype=None
 
 
 def check_is_causal(is_causal) -> bool:
-    """``is_causal`` as a Python bool: True, False or a NumPy bool; anything else (1, "no",
-    None) is a mistake, not a truth value.
-
-    Raises:
-        TypeError: ``is_causal`` is not a bool.
-    """
+    """``is_causal`` as a bool; ``TypeError`` for 1, "no", None or any other non-bool."""
     if not isinstance(is_causal, (bool, np.bool_)):
         raise TypeError(f"is_causal: expected a bool, got {is_causal!r}")
     return bool(is_causal)
@@ -136,12 +103,8 @@ def check_is_causal(is_causal) -> bool:
 def combine_attn_mask(
     attn_mask: torch.Tensor | None, is_causal: bool, T_q: int, T_k: int
 ) -> torch.Tensor | None:
-    """``attn_mask`` and ``is_causal`` folded into ONE explicit mask (or None for neither).
-
-    Bool ``attn_mask`` and causal: ``attn_mask & causal``; float ``attn_mask``
-    and causal: ``-inf`` where the causal mask forbids; causal alone:
-    :func:`causal_attn_mask`. No validation (callers use :func:`check_attn_mask`).
-    """
+    """``attn_mask`` and ``is_causal`` as ONE mask (None for neither): bool ``&``, float
+    ``-inf`` where causal forbids. Unvalidated: callers use :func:`check_attn_mask`."""
     if not is_causal:
         return attn_mask
     device = None if attn_mask is None else attn_mask.device

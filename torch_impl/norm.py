@@ -1,8 +1,4 @@
-"""Layer normalisation (Ba et al. 2016), twin of ``numpy_impl/norm.py``.
-
-Each token vector is normalised on its own (over the feature axis, never over
-the batch), then scaled and shifted by learned per-feature parameters.
-"""
+"""Layer normalisation (Ba et al. 2016) and RMSNorm, twin of ``numpy_impl/norm.py``."""
 
 from __future__ import annotations
 
@@ -14,29 +10,10 @@ from .linear import check_float
 
 
 class LayerNorm(nn.Module):
-    """``y = (x - mean) / sqrt(var + eps) * weight + bias`` over the last axis.
+    """``y = (x - mean) / sqrt(var + eps) * weight + bias`` over the last axis (Ba et al.
+    2016, eqs. 3-4); ``var`` divides by ``d_model``. weight ones, bias zeros or None.
 
-    ``mean`` and ``var`` are taken over the last dimension; ``var`` is the
-    biased (population) variance, divided by ``d_model`` not ``d_model - 1``,
-    and ``eps`` sits inside the square root (Ba et al. 2016, eqs. 3-4; the same
-    convention as ``torch.nn.LayerNorm`` and GPT-2).
-
-    Args:
-        d_model: size of the normalised (last) dimension.
-        eps: added to the variance for numerical safety.
-        bias: learn the shift ``bias`` when True; GPT-2 does.
-        dtype: parameter dtype (``None``: torch's default).
-
-    Parameters:
-        weight: ``(d_model,)``, initialised to ones (the gain, gamma).
-        bias: ``(d_model,)``, initialised to zeros (the shift, beta), or
-            ``None`` when ``bias=False``.
-
-    Shapes:
-        x: ``(..., d_model)`` -> ``(..., d_model)``, x's dtype.
-
-    Raises:
-        ValueError: if the last dimension of ``x`` is not ``d_model``.
+    Shapes: ``(..., d_model)`` -> ``(..., d_model)``; ``ValueError`` for another last dimension.
     """
 
     def __init__(
@@ -58,7 +35,7 @@ class LayerNorm(nn.Module):
         if bias:
             self.bias = nn.Parameter(torch.zeros(d_model, dtype=dtype))
         else:
-            # Keeps `self.bias` defined (as None) for F.layer_norm, and out of state_dict.
+            # defined (as None) for F.layer_norm, and out of state_dict
             self.register_parameter("bias", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -76,25 +53,9 @@ class LayerNorm(nn.Module):
 class RMSNorm(nn.Module):
     """``y = x / sqrt(mean(x^2) + eps) * weight`` over the last axis (Zhang & Sennrich 2019).
 
-    Written as Meta's Llama writes it, ``x * torch.rsqrt(x.pow(2).mean(-1,
-    keepdim=True) + eps) * weight``: ``torch.nn.RMSNorm`` (torch >= 2.4)
-    computes the same thing (the parity tests check it) but this project
-    accepts torch >= 2.2. Note that ``torch.nn.RMSNorm(eps=None)`` means the
-    dtype's machine epsilon, not 1e-5: pass eps explicitly when comparing.
-
-    Args:
-        d_model: size of the normalised (last) dimension.
-        eps: added to the mean square, inside the square root (1e-5, as in Llama 2).
-        dtype: parameter dtype (``None``: torch's default).
-
-    Parameters:
-        weight: ``(d_model,)``, initialised to ones.
-
-    Shapes:
-        x: ``(..., d_model)`` -> ``(..., d_model)``, x's dtype.
-
-    Raises:
-        ValueError: the last dimension of ``x`` is not ``d_model``; ``eps <= 0``.
+    Written as Meta's Llama writes it; ``torch.nn.RMSNorm`` (torch >= 2.4) agrees, but its
+    ``eps=None`` means machine epsilon, not 1e-5. Shapes: ``(..., d_model)`` -> same;
+    ``ValueError`` for another last dimension or ``eps <= 0``.
     """
 
     def __init__(self, d_model: int, eps: float = 1e-5, *, dtype: torch.dtype | None = None):

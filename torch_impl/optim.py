@@ -1,18 +1,8 @@
 """AdamW, weight-decay groups, gradient clipping and the nanoGPT learning-rate schedule.
 
-Twin of ``numpy_impl/optim.py``. PyTorch provides the optimizer
-(``torch.optim.AdamW``, Loshchilov & Hutter 2019) and the clipping function;
-this module adds the GPT-2/nanoGPT parameter groups and the learning-rate
-function, which is the NumPy side's, line for line. Training builds the
-optimizer the same way in both backends::
-
-    optimizer = AdamW(configure_param_groups(model, weight_decay), lr=max_lr,
-                      betas=(beta1, beta2), eps=eps)
-    for step in range(max_iters):
-        for group in optimizer.param_groups:
-            group["lr"] = cosine_lr(step, max_lr, min_lr, warmup_iters, lr_decay_iters)
-        ...
-        optimizer.step()
+Twin of ``numpy_impl/optim.py``. ``AdamW`` (Loshchilov & Hutter 2019) and
+``clip_grad_norm_`` are torch's own; the parameter groups and ``cosine_lr`` are
+the NumPy side's, line for line.
 """
 
 from __future__ import annotations
@@ -25,35 +15,14 @@ from torch.optim import AdamW
 
 __all__ = ["AdamW", "clip_grad_norm_", "configure_param_groups", "cosine_lr"]
 
-# `AdamW(params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01, ...)` is
-# torch's own; the NumPy AdamW has the same positional parameters and defaults. Pass
-# `foreach=False` to follow the algorithm one tensor at a time (the NumPy twin's order).
-#
-# `clip_grad_norm_(parameters, max_norm)` is torch's own too: it rescales the gradients
-# in place so their global L2 norm is at most `max_norm`, and returns the norm *before*
-# clipping (a 0-dim tensor), which is the number worth logging.
+# The NumPy AdamW has torch's positional parameters and defaults; `foreach=False` follows
+# the NumPy twin's one-tensor-at-a-time order. `clip_grad_norm_` returns the norm before clipping.
 
 
 def configure_param_groups(model: nn.Module, weight_decay: float) -> list[dict]:
-    """Split parameters into a decayed and a non-decayed AdamW group.
-
-    Matrices (``dim >= 2``: linear weights, embeddings) are decayed; vectors
-    (biases, LayerNorm gains and shifts) are not, as in GPT-2/nanoGPT.
-    Parameters come from ``model.named_parameters()``, so a tied weight
-    appears once; parameters with ``requires_grad=False`` are left out.
-
-    Args:
-        model: any ``nn.Module``.
-        weight_decay: decoupled decay coefficient for the matrices, ``>= 0``.
-
-    Returns:
-        ``[{"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0}]``, each list in
-        ``named_parameters()`` order.
-
-    Raises:
-        ValueError: ``weight_decay < 0``.
-    """
+    """Matrices (``dim >= 2``) in a group decayed by ``weight_decay``; vectors (biases,
+    norm gains) in a group with none, as in GPT-2/nanoGPT. A tied weight appears once;
+    frozen parameters are left out. Raises ``ValueError`` if ``weight_decay < 0``."""
     if not weight_decay >= 0:  # also catches NaN
         raise ValueError(f"weight_decay: must be >= 0, got {weight_decay}")
     decay, no_decay = [], []
@@ -77,9 +46,7 @@ def cosine_lr(
                              r = (step - warmup) / (decay - warmup)
     step > decay:            min_lr
 
-    The NumPy twin's function, line for line: a Python float, set into every
-    ``group["lr"]`` before each step (a scheduler object would hold state that
-    a resumed run must replay; this holds none).
+    Set into every ``group["lr"]`` before each step; unlike a scheduler it holds no state.
     """
     if step < warmup_iters:
         return max_lr * (step + 1) / (warmup_iters + 1)

@@ -1,9 +1,4 @@
-"""Learned absolute positional embedding (GPT-2 style), twin of ``numpy_impl/positional.py``.
-
-Attention by itself ignores token order; GPT-2 adds a learned vector per
-position to each token vector (Radford et al. 2019). Because the table has
-``block_size`` rows, a model using it cannot see sequences longer than that.
-"""
+"""Absolute position vectors, learned (GPT-2) or sinusoidal; twin of numpy_impl/positional.py."""
 
 from __future__ import annotations
 
@@ -14,14 +9,8 @@ from torch import nn
 
 
 def _check_positions(T, start_pos: int, block_size: int) -> tuple[int, int]:
-    """Validate positions ``start_pos .. start_pos + T - 1`` of a table of ``block_size`` rows.
-
-    Returns ``(T, start_pos)`` as Python ints; the NumPy twin's checks and messages.
-
-    Raises:
-        TypeError: ``T`` or ``start_pos`` is not an integer (bools included).
-        ValueError: ``T < 1``, ``start_pos < 0``, or ``start_pos + T > block_size``.
-    """
+    """``(T, start_pos)`` as ints, checked to fit a table of ``block_size`` rows: ``TypeError``
+    for a non-int, ``ValueError`` for ``T < 1``, ``start_pos < 0`` or past the table."""
     if isinstance(T, bool) or not isinstance(T, numbers.Integral):
         raise TypeError(f"T: sequence length must be an int, got {type(T).__name__}")
     if isinstance(start_pos, bool) or not isinstance(start_pos, numbers.Integral):
@@ -39,28 +28,11 @@ def _check_positions(T, start_pos: int, block_size: int) -> tuple[int, int]:
 
 
 class LearnedPositionalEmbedding(nn.Module):
-    """One learned ``d_model``-vector per position ``0 .. block_size - 1``.
+    """One learned ``d_model``-vector per position (Radford et al. 2019); weight
+    ``(block_size, d_model)``, init N(0, 1) (GPT re-draws it with std 0.02).
 
-    Args:
-        block_size: the longest sequence the model accepts.
-        d_model: embedding width.
-        dtype: parameter dtype (``None``: torch's default).
-
-    Parameters:
-        weight: ``(block_size, d_model)``, initialised N(0, 1) like
-            ``torch.nn.Embedding``; :class:`~torch_impl.gpt.GPT` re-draws it
-            with standard deviation 0.02.
-
-    Shapes:
-        forward(T, start_pos=0) -> ``(T, d_model)``: the rows of positions
-        ``start_pos .. start_pos + T - 1``, which broadcast against token
-        embeddings of shape ``(B, T, d_model)`` (a KV cache passes the number of
-        positions already cached as ``start_pos``).
-
-    Raises:
-        TypeError: ``T`` or ``start_pos`` is not an int.
-        ValueError: ``T`` not in ``[1, block_size]``; ``start_pos < 0`` or
-            ``start_pos + T > block_size``.
+    ``forward(T, start_pos=0)`` -> ``(T, d_model)``, the rows of positions ``start_pos ..
+    start_pos + T - 1``; raises as :func:`_check_positions`.
     """
 
     def __init__(self, block_size: int, d_model: int, *, dtype: torch.dtype | None = None):
@@ -80,23 +52,15 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def forward(self, T: int, start_pos: int = 0) -> torch.Tensor:
         T, start_pos = _check_positions(T, start_pos, self.block_size)
-        # (T, d_model); slicing keeps the gradient path to those rows of weight
-        return self.weight[start_pos : start_pos + T]
+        return self.weight[start_pos : start_pos + T]  # (T, d_model)
 
     def extra_repr(self) -> str:
         return f"block_size={self.block_size}, d_model={self.d_model}"
 
 
 def sinusoidal_table(n_positions: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
-    """The sinusoidal encodings of positions ``0 .. n_positions-1`` (Vaswani et al. 2017, sec. 3.5).
-
-    ``PE[pos, 2i] = sin(pos / base^(2i / d_model))``,
-    ``PE[pos, 2i + 1] = cos(pos / base^(2i / d_model))``; an odd ``d_model``
-    ends with one last sine column.
-
-    Returns:
-        float64 ``(n_positions, d_model)``.
-    """
+    """float64 ``(n_positions, d_model)`` (Vaswani et al. 2017, sec. 3.5): ``PE[pos, 2i] =
+    sin(pos / base^(2i / d_model))``, ``PE[pos, 2i + 1] = cos(...)``; odd d ends with a sine."""
     pos = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
     freq = base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (ceil(d/2),)
     angle = pos * freq  # (P, ceil(d/2))
@@ -107,26 +71,8 @@ def sinusoidal_table(n_positions: int, d_model: int, base: float = 10000.0) -> t
 
 
 class SinusoidalPositionalEncoding(nn.Module):
-    """Fixed sinusoidal position vectors, not trained (Vaswani et al. 2017, sec. 3.5).
-
-    The table is a non-persistent buffer, ``pe`` ``(block_size, d_model)``: it
-    follows ``.to(device/dtype)`` but is neither a parameter nor in the state
-    dict (it is recomputed, never loaded), exactly as on the NumPy side. Same
-    interface as :class:`LearnedPositionalEmbedding`: ``forward(T, start_pos=0)``.
-
-    Args:
-        block_size: the longest sequence the model accepts.
-        d_model: vector size (odd sizes end with a sine column).
-        base: the wavelength scale, 10000 in the paper.
-        dtype: the buffer's dtype (``None``: torch's default).
-
-    Shapes:
-        forward(T, start_pos=0) -> ``(T, d_model)``, positions ``start_pos .. start_pos + T - 1``.
-
-    Raises:
-        TypeError: ``T`` or ``start_pos`` is not an int.
-        ValueError: non-positive sizes, ``T < 1``, ``start_pos < 0`` or
-            ``start_pos + T > block_size``.
+    """Fixed :func:`sinusoidal_table` rows, not trained; the interface of
+    :class:`LearnedPositionalEmbedding`. The table ``pe`` is a buffer left out of the state dict.
     """
 
     def __init__(

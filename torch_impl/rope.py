@@ -1,19 +1,7 @@
-"""Rotary position embeddings, RoPE (Su et al. 2021), twin of ``numpy_impl/rope.py``.
+"""Rotary position embeddings, RoPE (Su et al. 2021, eq. 15), twin of ``numpy_impl/rope.py``.
 
-Query and key vectors (never values) are rotated in d_k / 2 planes, plane i
-by the angle ``p * theta_i`` at position p, ``theta_i = base^(-2i / d_k)``
-(RoFormer, eq. 15), so the score of query i and key j depends on i - j only.
-
-The two layouts are written here the way their home codebases write them, a
-second witness next to the NumPy side's one formula:
-
-* ``"interleaved"``: pairs (2i, 2i+1), the even/odd split of RoFormer and of the
-  source material's ``rotary_embed``, re-interleaved with
-  ``torch.stack(..., -1).flatten(-2)``;
-* ``"half"``: pairs (i, i + d_k/2), ``x * cos + rotate_half(x) * sin`` as in
-  GPT-NeoX and Hugging Face's Llama.
-
-:func:`rope_permutation` converts q/k projection weights between them.
+Each layout is written as its home codebase writes it: ``"interleaved"`` pairs (2i, 2i+1)
+as RoFormer; ``"half"`` pairs (i, i + d_k/2) as GPT-NeoX and Hugging Face's Llama.
 """
 
 from __future__ import annotations
@@ -56,21 +44,9 @@ def rope_cos_sin(
     dtype: torch.dtype | None = None,
     device: torch.device | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin of the angles of positions ``start_pos .. start_pos + T - 1``.
-
-    Args:
-        T, d_k, start_pos, base: as in the NumPy twin.
-        dtype: of the tables (``None``: torch's default); the angles are
-            computed in float64 first, so both backends build the same tables.
-        device: where to build them.
-
-    Returns:
-        cos, sin: ``(T, d_k/2)``, entry (t, i) of angle ``(start_pos + t) * base^(-2i/d_k)``.
-
-    Raises:
-        ValueError: odd or non-positive ``d_k``, ``start_pos`` outside ``[0, 2**53)``.
-        TypeError: non-integer ``start_pos``.
-    """
+    """cos, sin ``(T, d_k/2)`` of angles ``(start_pos + t) * base^(-2i/d_k)``, computed in
+    float64 (as the NumPy twin) then cast to ``dtype``. ``ValueError`` for an odd ``d_k`` or
+    ``start_pos`` outside ``[0, 2**53)``; ``TypeError`` for a non-int ``start_pos``."""
     _check_head_dim(d_k)
     start_pos = _check_start_pos(start_pos)
     theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64, device=device) / d_k)
@@ -87,11 +63,7 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: str) -> torch.Tensor:
-    """Rotate each plane of ``x (..., T, d_k)`` by the angles of ``cos, sin (T, d_k/2)``.
-
-    Returns:
-        a new tensor, shape and dtype of ``x``.
-    """
+    """Rotate each plane of ``x (..., T, d_k)`` by the angles of ``cos, sin (T, d_k/2)``."""
     if layout == "interleaved":
         x_even, x_odd = x[..., 0::2], x[..., 1::2]  # plane i = features (2i, 2i+1)
         out_even = x_even * cos - x_odd * sin
@@ -102,17 +74,8 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, layout: st
 
 
 def rope_permutation(d_k: int, from_layout: str, to_layout: str) -> torch.Tensor:
-    """The order of one head's q/k features that turns one RoPE layout into the other.
-
-    Feature j of ``to_layout`` is feature ``perm[j]`` of ``from_layout``; see the
-    NumPy twin. interleaved -> half is ``[0, 2, 4, ..., 1, 3, 5, ...]``.
-
-    Returns:
-        int64 ``(d_k,)``.
-
-    Raises:
-        ValueError: odd ``d_k``, unknown layout.
-    """
+    """int64 ``(d_k,)``: feature j of ``to_layout`` is feature ``perm[j]`` of ``from_layout``
+    (interleaved -> half: ``[0, 2, 4, ..., 1, 3, 5, ...]``). ``ValueError``: odd d_k, bad layout."""
     _check_head_dim(d_k)
     _check_layout(from_layout, "from_layout")
     _check_layout(to_layout, "to_layout")
@@ -125,15 +88,8 @@ def rope_permutation(d_k: int, from_layout: str, to_layout: str) -> torch.Tensor
 def permute_qkv_for_rope(
     qkv: torch.Tensor, n_heads: int, from_layout: str, to_layout: str
 ) -> torch.Tensor:
-    """Reorder the q and k rows of a combined QKV weight ``(3C, C)`` or bias ``(3C,)``.
-
-    Each head's q rows and k rows are put in :func:`rope_permutation` order; the
-    v rows are left alone. Returns a new tensor.
-
-    Raises:
-        ValueError: a first axis that is not ``3 * n_heads * d_k``, odd ``d_k``,
-            an unknown layout.
-    """
+    """Put each head's q and k rows of a QKV weight ``(3C, C)`` or bias ``(3C,)`` in
+    :func:`rope_permutation` order. ``ValueError`` for a bad first axis, d_k or layout."""
     if qkv.dim() not in (1, 2) or qkv.shape[0] % (3 * n_heads):
         raise ValueError(
             f"qkv: expected shape (3 d_model, ...) with d_model divisible by "
@@ -147,25 +103,10 @@ def permute_qkv_for_rope(
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE for the queries and keys of one attention layer (Su et al. 2021).
+    """RoPE for the queries and keys of one attention layer; no parameters (tables per call).
 
-    Args:
-        d_k: head dimension; must be even.
-        layout: ``"interleaved"`` (default) or ``"half"``.
-        base: frequency base, 10000 by default.
-
-    No parameters and no state-dict entries: the tables are rebuilt for the
-    positions of each call (a few thousand cos/sin, negligible next to the
-    attention), in float64 and then cast to q's dtype.
-
-    Shapes:
-        q ``(..., T, d_k)``, k ``(..., T, d_k)``, start_pos (int) -> rotated
-        q, k of the same shapes; row t is at position ``start_pos + t``.
-
-    Raises:
-        ValueError: odd ``d_k``, unknown layout, q or k of the wrong width or
-            with different lengths, negative ``start_pos``.
-        TypeError: non-integer ``start_pos``.
+    q, k ``(..., T, d_k)`` -> rotated q, k; row t is at position ``start_pos + t``.
+    ``ValueError`` for odd d_k, a bad layout, wrong widths or lengths, negative ``start_pos``.
     """
 
     def __init__(self, d_k: int, layout: str = "interleaved", base: float = 10000.0):

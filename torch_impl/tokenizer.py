@@ -1,19 +1,9 @@
-"""Byte-level BPE, the library path: Hugging Face ``tokenizers`` behind the interface of
+"""Byte-level BPE by Hugging Face ``tokenizers``, behind the interface of
 ``numpy_impl/tokenizer.py``'s from-scratch ``BPETokenizer``.
 
-The pieces are HF's: a ``ByteLevel`` pre-tokenizer (GPT-2's regex, no prefix space), a
-``BPE`` model, a ``BpeTrainer`` seeded with all 256 bytes (``ByteLevel.alphabet()``), a
-``ByteLevel`` decoder and ``DecodeStream``. What this file adds is the contract both
-sides keep: the same constructor (``vocab`` and ``merges`` as bytes), the same
-special-token rule (not produced from plain text unless allowed), the same errors
-raised before HF is called (HF silently skips an unknown id when decoding), and the
-same ``tokenizer.json``. Beside it, as on the NumPy side: ``byte_level.py`` (GPT-2's
-pattern, the bytes' spelling, the shared checks), ``bpe_trainer.py`` (HF's trainer)
-and ``tokenizer_files.py`` (``tokenizer.json``, ``DecodeStream``). Nothing here imports
-``numpy_impl``.
-
-    >>> tok = BPETokenizer.train(text, vocab_size=1000)       # HF BpeTrainer (Rust)
-    >>> tok.encode("To be, or not to be")                      # HF's encode
+This file adds what both twins share: the constructor (``vocab`` and ``merges`` as bytes),
+the special-token rule (not from plain text unless allowed), the errors (raised before HF,
+which skips an unknown id silently) and the ``tokenizer.json``.
 """
 
 from __future__ import annotations
@@ -51,22 +41,8 @@ def _hf_tokenizer(vocab_str: dict[str, int], merges_str: list, use_regex: bool) 
 
 
 class BPETokenizer:
-    """Byte-level BPE through HF ``tokenizers``; the twin of ``numpy_impl``'s.
-
-    Args:
-        vocab: ``{token bytes: id}``; holds the 256 single bytes.
-        merges: ``[(left bytes, right bytes), ...]``, earliest first.
-        special_tokens: ``{text: id}``.
-        pattern: ``GPT2_SPLIT_PATTERN`` (HF ``ByteLevel(use_regex=True)``) or None.
-
-    Attributes:
-        vocab, merges, special_tokens, pattern, vocab_size: as the NumPy twin's.
-        hf_tokenizer: the ``tokenizers.Tokenizer`` doing the work (special tokens
-            registered as added tokens, which HF always extracts from the text).
-
-    Raises:
-        TypeError, ValueError: as the NumPy twin (checked here, before HF sees them).
-    """
+    """Byte-level BPE through HF ``tokenizers``: the NumPy twin's arguments, attributes and
+    errors, plus ``hf_tokenizer`` (the ``tokenizers.Tokenizer`` doing the work)."""
 
     def __init__(
         self,
@@ -97,9 +73,8 @@ class BPETokenizer:
         merges_str = [(token_to_str(a), token_to_str(b)) for a, b in self.merges]
         self.hf_tokenizer = _hf_tokenizer(vocab_str, merges_str, use_regex)
         self._add_specials(self.hf_tokenizer)
-        # A second Tokenizer, same model, no added tokens: HF extracts every added token
-        # from any text, so the text of a special token that is not allowed is encoded
-        # through this one, as ordinary bytes.
+        # HF extracts every added token from any text: a special token that is not allowed
+        # is encoded as ordinary bytes by this second Tokenizer, which has none
         self._hf_plain = _hf_tokenizer(vocab_str, merges_str, use_regex)
 
     def _add_specials(self, tok: Tokenizer) -> None:
@@ -120,13 +95,8 @@ class BPETokenizer:
         special_tokens: Iterable[str] = (ENDOFTEXT,),
         pattern: str | None = GPT2_SPLIT_PATTERN,
     ) -> BPETokenizer:
-        """HF ``BpeTrainer`` learns ``vocab_size - len(special_tokens)`` tokens from
-        ``text`` with :func:`train_bpe`, then the special tokens are added (ids after
-        the learned ones).
-
-        Raises:
-            TypeError, ValueError: as the NumPy twin's ``train``.
-        """
+        """:func:`train_bpe` learns ``vocab_size - len(special_tokens)`` tokens, then the
+        special tokens take the next ids. Raises as the NumPy twin's ``train``."""
         _check_text(text)
         specials = _check_special_tokens(special_tokens)
         _check_vocab_size(vocab_size, len(specials))
@@ -144,11 +114,7 @@ class BPETokenizer:
         return [str_to_token(p).decode("utf-8") for p, _ in pieces]
 
     def encode(self, text: str, allowed_special: Iterable[str] | str = frozenset()) -> list[int]:
-        """HF's ids of ``text``; special tokens only where allowed (see the twin).
-
-        Raises:
-            TypeError, ValueError: as the NumPy twin.
-        """
+        """HF's ids of ``text``; special tokens only where allowed (raises as the twin)."""
         _check_text(text)
         allowed = _check_allowed_special(allowed_special, self.special_tokens)
         if allowed == set(self.special_tokens):  # HF's own behaviour: extract them all
@@ -166,11 +132,7 @@ class BPETokenizer:
     def encode_array(
         self, text: str, dtype=np.int64, allowed_special: Iterable[str] | str = frozenset()
     ) -> np.ndarray:
-        """:meth:`encode` (one HF call for the whole text) as a ``(N,)`` array.
-
-        Raises:
-            as :meth:`encode`; ValueError: ``dtype`` cannot hold every id.
-        """
+        """:meth:`encode` as a ``(N,)`` array; ``ValueError`` if ``dtype`` cannot hold every id."""
         dtype = np.dtype(dtype)
         if dtype.kind not in "iu" or np.iinfo(dtype).max < self.vocab_size - 1:
             raise ValueError(f"dtype: {dtype} cannot hold ids up to {self.vocab_size - 1}")
@@ -178,21 +140,11 @@ class BPETokenizer:
 
     # -- decoding ----------------------------------------------------------------------
     def decode_bytes(self, ids: Iterable[int] | np.ndarray) -> bytes:
-        """The bytes of ``ids``, joined. (HF decodes to ``str`` only; this reads the
-        tokens' byte-level spelling.)
-
-        Raises:
-            TypeError, ValueError: as the NumPy twin.
-        """
+        """The bytes of ``ids``, joined (HF decodes to ``str`` only); raises as the twin."""
         return b"".join(self._id_bytes[i] for i in _check_ids(ids, self.vocab_size))
 
     def decode(self, ids: Iterable[int] | np.ndarray) -> str:
-        """HF's ``decode`` (ByteLevel decoder: bytes joined, invalid UTF-8 -> U+FFFD),
-        special tokens kept.
-
-        Raises:
-            TypeError, ValueError: as the NumPy twin.
-        """
+        """HF's ``decode``: bytes joined, invalid UTF-8 -> U+FFFD, special tokens kept."""
         return self.hf_tokenizer.decode(_check_ids(ids, self.vocab_size), skip_special_tokens=False)
 
     def decode_stream(self) -> DecodeStream:
@@ -200,11 +152,7 @@ class BPETokenizer:
         return DecodeStream(self)
 
     def id_to_token(self, token_id: int) -> str:
-        """HF's spelling of the token (``"Ġthe"``).
-
-        Raises:
-            TypeError, ValueError: as :meth:`decode_bytes`.
-        """
+        """HF's spelling of the token (``"Ġthe"``); raises as :meth:`decode_bytes`."""
         (i,) = _check_ids([token_id], self.vocab_size)
         return self.hf_tokenizer.id_to_token(i)
 
@@ -223,21 +171,13 @@ class BPETokenizer:
 
     @classmethod
     def from_json(cls, text: str) -> BPETokenizer:
-        """HF ``Tokenizer.from_str``, then the same checks as the twin's: see
-        :func:`parse_tokenizer_json`.
-
-        Raises:
-            ValueError: not a tokenizer.json HF reads, or not a plain byte-level BPE.
-        """
+        """HF ``Tokenizer.from_str``, then the twin's checks (:func:`parse_tokenizer_json`);
+        ``ValueError`` for a file that is not a plain byte-level BPE."""
         return cls(*parse_tokenizer_json(text))
 
     @classmethod
     def from_file(cls, path) -> BPETokenizer:
-        """:meth:`from_json` of a file.
-
-        Raises:
-            FileNotFoundError: no such file. ValueError: as :meth:`from_json`.
-        """
+        """:meth:`from_json` of a file (``FileNotFoundError`` if there is none)."""
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
     def __repr__(self) -> str:
