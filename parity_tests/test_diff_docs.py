@@ -390,6 +390,12 @@ def test_every_lab_figure_is_shown_in_its_readme():
             assert re.search(line, text, re.M), f"{lab.parent.name}: no image line for {name}"
 
 
+def test_docs_answers_render_collapsed_with_their_markdown(site):
+    """A README's ``<details>`` answer is a collapsed block whose Markdown is rendered."""
+    text = (site / _chapter("01").page).read_text(encoding="utf-8")
+    assert re.search(r"<details>\s*<summary>Answer</summary>\s*<p>.*?<code>", text, re.S)
+
+
 def test_docs_missing_figures_say_how_to_draw_them(site):
     text = (site / _chapter("03").page).read_text(encoding="utf-8")
     assert '<p class="note"><code>attention_weights.png</code>: Not drawn yet' in text

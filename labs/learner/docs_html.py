@@ -191,12 +191,14 @@ def markdown_page(text: str, base_dir: Path, out_dir: Path, pages: dict[Path, st
             "tables",
             "toc",
             "codehilite",
+            "md_in_html",
             math_extension(),
             SiteExtension(),
         ],
         extension_configs={"codehilite": {"guess_lang": False, "css_class": "highlight"}},
     )
-    out = md.convert(text)
+    # a collapsed answer (<details>) keeps its Markdown: md_in_html reads it when marked
+    out = md.convert(re.sub(r"^<details>", '<details markdown="1">', text, flags=re.M))
     return out, md.toc_tokens, [tuple(s) for s in sections]
 
 

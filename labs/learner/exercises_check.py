@@ -93,7 +93,7 @@ def run_tests(
     if needed:
         raise UserError(
             f"check runs the parity tests, which need {needed}: install the test tools "
-            f"with  {INSTALL_TEST_TOOLS}  (the README's second command does too)"
+            f"with  {INSTALL_TEST_TOOLS}  (the README's test command does too)"
         )
     cmd = [sys.executable, *pytest_args(chapter, keyword, marker)]
     if junit is not None:
