@@ -80,8 +80,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``bench`` command's options."""
     p.epilog = "Run it on an idle machine; compare ratios from one run. See docs/speed.md."
     p.add_argument("--json", action="store_true", help="print one JSON object, no table")
-    p.add_argument("--variants", nargs="+", choices=tuple(VARIANTS), default=["numpy", "torch"])
-    p.add_argument("--sizes", type=sizes_type, default=SIZES, help="default: 12x64,64x256")
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=tuple(VARIANTS),
+        default=["numpy", "torch"],
+        metavar="VARIANT",
+        help=f"of {', '.join(VARIANTS)} (default: numpy torch)",
+    )
+    p.add_argument("--sizes", type=sizes_type, default=SIZES, metavar="BxT,...",
+                   help="batch x context (default: 12x64,64x256)")  # fmt: skip
     p.add_argument("--iters", type=whole(1), default=20, help="timed steps (a quarter at size 2+)")
     p.add_argument("--warmup", type=whole(0), default=2, help="untimed steps in each process")
     p.add_argument("--rounds", type=whole(1), default=3, help="fresh processes per variant")
@@ -254,21 +262,13 @@ def pool(rounds: list[dict]) -> dict:
     median, r = statistics.median(times), rounds[0]
     flops = model_flops_per_step(r["model_config"], r["batch_size"], r["block_size"])
     traced = [r["tracemalloc_peak_mib"] for r in rounds if "tracemalloc_peak_mib" in r]
-    return {
-        **r,
-        "rounds": len(rounds),
-        "iters": len(times),
-        "step_times_s": times,
-        "median_step_s": median,
-        "median_step_ms": median * 1e3,
-        "layout": f"{r['processes']} x {r['threads']}",
-        "min_step_s": min(times),
-        "tokens_per_s": r["batch_size"] * r["block_size"] / median,
-        "model_flops_per_step": flops,
-        "achieved_gflops": flops / median / 1e9,
-        "peak_rss_growth_mib": max(r["peak_rss_growth_mib"] for r in rounds),
-        "tracemalloc_peak_mib": max(traced) if traced else None,
-    }
+    return {**r, "rounds": len(rounds), "iters": len(times), "step_times_s": times,
+            "median_step_s": median, "median_step_ms": median * 1e3, "min_step_s": min(times),
+            "layout": f"{r['processes']} x {r['threads']}",
+            "tokens_per_s": r["batch_size"] * r["block_size"] / median,
+            "model_flops_per_step": flops, "achieved_gflops": flops / median / 1e9,
+            "peak_rss_growth_mib": max(r["peak_rss_growth_mib"] for r in rounds),
+            "tracemalloc_peak_mib": max(traced) if traced else None}  # fmt: skip
 
 
 def _ratio(results: list[dict], key: str, B: int, T: int) -> float | None:
@@ -311,13 +311,10 @@ def main(args: argparse.Namespace) -> int:
         summary[f"numpy_over_torch_peak_rss_ratio{suffix}"] = rss
     if args.profile:
         summary["profile"] = profiles
-    summary["machine"] = {
-        "cpus": os.cpu_count(),
-        "load_avg_1min": [round(load_before, 2), round(os.getloadavg()[0], 2)],
-        "python": sys.version.split()[0],
-        "numpy": np.__version__,
-        "torch": torch.__version__,
-    }
+    load = [round(load_before, 2), round(os.getloadavg()[0], 2)]
+    summary["machine"] = {"cpus": os.cpu_count(), "python": sys.version.split()[0],
+                          "numpy": np.__version__, "torch": torch.__version__,
+                          "load_avg_1min": load}  # fmt: skip
     if args.json:
         print(json.dumps(summary, allow_nan=False))
     else:
