@@ -2,7 +2,7 @@
 
     python -m labs train --backend numpy --max-iters 200
     python -m labs sample --checkpoint runs/numpy --prompt "ROMEO:"
-    python -m labs bench
+    python -m labs bench [--profile] [--json]      # a training step, NumPy vs torch
     python -m labs bench-attention [--device cuda]
     python -m labs bench-generate
     python -m labs bench-tokenizer
@@ -37,10 +37,7 @@ from pathlib import Path  # noqa: E402
 from . import UserError  # noqa: E402
 from .commands import (  # noqa: E402
     bench,
-    bench_attention,
-    bench_generate,
-    bench_gpt2,
-    bench_tokenizer,
+    bench_more,
     classify,
     export,
     import_model,
@@ -78,17 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
         ("train", train, "train a GPT on Tiny Shakespeare (characters or BPE tokens)"),
         ("sample", sample, "continue a prompt with a trained checkpoint"),
         ("bench", bench, "time a training step on both backends"),
-        (
-            "bench-attention",
-            bench_attention,
-            "time and memory of explicit vs flash/fused attention",
-        ),
-        ("bench-generate", bench_generate, "generation tokens/s with and without the KV cache"),
-        ("bench-tokenizer", bench_tokenizer, "byte-level BPE from scratch against HF tokenizers"),
+        ("bench-attention", bench_more.attention, "explicit vs flash/fused attention"),
+        ("bench-generate", bench_more.generate, "generation tokens/s with and without KV cache"),
+        ("bench-tokenizer", bench_more.tokenizer, "from-scratch BPE against HF tokenizers"),
+        ("bench-gpt2", bench_more.gpt2, "GPT-2 124M on this CPU: memory, speed, a step"),
         ("import", import_model, "a GPT-2, Llama or nanoGPT checkpoint as a run directory"),
         ("export", export, "a run directory as a Hugging Face model directory"),
         ("inspect", inspect_run, "what a checkpoint holds: config, tokenizer, parameters"),
-        ("bench-gpt2", bench_gpt2, "GPT-2 124M on this CPU: memory, forward, generation, a step"),
         ("classify", classify, "train a transformer classifier: who says this speech?"),
         ("seq2seq", seq2seq, "train an encoder-decoder to reverse or sort digit strings"),
         ("start", exercises.start, "make a workspace where one chapter's NumPy code is yours"),
