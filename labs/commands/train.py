@@ -59,20 +59,22 @@ from ..plumbing.checkpoint_format import expected_shapes, parameter_count
 from ..plumbing.data import DATA_ENV_VAR
 from ..plumbing.tokenization import KINDS
 from .shared import (
-    check_optimizer_options,
+    check_min_lr,
     check_out,
-    check_positive,
-    check_seed,
     check_size,
+    fraction,
+    int_range,
+    natural_int,
+    number,
+    positive_int,
     refuse_to_replace,
+    seed_int,
 )
 from .train_distributed import (
     _init_distributed,
     _shutdown_distributed,
     launch,
-    mib_type,
     processes_to_start,
-    processes_type,
 )
 from .train_init import _prepare_init, load_init_weights
 from .train_resume import _prepare_resume
@@ -143,8 +145,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="fine-tune the checkpoint in RUN (a run, or an import): its model and tokenizer, "
         "a fresh optimizer at step 0, the text of --data",
     )
-    p.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
-    p.add_argument("--seed", type=int, default=1337, help="weights and batches")
+    p.add_argument("--max-iters", type=positive_int, default=2000, help="optimizer steps")
+    p.add_argument("--seed", type=seed_int, default=1337, help="weights and batches")
     p.add_argument(
         "--tokenizer",
         choices=KINDS,
@@ -152,7 +154,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="characters, or byte-level BPE trained by the backend's own implementation",
     )
     p.add_argument(
-        "--vocab-size", type=int, default=1000, help="BPE vocabulary size (with --tokenizer bpe)"
+        "--vocab-size",
+        type=int_range(1, 2**20),
+        default=1000,
+        help="BPE vocabulary size (with --tokenizer bpe)",
     )
     g = p.add_argument_group("model")
     g.add_argument(
@@ -164,16 +169,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--d-ff",
-        type=int,
+        type=positive_int,
         default=None,
         help="FFN hidden width (default: 4 d_model for gpt2; for llama, the multiple of 8 "
         "that brings the parameter count closest to gpt2's)",
     )
-    g.add_argument("--block-size", type=int, default=64, help="context length T")
-    g.add_argument("--n-layers", type=int, default=4, help="transformer blocks")
-    g.add_argument("--n-heads", type=int, default=4, help="attention heads per block")
-    g.add_argument("--d-model", type=int, default=128, help="width C of the residual stream")
-    g.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
+    g.add_argument("--block-size", type=positive_int, default=64, help="context length T")
+    g.add_argument("--n-layers", type=positive_int, default=4, help="transformer blocks")
+    g.add_argument("--n-heads", type=positive_int, default=4, help="attention heads per block")
+    g.add_argument(
+        "--d-model", type=positive_int, default=128, help="width C of the residual stream"
+    )
+    g.add_argument("--dropout", type=fraction, default=0.0, help="dropout probability")
     g.add_argument(
         "--bias",
         action=argparse.BooleanOptionalAction,
@@ -220,7 +227,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("processes")
     g.add_argument(
         "--processes",
-        type=processes_type,
+        type=positive_int,
         default=None,
         help="data-parallel ranks this command starts, each on its share of the batch "
         "(lowered to the largest count dividing --batch-size; default: $TWINFORMER_PROCESSES, "
@@ -228,7 +235,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--bucket-mb",
-        type=mib_type,
+        type=number(0),
         default=25.0,
         help="several ranks: gradients all-reduced in buckets of this many MiB, each started "
         "as soon as backward has filled it (0: one per block; DDP's bucket_cap_mb)",
@@ -236,37 +243,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("optimization")
     g.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=12,
         help="sequences per step B (per micro-batch with --grad-accum; with several "
         "processes: in all, split over them)",
     )
     g.add_argument(
         "--grad-accum",
-        type=int,
+        type=positive_int,
         default=1,
         help="micro-batches of --batch-size sequences per step, gradients added before the "
         "update: the step of a batch N times larger, one micro-batch's activations in memory",
     )
-    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    g.add_argument("--min-lr", type=float, default=1e-4, help="final learning rate")
-    g.add_argument("--warmup-iters", type=int, default=100, help="linear warmup steps")
+    g.add_argument("--lr", type=number(0, low_open=True), default=1e-3, help="peak learning rate")
+    g.add_argument("--min-lr", type=number(0), default=1e-4, help="final learning rate")
+    g.add_argument("--warmup-iters", type=natural_int, default=100, help="linear warmup steps")
     g.add_argument(
         "--lr-decay-iters",
-        type=int,
+        type=natural_int,
         default=None,
         help="step where the cosine reaches --min-lr (default: --max-iters, "
         "at least --warmup-iters + 1)",
     )
-    g.add_argument("--beta1", type=float, default=0.9, help="AdamW first-moment decay")
-    g.add_argument("--beta2", type=float, default=0.99, help="AdamW second-moment decay")
-    g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW decay of the matrices")
-    g.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
+    g.add_argument("--beta1", type=fraction, default=0.9, help="AdamW first-moment decay")
+    g.add_argument("--beta2", type=fraction, default=0.99, help="AdamW second-moment decay")
+    g.add_argument(
+        "--weight-decay", type=number(0), default=0.1, help="AdamW decay of the matrices"
+    )
+    g.add_argument(
+        "--grad-clip",
+        type=number(0, what=" (0: no clipping)"),
+        default=1.0,
+        help="0 disables clipping",
+    )
     g = p.add_argument_group("evaluation")
-    g.add_argument("--eval-interval", type=int, default=250, help="steps between evaluations")
-    g.add_argument("--eval-batches", type=int, default=20, help="fixed batches per split")
-    g.add_argument("--eval-batch-size", type=int, default=60, help="sequences per eval batch")
-    g.add_argument("--sample-tokens", type=int, default=500, help="sample printed at the end")
+    g.add_argument(
+        "--eval-interval", type=positive_int, default=250, help="steps between evaluations"
+    )
+    g.add_argument("--eval-batches", type=positive_int, default=20, help="fixed batches per split")
+    g.add_argument(
+        "--eval-batch-size", type=positive_int, default=60, help="sequences per eval batch"
+    )
+    g.add_argument(
+        "--sample-tokens", type=natural_int, default=500, help="sample printed at the end"
+    )
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -274,24 +294,13 @@ def _check_args(args: argparse.Namespace) -> None:
     the backend (a NaN or an infinity is refused everywhere)."""
     if args.backend is None:
         raise UserError("--backend is required (numpy or torch), except with --resume DIR")
-    check_seed(args)
     check_out(args.out)
     if args.data is not None and not str(args.data).strip():
         raise UserError("--data is empty: give the corpus file's path")
     if args.from_previous and args.resume is None:
         raise UserError("--from-previous goes with --resume DIR")
     _check_device(args)
-    sizes = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size", "d_ff")
-    check_positive(args, (*sizes, "grad_accum", "vocab_size"))
-    check_positive(args, ("eval_interval", "eval_batches", "eval_batch_size"))
-    if args.sample_tokens < 0:
-        raise UserError(f"--sample-tokens must be >= 0, got {args.sample_tokens}")
-    if args.vocab_size > 2**20:  # past a million merges a BPE trainer runs for hours
-        raise UserError(f"--vocab-size must be at most 2**20 (1,048,576), got {args.vocab_size:,}")
-    # checked here, not by each backend: cosine_lr would take a negative --min-lr as the
-    # floor, a negative or NaN --grad-clip silently meant "no clipping", and torch's
-    # AdamW takes an infinite --lr
-    check_optimizer_options(args)
+    check_min_lr(args)
     if not args.fast and args.backend == "torch":
         raise UserError(
             "--no-fast: the torch backend runs PyTorch's own kernels; running the chapters' "

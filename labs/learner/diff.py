@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import UserError
+from ..commands.shared import int_range
 from .diff_pairs import (
     NUMPY_DIR,
     TORCH_DIR,
@@ -312,7 +313,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--width",
-        type=int,
+        type=int_range(NARROWEST, WIDEST),
         help="total width in columns (default: the terminal's; 100 when there is none)",
     )
     p.add_argument(
@@ -412,10 +413,6 @@ def with_formulas(chosen: list[Pair], everything: list[Pair], left, right) -> li
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.width is not None and not NARROWEST <= args.width <= WIDEST:
-        raise UserError(
-            f"--width must be a number of columns in [{NARROWEST}, {WIDEST}], got {args.width}"
-        )
     comp = resolve_component(args.component)
     ws = Workspace(workspace_dir(args.workspace))
     if args.workspace and not ws.exists():
