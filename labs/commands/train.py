@@ -1,50 +1,21 @@
 """``python -m labs train``: train a GPT on Tiny Shakespeare (characters or BPE tokens).
 
-The defaults are nanoGPT's "baby GPT" for CPUs (config/train_shakespeare_char.py
-scaled down as its README suggests): 4 layers, 4 heads, d_model 128, context
-64, batch 12, 2000 steps, AdamW with lr 1e-3 -> 1e-4 (100 warmup steps, then a
-cosine), beta2 0.99, weight decay 0.1, gradient clipping at 1.0, no dropout.
-It ends near a validation loss of 1.9 nats per character (1.91 for the
-PyTorch backend with the default seed; nanoGPT reports 1.88 for its version).
-The same run on either backend, with the same seed, sees the same batches.
+The defaults are nanoGPT's CPU "baby GPT" (config/train_shakespeare_char.py, scaled
+down as its README suggests): 4 layers, 4 heads, d_model 128, context 64, batch 12,
+2000 steps, AdamW lr 1e-3 -> 1e-4 (100 warmup steps, then a cosine), beta2 0.99,
+weight decay 0.1, clipping at 1.0, no dropout; it ends near a validation loss of 1.9
+nats per character. The same seed gives the same batches on either backend.
 
-Outputs, in ``--out`` (default ``runs/<backend>``):
+``--out`` (default ``runs/<backend>``) receives ``log.jsonl`` (a row per evaluation),
+the checkpoint (rewritten atomically at every evaluation) and ``loss.png``.
+``--resume`` continues a run exactly; ``--init-from`` fine-tunes a checkpoint with a
+fresh optimizer; ``--grad-accum N`` adds N micro-batches' gradients per step;
+``--amp`` (torch) computes the forward in 16 bits. With N processes (``--processes``
+or ``torchrun``) every rank draws the same batch and keeps its ``B / N`` rows, so the
+run is the one-process run with batch B; rank 0 alone prints and writes.
 
-* ``log.jsonl``: one JSON object per evaluation (``step``, ``train_loss``,
-  ``val_loss``, ``lr``, ``elapsed_s``);
-* the checkpoint (``model.safetensors``, ``optimizer.safetensors``,
-  ``config.json``), rewritten atomically at every evaluation;
-* ``loss.png``: the loss curves.
-
-``--resume DIR`` continues the run in DIR exactly where its checkpoint stopped
-(weights, AdamW state and step, hence the schedule; the batch sampler's and
-the dropout generator's states; the recorded settings, unless given again).
-
-``--init-from RUN`` fine-tunes: the model (architecture and weights) and the
-tokenizer come from the checkpoint in RUN (a training run, or a model brought in
-by ``python -m labs import``), the text from ``--data``; the optimizer starts
-fresh at step 0, with this command's schedule. ``--block-size`` is then the
-training context, at most the model's; ``--dropout`` may change the model's.
-
-``--grad-accum N`` runs each step as N micro-batches of ``--batch-size``
-sequences, adding their gradients before the one update (nanoGPT's
-``gradient_accumulation_steps``): the step of a batch N times larger, with the
-activations of one micro-batch in memory. ``--amp bf16|fp16`` (torch backend)
-computes the forward in 16 bits under ``torch.autocast`` (fp16 with a
-``GradScaler``), weights and optimizer in float32.
-
-With N processes (``--processes N``, the NumPy backend's default one per core,
-or ``torchrun --nproc_per_node N``), the N ranks train one model, their gradients
-averaged (DistributedDataParallel, or its NumPy twin in
-``labs/plumbing/distributed.py``): ``--batch-size`` is the step's whole batch,
-which every process draws from the same seeded sampler before keeping its own
-``B / N`` rows, so the run is the one-process run with batch B. Each
-process draws its own dropout masks (rank r > 0 reseeds with seed + r); the
-checkpoint holds every rank's generator state. Rank 0 alone prints and writes.
-
-This module has the command's options and :func:`run`, a short sequence of
-steps: the steps are in ``train_steps.py``, resuming in ``train_resume.py``,
-several processes in ``train_distributed.py``.
+The steps are in ``train_steps.py``, resuming in ``train_resume.py``, fine-tuning in
+``train_init.py``, several processes in ``train_distributed.py``.
 """
 
 from __future__ import annotations

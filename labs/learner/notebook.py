@@ -131,11 +131,6 @@ def plot_to_files() -> None:
         matplotlib.use("Agg")
 
 
-def chapter_dir(chapter: str) -> Path:
-    """A chapter's folder, ``labs/03_attention`` for ``"03_attention"``."""
-    return LABS / chapter
-
-
 def repository_path(*parts: str) -> Path:
     """A path in the repository, ``repository_path("runs", "numpy")`` for ``runs/numpy``."""
     return ROOT.joinpath(*parts)
