@@ -263,6 +263,24 @@ def check_size(n_params: int, activations: int, dtype: str, device: str = "cpu")
         )
 
 
+def lock_out(out: Path):
+    """Create ``out`` and take its :class:`RunLock` (one process at a time).
+
+    Raises:
+        UserError: the directory is in use, or cannot be written.
+    """
+    from .. import UserError
+    from ..plumbing.run_dir import RunDirectoryBusy, RunLock
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return RunLock(out)
+    except RunDirectoryBusy as e:
+        raise UserError(str(e)) from e
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from e
+
+
 class TaskOutput:
     """The output directory of ``labs classify`` and ``labs seq2seq``: ``log.jsonl``
     (a row per evaluation) and ``metrics.json`` (at the end), strict JSON, written
@@ -283,20 +301,12 @@ class TaskOutput:
     def __init__(self, out, overwrite: bool, kind: str):
         from pathlib import Path
 
-        from .. import UserError
         from ..plumbing.checkpoint import remove_leftovers
-        from ..plumbing.run_dir import RunDirectoryBusy, RunLock
 
         check_out(out)
         self.out, self.kind = Path(out), kind
         refuse_to_replace(self.out, (self.LOG_FILE, self.METRICS_FILE), overwrite, kind=kind)
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-            self.lock = RunLock(self.out)
-        except RunDirectoryBusy as e:
-            raise UserError(str(e)) from e
-        except OSError as e:
-            raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from e
+        self.lock = lock_out(self.out)
         names = (self.LOG_FILE, self.METRICS_FILE)
         refuse_to_replace(self.out, names, overwrite, kind=kind)  # again, under the lock
         remove_leftovers(self.out)
