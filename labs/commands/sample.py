@@ -5,10 +5,7 @@ parameter names and shapes, so ``--backend`` only chooses who does the
 arithmetic. (The same seed gives different samples on the two backends: their
 random number generators differ. With ``--temperature 0``, greedy decoding,
 they agree up to float32 rounding.)
-
-Decoding uses the KV cache by default in both backends (``--no-kv-cache``: the
-plain loop): with GPT-2's 124M parameters, the NumPy backend then generates
-several times faster (``python -m labs bench-gpt2``).
+Decoding uses the KV cache by default (``--no-kv-cache``: the plain loop).
 """
 
 from __future__ import annotations

@@ -39,9 +39,8 @@ from .shared import (
 )
 
 MAX_N_VAL = 100_000
-#: The longest --max-len (the model's context is one more): every evaluation decodes each
-#: held-out sequence token by token, so the time grows with its square; 32 takes ~25 s
-#: for three steps on a laptop core, 64 minutes.
+#: The longest --max-len: every evaluation decodes each held-out sequence token by token,
+#: so its time grows with the square of the length.
 MAX_LEN = 32
 LOG_FILE = TaskOutput.LOG_FILE
 METRICS_FILE = TaskOutput.METRICS_FILE

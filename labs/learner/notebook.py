@@ -103,13 +103,9 @@ CORIOLANUS = (
 def limit_threads() -> None:
     """One BLAS thread and one torch thread, unless the environment says otherwise.
 
-    The labs' arrays are small: extra threads only add synchronisation (on a
-    busy 2-core machine they made a NumPy training step ten times slower).
-    Sets ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS``
-    to 1 where they are not set already, then ``torch.set_num_threads(1)``.
-    Call it before NumPy is imported: BLAS reads the variables when it loads,
-    and ignores them afterwards (a notebook kernel that has already imported
-    NumPy keeps its threads).
+    The labs' arrays are small: extra threads only add synchronisation. Sets
+    ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` to 1 where unset,
+    then ``torch.set_num_threads(1)``. Call it before NumPy loads (BLAS reads them then).
     """
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
