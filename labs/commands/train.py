@@ -21,12 +21,11 @@ The steps are in ``train_steps.py``, resuming in ``train_resume.py``, fine-tunin
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from .. import UserError
 from ..plumbing.backends import ATTN_IMPLS, BACKENDS
-from ..plumbing.checkpoint_format import expected_shapes, parameter_count
+from ..plumbing.checkpoint_format import parameter_count
 from ..plumbing.data import DATA_ENV_VAR
 from ..plumbing.tokenization import KINDS
 from .shared import (
@@ -335,19 +334,12 @@ def matched_d_ff(model_config: dict, multiple_of: int = 8) -> tuple[int, int, in
         ``(d_ff, its parameter count, the gpt2 model's parameter count)``; the
         gpt2 model has the same vocabulary, context, depth, heads and width.
     """
-
-    def count(config: dict) -> int:
-        shapes = expected_shapes(config)
-        if config.get("tie_weights", True):
-            del shapes["head.weight"]  # the tied head is the embedding: counted once
-        return sum(math.prod(s) for s in shapes.values())
-
     keys = ("vocab_size", "block_size", "n_layers", "n_heads", "d_model")
-    target = count({k: model_config[k] for k in keys})
-    at = {f: count({**model_config, "d_ff": f}) for f in (multiple_of, 2 * multiple_of)}
+    target = parameter_count({k: model_config[k] for k in keys})
+    at = {f: parameter_count({**model_config, "d_ff": f}) for f in (multiple_of, 2 * multiple_of)}
     per_unit = (at[2 * multiple_of] - at[multiple_of]) / multiple_of  # parameters per hidden unit
     best = max(1, round((target - at[multiple_of]) / per_unit / multiple_of) + 1) * multiple_of
-    return best, count({**model_config, "d_ff": best}), target
+    return best, parameter_count({**model_config, "d_ff": best}), target
 
 
 def _check_size(args: argparse.Namespace, model_config: dict) -> None:

@@ -197,11 +197,8 @@ class Chapter:
     @property
     def title(self) -> str:
         """The README's first ``# heading``, else ``Chapter 03: attention``."""
-        if self.readme is not None:
-            m = re.search(r"^#\s+(.+?)\s*#*\s*$", self.readme.read_text(encoding="utf-8"), re.M)
-            if m:
-                return _plain(m.group(1))
-        return f"Chapter {self.number}: {self.slug[3:].replace('_', ' ')}"
+        default = f"Chapter {self.number}: {self.slug[3:].replace('_', ' ')}"
+        return _title(self.readme, default) if self.readme is not None else default
 
 
 def _plain(markdown_text: str) -> str:
@@ -439,9 +436,10 @@ def reference_page(path: Path, pg: str, site: _Site) -> str:
     return page(title, f'<div class="prose">{_with_contents(prose, toc)}</div>', site.sidebar(pg))
 
 
-def _title(path: Path) -> str:
+def _title(path: Path, default: str | None = None) -> str:
+    """The file's first ``# heading``, else ``default`` (the file's stem)."""
     m = re.search(r"^#\s+(.+?)\s*#*\s*$", path.read_text(encoding="utf-8"), re.M)
-    return _plain(m.group(1)) if m else path.stem
+    return _plain(m.group(1)) if m else default or path.stem
 
 
 def index_page(all_chapters: list[Chapter], site: _Site) -> str:

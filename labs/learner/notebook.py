@@ -132,6 +132,12 @@ def repository_path(*parts: str) -> Path:
     return ROOT.joinpath(*parts)
 
 
+def shown(path: Path) -> str:
+    """``path`` from the repository root when it lies inside it (else as given)."""
+    p = Path(path).resolve()
+    return p.relative_to(ROOT).as_posix() if p.is_relative_to(ROOT) else str(path)
+
+
 #: Set, it sends every lab's figures to ``$TWINFORMER_FIGURES/<chapter>/`` instead of
 #: ``labs/<chapter>/figures/``, the cache ``python -m labs docs`` takes them from.
 FIGURES_ENV_VAR = "TWINFORMER_FIGURES"
@@ -166,8 +172,7 @@ def figure_saver(chapter: str) -> Callable[[Any, str], None]:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / name
         fig.savefig(path, dpi=120, bbox_inches="tight")
-        shown = path.resolve()
-        print(f"wrote {shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown}")
+        print(f"wrote {shown(path)}")
         if matplotlib.get_backend().lower() == "agg":
             plt.close(fig)
 

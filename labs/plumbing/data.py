@@ -17,13 +17,14 @@ Where the corpus comes from (:func:`resolve_corpus`), first match wins:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import numpy as np
+
+from .checkpoint_files import _sha256
 
 CORPUS_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -44,14 +45,6 @@ def cache_path() -> Path:
     (default ``~/.cache/twinformer/``) ``tinyshakespeare.txt``."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "twinformer" / CORPUS_FILENAME
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def download_corpus(
