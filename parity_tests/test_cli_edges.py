@@ -90,8 +90,8 @@ TRAIN_BAD = [  # (option, value, what the error says)
     ("--d-ff", "0", "--d-ff: must be >= 1"),
     ("--vocab-size", "0", "--vocab-size: must lie in [1, 1,048,576]"),
     ("--warmup-iters", "-1", "--warmup-iters: must be >= 0"),
-    ("--out", "", "--out is empty"),
-    ("--data", "", "--data is empty"),
+    ("--out", "", "--out: must name a path"),
+    ("--data", "", "--data: must name a path"),
     ("--d-model", str(2**40), "more than this machine's"),
     ("--min-lr", "0.01", "--min-lr (0.01) must not exceed --lr"),
     ("--device", "bogus", "--device bogus"),
@@ -126,7 +126,7 @@ SAMPLE_BAD = [
     ("--seed", "-1", "--seed: must lie in [0, 2**63)"),
     ("--seed", "99999999999999999999999", "--seed: must lie in [0, 2**63)"),
     ("--max-new-tokens", "-1", "--max-new-tokens: must lie in [0, 100,000]"),
-    ("--checkpoint", "", "--checkpoint is empty"),
+    ("--checkpoint", "", "--checkpoint: must name a path"),
 ]
 
 

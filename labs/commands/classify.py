@@ -41,6 +41,7 @@ from .shared import (
     check_task_size,
     check_weights_finite,
     number,
+    path_text,
     positive_int,
     refuse_to_replace,
     seed_int,
@@ -56,10 +57,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, required=True, help="required")
     p.add_argument(
         "--data",
+        type=path_text,
         metavar="PATH",
         help=f"Tiny Shakespeare text file (default: ${DATA_ENV_VAR}, the cache, or a download)",
     )
-    p.add_argument("--out", metavar="DIR", help="default: runs/classify-<backend>")
+    p.add_argument("--out", type=path_text, metavar="DIR", help="default: runs/classify-<backend>")
     p.add_argument(
         "--overwrite",
         action="store_true",
@@ -128,8 +130,6 @@ def run(args: argparse.Namespace) -> dict:
         args.block_size = 64 if args.tokenizer == "word" else 128
     check_min_lr(args)
     check_out(args.out)
-    if args.data is not None and not str(args.data).strip():
-        raise UserError("--data is empty: give the corpus file's path")
     check_task_size(args, args.max_vocab if args.tokenizer == "word" else 256, args.speakers)
     out_dir = Path(args.out or f"runs/classify-{args.backend}")
     refuse_to_replace(

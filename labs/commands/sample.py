@@ -17,13 +17,15 @@ from .. import UserError
 from ..plumbing.backends import ATTN_IMPLS, BACKENDS, make_backend
 from ..plumbing.checkpoint_format import first_nonfinite, physical_memory
 from ..plumbing.tokenization import load_tokenizer
-from .shared import int_range, number, positive_int, seed_int
+from .shared import int_range, number, path_text, positive_int, seed_int
 from .train_resume import load_for_command
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``sample`` command's options."""
-    p.add_argument("--checkpoint", metavar="DIR", required=True, help="a training run's --out")
+    p.add_argument(
+        "--checkpoint", type=path_text, metavar="DIR", required=True, help="a training run's --out"
+    )
     p.add_argument(
         "--backend",
         choices=BACKENDS,
@@ -83,8 +85,6 @@ def main(args: argparse.Namespace) -> int:
         UserError: missing or corrupt checkpoint, prompt characters outside
             the vocabulary, invalid sampling settings.
     """
-    if not str(args.checkpoint).strip():
-        raise UserError("--checkpoint is empty: give a training run's --out directory")
     model_state, config, _ = load_for_command(
         args.checkpoint, args.from_previous, "--from-previous", say=_to_stderr
     )

@@ -31,6 +31,7 @@ from .shared import (
     check_task_size,
     check_weights_finite,
     int_range,
+    path_text,
     positive_int,
     refuse_to_replace,
     seed_int,
@@ -51,7 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--task", choices=SequenceTask.TASKS, default="reverse", help="what to map each sequence to"
     )
-    p.add_argument("--out", metavar="DIR", help="default: runs/seq2seq-<backend>")
+    p.add_argument("--out", type=path_text, metavar="DIR", help="default: runs/seq2seq-<backend>")
     p.add_argument(
         "--overwrite",
         action="store_true",

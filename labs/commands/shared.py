@@ -102,6 +102,7 @@ def int_range(low: int, high: int):
 
 
 positive_int, natural_int = at_least(1), at_least(0)
+path_text = _checked(str, str.strip, "name a path")  # not empty
 #: Seeds every command takes: NumPy's generators take any int >= 0, torch's
 #: manual_seed one below 2**64; [0, 2**63) fits both, and seed + small offsets too.
 seed_int = _checked(int, lambda v: 0 <= v < 2**63, "lie in [0, 2**63)")
@@ -137,13 +138,11 @@ def check_min_lr(args) -> None:
 
 
 def check_out(out) -> None:
-    """``--out`` that names a directory (or nothing yet), not an empty string or a file."""
+    """``--out`` that names a directory (or nothing yet), not a file."""
     from pathlib import Path
 
     from .. import UserError
 
-    if out is not None and not str(out).strip():
-        raise UserError("--out is empty: give a directory")
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise UserError(f"--out {out}: is a file, not a directory")
 

@@ -36,6 +36,7 @@ from .shared import (
     int_range,
     natural_int,
     number,
+    path_text,
     positive_int,
     refuse_to_replace,
     seed_int,
@@ -83,10 +84,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--data",
+        type=path_text,
         metavar="PATH",
         help=f"Tiny Shakespeare text file (default: ${DATA_ENV_VAR}, the cache, or a download)",
     )
-    p.add_argument("--out", metavar="DIR", help="output directory (default: runs/<backend>)")
+    p.add_argument(
+        "--out", type=path_text, metavar="DIR", help="output directory (default: runs/<backend>)"
+    )
     p.add_argument(
         "--resume",
         nargs="?",
@@ -265,8 +269,6 @@ def _check_args(args: argparse.Namespace) -> None:
     if args.backend is None:
         raise UserError("--backend is required (numpy or torch), except with --resume DIR")
     check_out(args.out)
-    if args.data is not None and not str(args.data).strip():
-        raise UserError("--data is empty: give the corpus file's path")
     if args.from_previous and args.resume is None:
         raise UserError("--from-previous goes with --resume DIR")
     _check_device(args)
