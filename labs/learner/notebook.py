@@ -1,26 +1,17 @@
 """The set-up every chapter's ``lab.py`` shares, written once.
 
-A lab (a jupytext percent script, ``labs/NN_topic/lab.py``) imports the
-installed ``labs`` package (``pip install -e .``), so it runs from any directory
-and in a notebook kernel, and takes the rest from here, in this order::
+A lab (a jupytext percent script) imports the installed ``labs`` package, so it runs
+from any directory and in a notebook kernel, and starts in this order::
 
     from labs.learner.notebook import figure_saver, limit_threads, max_diff, plot_to_files
 
     save = figure_saver("03_attention")  # into labs/03_attention/figures/
-    limit_threads()  # before NumPy and torch load
-    plot_to_files()  # before matplotlib.pyplot loads
+    limit_threads()  # before NumPy and torch load: BLAS reads its threads then
+    plot_to_files()  # before matplotlib.pyplot loads: it picks its backend then
 
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-The order matters: BLAS reads its thread count when NumPy loads, and
-matplotlib picks its backend when pyplot loads. That is also why this module
-imports NumPy, matplotlib and the corpus code only inside the functions that
-use them: importing it loads nothing heavy.
-
-The built-in passages (``SONNETS``, ``HAMLET``, ``CORIOLANUS``; public domain)
-are what :func:`load_text` falls back to when no copy of Tiny Shakespeare is at
-hand, so that every lab runs without a download.
+This module itself imports nothing heavy. The built-in passages (``SONNETS``,
+``HAMLET``, ``CORIOLANUS``; public domain) are :func:`load_text`'s fallback when no
+copy of Tiny Shakespeare is at hand, so every lab runs without a download.
 """
 
 from __future__ import annotations
