@@ -71,7 +71,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--n-val",
         type=int_range(1, MAX_N_VAL),
         default=1000,
-        help="held-out sequences, each decoded at every evaluation",
+        help=f"held-out sequences (at most {MAX_N_VAL:,}), each decoded at every evaluation",
     )
     p.add_argument("--max-iters", type=positive_int, default=1500, help="optimizer steps")
     add_model_and_optimizer_arguments(
