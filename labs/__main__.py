@@ -63,9 +63,17 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad option is a ``UserError``, one ``error:`` line naming it, like any other."""
+
+    def error(self, message):
+        message = message.removeprefix("argument ")  # "--lr: must be ..."
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     invoked = Path(sys.argv[0]).name  # `twinformer ...` (the console script) or `python -m labs`
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="twinformer" if invoked.startswith("twinformer") else "python -m labs",
         description="twinformer labs: train, sample and benchmark the NumPy and PyTorch "
         "models, and work through the chapters' exercises.",
@@ -107,11 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the command; return the exit status."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # what was given explicitly
     tune_malloc()  # see labs/plumbing/runtime.py: NumPy's temporaries stop page-faulting
     try:
+        args = build_parser().parse_args(argv)
+        args.argv = list(sys.argv[1:] if argv is None else argv)  # what was given explicitly
         check_thread_env()  # a bad thread variable, said before anything is written
         return args.func(args)
     except UserError as e:

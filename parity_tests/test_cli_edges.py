@@ -73,25 +73,25 @@ def checkpoint(corpus) -> Path:
 
 # -- train: every option checked first -------------------------------------------------------
 TRAIN_BAD = [  # (option, value, what the error says)
-    ("--lr", "inf", "--lr must be a finite number > 0"),
-    ("--lr", "nan", "--lr must be a finite number > 0"),
-    ("--lr", "0", "--lr must be a finite number > 0"),
-    ("--min-lr", "inf", "--min-lr must be a finite number >= 0"),
-    ("--weight-decay", "nan", "--weight-decay must be a finite number >= 0"),
-    ("--weight-decay", "inf", "--weight-decay must be a finite number >= 0"),
-    ("--dropout", "nan", "--dropout must be a finite number in [0, 1)"),
-    ("--dropout", "1", "--dropout must be a finite number in [0, 1)"),
-    ("--beta1", "nan", "--beta1 must be a finite number in [0, 1)"),
-    ("--beta2", "1", "--beta2 must be a finite number in [0, 1)"),
-    ("--grad-clip", "inf", "--grad-clip must be a finite number >= 0"),
-    ("--seed", "-1", "--seed must lie in [0, 2**63)"),
-    ("--seed", str(2**63), "--seed must lie in [0, 2**63)"),
-    ("--max-iters", "0", "--max-iters must be >= 1"),
-    ("--d-ff", "0", "--d-ff must be >= 1"),
-    ("--vocab-size", "0", "--vocab-size must be >= 1"),
-    ("--warmup-iters", "-1", "--warmup-iters must be >= 0"),
-    ("--out", "", "--out is empty"),
-    ("--data", "", "--data is empty"),
+    ("--lr", "inf", "--lr: must be a finite number > 0"),
+    ("--lr", "nan", "--lr: must be a finite number > 0"),
+    ("--lr", "0", "--lr: must be a finite number > 0"),
+    ("--min-lr", "inf", "--min-lr: must be a finite number >= 0"),
+    ("--weight-decay", "nan", "--weight-decay: must be a finite number >= 0"),
+    ("--weight-decay", "inf", "--weight-decay: must be a finite number >= 0"),
+    ("--dropout", "nan", "--dropout: must be a finite number in [0, 1)"),
+    ("--dropout", "1", "--dropout: must be a finite number in [0, 1)"),
+    ("--beta1", "nan", "--beta1: must be a finite number in [0, 1)"),
+    ("--beta2", "1", "--beta2: must be a finite number in [0, 1)"),
+    ("--grad-clip", "inf", "--grad-clip: must be a finite number >= 0"),
+    ("--seed", "-1", "--seed: must lie in [0, 2**63)"),
+    ("--seed", str(2**63), "--seed: must lie in [0, 2**63)"),
+    ("--max-iters", "0", "--max-iters: must be >= 1"),
+    ("--d-ff", "0", "--d-ff: must be >= 1"),
+    ("--vocab-size", "0", "--vocab-size: must lie in [1, 1,048,576]"),
+    ("--warmup-iters", "-1", "--warmup-iters: must be >= 0"),
+    ("--out", "", "--out: must name a path"),
+    ("--data", "", "--data: must name a path"),
     ("--d-model", str(2**40), "more than this machine's"),
     ("--min-lr", "0.01", "--min-lr (0.01) must not exceed --lr"),
     ("--device", "bogus", "--device bogus"),
@@ -118,15 +118,15 @@ def test_train_refuses_a_bad_option_before_writing(
 
 # -- sample ------------------------------------------------------------------------------------
 SAMPLE_BAD = [
-    ("--temperature", "nan", "--temperature must be a finite number >= 0"),
-    ("--temperature", "inf", "--temperature must be a finite number >= 0"),
-    ("--temperature", "-1", "--temperature must be a finite number >= 0"),
-    ("--top-p", "nan", "--top-p must lie in (0, 1]"),
-    ("--top-k", "0", "--top-k must be >= 1"),
-    ("--seed", "-1", "--seed must lie in [0, 2**63)"),
-    ("--seed", "99999999999999999999999", "--seed must lie in [0, 2**63)"),
-    ("--max-new-tokens", "-1", "--max-new-tokens must lie in [0, 100,000]"),
-    ("--checkpoint", "", "--checkpoint is empty"),
+    ("--temperature", "nan", "--temperature: must be a finite number >= 0"),
+    ("--temperature", "inf", "--temperature: must be a finite number >= 0"),
+    ("--temperature", "-1", "--temperature: must be a finite number >= 0"),
+    ("--top-p", "nan", "--top-p: must be a finite number in (0, 1]"),
+    ("--top-k", "0", "--top-k: must be >= 1"),
+    ("--seed", "-1", "--seed: must lie in [0, 2**63)"),
+    ("--seed", "99999999999999999999999", "--seed: must lie in [0, 2**63)"),
+    ("--max-new-tokens", "-1", "--max-new-tokens: must lie in [0, 100,000]"),
+    ("--checkpoint", "", "--checkpoint: must name a path"),
 ]
 
 
@@ -172,11 +172,11 @@ def task_argv(command: str, backend: str, out: Path, corpus: Path) -> list:
 @pytest.mark.parametrize(
     ("option", "value", "says"),
     [
-        ("--lr", "inf", "--lr must be a finite number > 0"),
-        ("--weight-decay", "nan", "--weight-decay must be a finite number >= 0"),
-        ("--seed", "-1", "--seed must lie in [0, 2**63)"),
-        ("--seed", str(2**64), "--seed must lie in [0, 2**63)"),
-        ("--dropout", "nan", "--dropout must be a finite number in [0, 1)"),
+        ("--lr", "inf", "--lr: must be a finite number > 0"),
+        ("--weight-decay", "nan", "--weight-decay: must be a finite number >= 0"),
+        ("--seed", "-1", "--seed: must lie in [0, 2**63)"),
+        ("--seed", str(2**64), "--seed: must lie in [0, 2**63)"),
+        ("--dropout", "nan", "--dropout: must be a finite number in [0, 1)"),
     ],
 )
 def test_task_commands_refuse_a_bad_option(
@@ -246,18 +246,21 @@ def test_bpe_merges_are_learned_from_the_training_split_only(tmp_path, capsys, m
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["seq2seq", "--backend", "numpy", "--n-val", str(10**8)], "--n-val must be at most"),
+        (
+            ["seq2seq", "--backend", "numpy", "--n-val", str(10**8)],
+            "--n-val: must lie in [1, 100,000]",
+        ),
         (["start", "03", "--workspace", ""], "--workspace is empty"),
         # once accepted silently, named n_val, or ran for minutes without a word
-        (["diff", "attention", "--width", "0"], "--width must be a number of columns in [40"),
-        (["diff", "attention", "--width", "-5"], "--width must be a number of columns in [40"),
+        (["diff", "attention", "--width", "0"], "--width: must lie in [40, 10,000]"),
+        (["diff", "attention", "--width", "-5"], "--width: must lie in [40, 10,000]"),
         (
             ["seq2seq", "--backend", "numpy", "--task", "sort", "--min-len", "1", "--max-len", "1"],
             "--n-val must be at most 5 (half of the 10 sequences of 1 digit), got 1,000",
         ),
         (
             ["seq2seq", "--backend", "numpy", "--max-len", "1000", "--max-iters", "3"],
-            "--max-len must be at most 32",
+            "--max-len: must lie in [1, 32]",
         ),
         (["start", "03", "--workspace", "/proc/no/such/dir"], "cannot make the workspace"),
     ],

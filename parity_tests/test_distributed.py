@@ -207,7 +207,7 @@ def test_processes_are_a_divisor_of_the_batch(monkeypatch, capsys):
     monkeypatch.delenv("WORLD_SIZE")
     args.processes = None
     monkeypatch.setenv("TWINFORMER_PROCESSES", "two")
-    with pytest.raises(UserError, match="TWINFORMER_PROCESSES: expected a positive whole"):
+    with pytest.raises(UserError, match="TWINFORMER_PROCESSES: must be >= 1"):
         processes_to_start(args)
 
 

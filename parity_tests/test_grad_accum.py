@@ -228,7 +228,7 @@ def test_amp_misuse_is_refused_naming_the_option(tmp_path, capsys):
     for argv, match in (
         (["--backend", "numpy", "--amp", "bf16"], "--amp bf16: the numpy backend"),
         (["--backend", "torch", "--amp", "fp16", "--dtype", "float64"], "--amp fp16 keeps"),
-        (["--backend", "torch", "--grad-accum", "0"], "--grad-accum must be >= 1"),
+        (["--backend", "torch", "--grad-accum", "0"], "--grad-accum: must be >= 1"),
     ):
         status = labs_main(
             ["train", "--data", str(tmp_path / "text.txt"), "--out", str(tmp_path / "never"), *argv]

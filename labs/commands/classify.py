@@ -34,14 +34,17 @@ from ..plumbing.tasks_speakers import WordTokenizer, encode_padded, random_crops
 from .shared import (
     TaskOutput,
     add_model_and_optimizer_arguments,
+    at_least,
     batches,
-    check_optimizer_options,
+    check_min_lr,
     check_out,
-    check_positive,
-    check_seed,
     check_task_size,
     check_weights_finite,
+    number,
+    path_text,
+    positive_int,
     refuse_to_replace,
+    seed_int,
     stopped_training,
     training_options,
 )
@@ -54,19 +57,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=BACKENDS, required=True, help="required")
     p.add_argument(
         "--data",
+        type=path_text,
         metavar="PATH",
         help=f"Tiny Shakespeare text file (default: ${DATA_ENV_VAR}, the cache, or a download)",
     )
-    p.add_argument("--out", metavar="DIR", help="default: runs/classify-<backend>")
+    p.add_argument("--out", type=path_text, metavar="DIR", help="default: runs/classify-<backend>")
     p.add_argument(
         "--overwrite",
         action="store_true",
         help="write into an --out that already holds a run's log.jsonl and metrics.json, "
         "replacing them (refused without it)",
     )
-    p.add_argument("--seed", type=int, default=1337, help="weights, split and batches")
-    p.add_argument("--speakers", type=int, default=4, help="classes: the N most frequent speakers")
-    p.add_argument("--val-fraction", type=float, default=0.2, help="held-out share of speeches")
+    p.add_argument("--seed", type=seed_int, default=1337, help="weights, split and batches")
+    p.add_argument(
+        "--speakers", type=at_least(2), default=4, help="classes: the N most frequent speakers"
+    )
+    p.add_argument(
+        "--val-fraction",
+        type=number(0, 1, low_open=True),
+        default=0.2,
+        help="held-out share of speeches",
+    )
     p.add_argument(
         "--tokenizer",
         choices=("char", "word"),
@@ -74,8 +85,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="characters (the corpus' CharTokenizer) or lower-cased words (the --max-vocab "
         "most frequent of the training speeches, the rest <unk>)",
     )
-    p.add_argument("--max-vocab", type=int, default=2000, help="word vocabulary size")
-    p.add_argument("--max-iters", type=int, default=1000, help="optimizer steps")
+    p.add_argument("--max-vocab", type=positive_int, default=2000, help="word vocabulary size")
+    p.add_argument("--max-iters", type=positive_int, default=1000, help="optimizer steps")
     g = add_model_and_optimizer_arguments(
         p,
         n_layers=(1, "encoder blocks"),
@@ -88,7 +99,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--block-size",
-        type=int,
+        type=positive_int,
         default=None,
         help="tokens read per speech (default: 64 words, or 128 characters)",
     )
@@ -117,17 +128,8 @@ def run(args: argparse.Namespace) -> dict:
 
     if args.block_size is None:
         args.block_size = 64 if args.tokenizer == "word" else 128
-    check_positive(args, ("speakers", "max_iters", "block_size", "n_layers", "n_heads"))
-    check_positive(args, ("d_model", "d_ff", "batch_size", "eval_interval", "max_vocab"))
-    check_seed(args)
-    check_optimizer_options(args)
+    check_min_lr(args)
     check_out(args.out)
-    if args.speakers < 2:
-        raise UserError(f"--speakers must be >= 2 (a class per speaker), got {args.speakers}")
-    if not 0 < args.val_fraction < 1:  # NaN fails this too
-        raise UserError(f"--val-fraction must lie in (0, 1), got {args.val_fraction}")
-    if args.data is not None and not str(args.data).strip():
-        raise UserError("--data is empty: give the corpus file's path")
     check_task_size(args, args.max_vocab if args.tokenizer == "word" else 256, args.speakers)
     out_dir = Path(args.out or f"runs/classify-{args.backend}")
     refuse_to_replace(

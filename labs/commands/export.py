@@ -14,14 +14,14 @@ import argparse
 
 from .. import UserError
 from ..plumbing.exporting import TARGETS, export_run
-from .shared import naming
+from .shared import naming, path_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``export`` command's options."""
     p.add_argument("run", metavar="RUN", help="a checkpoint directory (train's --out, import's)")
     p.add_argument("--to", choices=TARGETS, required=True, help="the format: hf, Hugging Face's")
-    p.add_argument("--out", metavar="DIR", required=True, help="the new directory")
+    p.add_argument("--out", type=path_text, metavar="DIR", required=True, help="the new directory")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -30,8 +30,6 @@ def main(args: argparse.Namespace) -> int:
     Raises:
         UserError: DIR exists, RUN unusable, or a model HF cannot express (the field named).
     """
-    if not args.out.strip():
-        raise UserError("--out is empty: give the new directory's name")
     try:
         out, hf_config, notes = export_run(args.run, args.out, args.to)
     except FileExistsError as e:

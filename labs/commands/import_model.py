@@ -23,7 +23,7 @@ import time
 from .. import UserError
 from ..plumbing.importing import KINDS, count_parameters, import_gpt2, import_llama, import_nanogpt
 from ..plumbing.importing import write_run as _write_run
-from .shared import naming
+from .shared import naming, path_text
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -34,7 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="SOURCE",
         help="gpt2, llama: a Hugging Face model directory; nanogpt: its ckpt.pt",
     )
-    p.add_argument("--out", metavar="RUN", required=True, help="the new checkpoint directory")
+    p.add_argument(
+        "--out", type=path_text, metavar="RUN", required=True, help="the new checkpoint directory"
+    )
     g = p.add_argument_group("nanogpt")
     g.add_argument("--meta", metavar="PKL", help="the run's meta.pkl (a character vocabulary)")
     g.add_argument(
@@ -64,8 +66,6 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--meta and --tokenizer are nanogpt's; {args.kind} reads SOURCE's own")
     if args.kind != "llama" and args.rope_layout != "half":
         raise UserError(f"--rope-layout is llama's; {args.kind} has learned positions")
-    if not args.out.strip():
-        raise UserError("--out is empty: give the new directory's name")
     t0 = time.perf_counter()
     try:
         if args.kind == "gpt2":

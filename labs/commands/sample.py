@@ -5,29 +5,27 @@ parameter names and shapes, so ``--backend`` only chooses who does the
 arithmetic. (The same seed gives different samples on the two backends: their
 random number generators differ. With ``--temperature 0``, greedy decoding,
 they agree up to float32 rounding.)
-
-Decoding uses the KV cache by default in both backends (``--no-kv-cache``: the
-plain loop): with GPT-2's 124M parameters, the NumPy backend then generates
-several times faster (``python -m labs bench-gpt2``).
+Decoding uses the KV cache by default (``--no-kv-cache``: the plain loop).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 from .. import UserError
 from ..plumbing.backends import ATTN_IMPLS, BACKENDS, make_backend
 from ..plumbing.checkpoint_format import first_nonfinite, physical_memory
 from ..plumbing.tokenization import load_tokenizer
-from .shared import check_seed
+from .shared import int_range, number, path_text, positive_int, seed_int
 from .train_resume import load_for_command
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``sample`` command's options."""
-    p.add_argument("--checkpoint", metavar="DIR", required=True, help="a training run's --out")
+    p.add_argument(
+        "--checkpoint", type=path_text, metavar="DIR", required=True, help="a training run's --out"
+    )
     p.add_argument(
         "--backend",
         choices=BACKENDS,
@@ -41,19 +39,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-new-tokens",
-        type=int,
+        type=int_range(0, MAX_NEW_TOKENS),
         default=500,
         help="tokens to generate (characters for a char model)",
     )
     p.add_argument(
         "--temperature",
-        type=float,
+        type=number(0, what=" (0 = greedy)"),
         default=0.8,
         help="0 = greedy (the lowest id among tied logits); a tiny one is greedy too",
     )
-    p.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
-    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold")
-    p.add_argument("--seed", type=int, default=1337, help="sampling seed")
+    p.add_argument("--top-k", type=positive_int, default=None, help="keep the k most likely tokens")
+    p.add_argument(
+        "--top-p",
+        type=number(0, 1, low_open=True, high_open=False),
+        default=None,
+        help="nucleus sampling threshold",
+    )
+    p.add_argument("--seed", type=seed_int, default=1337, help="sampling seed")
     p.add_argument(
         "--attn-impl",
         choices=ATTN_IMPLS,
@@ -82,21 +85,6 @@ def main(args: argparse.Namespace) -> int:
         UserError: missing or corrupt checkpoint, prompt characters outside
             the vocabulary, invalid sampling settings.
     """
-    if not 0 <= args.max_new_tokens <= MAX_NEW_TOKENS:
-        raise UserError(
-            f"--max-new-tokens must lie in [0, {MAX_NEW_TOKENS:,}], got {args.max_new_tokens}"
-        )
-    if not (math.isfinite(args.temperature) and args.temperature >= 0):
-        raise UserError(
-            f"--temperature must be a finite number >= 0 (0 = greedy), got {args.temperature}"
-        )
-    if args.top_k is not None and args.top_k < 1:
-        raise UserError(f"--top-k must be >= 1, got {args.top_k}")
-    if args.top_p is not None and not 0 < args.top_p <= 1:  # NaN fails this too
-        raise UserError(f"--top-p must lie in (0, 1], got {args.top_p}")
-    check_seed(args)
-    if not str(args.checkpoint).strip():
-        raise UserError("--checkpoint is empty: give a training run's --out directory")
     model_state, config, _ = load_for_command(
         args.checkpoint, args.from_previous, "--from-previous", say=_to_stderr
     )

@@ -26,21 +26,22 @@ from .shared import (
     TaskOutput,
     add_model_and_optimizer_arguments,
     batches,
-    check_optimizer_options,
+    check_min_lr,
     check_out,
-    check_positive,
-    check_seed,
     check_task_size,
     check_weights_finite,
+    int_range,
+    path_text,
+    positive_int,
     refuse_to_replace,
+    seed_int,
     stopped_training,
     training_options,
 )
 
 MAX_N_VAL = 100_000
-#: The longest --max-len (the model's context is one more): every evaluation decodes each
-#: held-out sequence token by token, so the time grows with its square; 32 takes ~25 s
-#: for three steps on a laptop core, 64 minutes.
+#: The longest --max-len: every evaluation decodes each held-out sequence token by token,
+#: so its time grows with the square of the length.
 MAX_LEN = 32
 LOG_FILE = TaskOutput.LOG_FILE
 METRICS_FILE = TaskOutput.METRICS_FILE
@@ -51,18 +52,28 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--task", choices=SequenceTask.TASKS, default="reverse", help="what to map each sequence to"
     )
-    p.add_argument("--out", metavar="DIR", help="default: runs/seq2seq-<backend>")
+    p.add_argument("--out", type=path_text, metavar="DIR", help="default: runs/seq2seq-<backend>")
     p.add_argument(
         "--overwrite",
         action="store_true",
         help="write into an --out that already holds a run's log.jsonl and metrics.json, "
         "replacing them (refused without it)",
     )
-    p.add_argument("--seed", type=int, default=1337, help="weights, held-out set and batches")
-    p.add_argument("--min-len", type=int, default=3, help="shortest sequence")
-    p.add_argument("--max-len", type=int, default=12, help=f"longest sequence (at most {MAX_LEN})")
-    p.add_argument("--n-val", type=int, default=1000, help="held-out sequences")
-    p.add_argument("--max-iters", type=int, default=1500, help="optimizer steps")
+    p.add_argument("--seed", type=seed_int, default=1337, help="weights, held-out set and batches")
+    p.add_argument("--min-len", type=positive_int, default=3, help="shortest sequence")
+    p.add_argument(
+        "--max-len",
+        type=int_range(1, MAX_LEN),
+        default=12,
+        help=f"longest sequence (at most {MAX_LEN}: evaluations decode token by token)",
+    )
+    p.add_argument(
+        "--n-val",
+        type=int_range(1, MAX_N_VAL),
+        default=1000,
+        help=f"held-out sequences (at most {MAX_N_VAL:,}), each decoded at every evaluation",
+    )
+    p.add_argument("--max-iters", type=positive_int, default=1500, help="optimizer steps")
     add_model_and_optimizer_arguments(
         p,
         n_layers=(2, "blocks in encoder and decoder"),
@@ -99,21 +110,8 @@ def run(args: argparse.Namespace) -> dict:
     Raises:
         UserError: bad arguments.
     """
-    check_positive(args, ("min_len", "max_len", "n_val", "max_iters", "n_layers", "n_heads"))
-    check_positive(args, ("d_model", "d_ff", "batch_size", "eval_interval"))
-    check_seed(args)
-    check_optimizer_options(args)
+    check_min_lr(args)
     check_out(args.out)
-    if args.n_val > MAX_N_VAL:
-        raise UserError(
-            f"--n-val must be at most {MAX_N_VAL:,} (the held-out set is drawn one sequence at "
-            f"a time and decoded at every evaluation), got {args.n_val:,}"
-        )
-    if args.max_len > MAX_LEN:
-        raise UserError(
-            f"--max-len must be at most {MAX_LEN} (every evaluation decodes each held-out "
-            f"sequence token by token: longer ones take minutes a step), got {args.max_len}"
-        )
     if args.min_len > args.max_len:
         raise UserError(f"--min-len ({args.min_len}) must not exceed --max-len ({args.max_len})")
     n_possible = sum(SequenceTask.n_digits**n for n in range(args.min_len, args.max_len + 1))

@@ -5,6 +5,7 @@ optimization options (each command with its own defaults) and the loops' helpers
 
 from __future__ import annotations
 
+import argparse
 import math
 from pathlib import Path
 
@@ -24,25 +25,30 @@ def add_model_and_optimizer_arguments(
     share, with each command's defaults (``n_layers`` and ``batch_size``: default and
     help text). Returns the model group, for a command's own model options."""
     g = p.add_argument_group("model")
-    g.add_argument("--n-layers", type=int, default=n_layers[0], help=n_layers[1])
-    g.add_argument("--n-heads", type=int, default=4, help="attention heads per block")
-    g.add_argument("--d-model", type=int, default=64, help="width of the residual stream")
-    g.add_argument("--d-ff", type=int, default=None, help="FFN width (default: 4 d_model)")
-    g.add_argument("--dropout", type=float, default=dropout, help="dropout probability")
+    g.add_argument("--n-layers", type=positive_int, default=n_layers[0], help=n_layers[1])
+    g.add_argument("--n-heads", type=positive_int, default=4, help="attention heads per block")
+    g.add_argument("--d-model", type=positive_int, default=64, help="width of the residual stream")
+    g.add_argument("--d-ff", type=positive_int, default=None, help="FFN width (default: 4 d_model)")
+    g.add_argument("--dropout", type=fraction, default=dropout, help="dropout probability")
     g.add_argument(
         "--dtype", choices=("float32", "float64"), default="float32", help="parameter dtype"
     )
     g.add_argument("--attn-impl", choices=("sdpa", "explicit"), default="sdpa", help="torch only")
     o = p.add_argument_group("optimization")
-    o.add_argument("--batch-size", type=int, default=batch_size[0], help=batch_size[1])
-    o.add_argument("--lr", type=float, default=lr, help="peak learning rate")
-    o.add_argument("--min-lr", type=float, default=1e-4, help="final learning rate")
-    o.add_argument("--warmup-iters", type=int, default=warmup_iters, help="linear warmup steps")
+    o.add_argument("--batch-size", type=positive_int, default=batch_size[0], help=batch_size[1])
+    o.add_argument("--lr", type=number(0, low_open=True), default=lr, help="peak learning rate")
+    o.add_argument("--min-lr", type=number(0), default=1e-4, help="final learning rate")
     o.add_argument(
-        "--weight-decay", type=float, default=weight_decay, help="AdamW decay of the matrices"
+        "--warmup-iters", type=natural_int, default=warmup_iters, help="linear warmup steps"
     )
     o.add_argument(
-        "--eval-interval", type=int, default=eval_interval, help="steps between evaluations"
+        "--weight-decay", type=number(0), default=weight_decay, help="AdamW decay of the matrices"
+    )
+    o.add_argument(
+        "--eval-interval",
+        type=positive_int,
+        default=eval_interval,
+        help="steps between evaluations",
     )
     return g
 
@@ -69,70 +75,59 @@ def batches(n: int, batch_size: int):
         yield slice(i, min(i + batch_size, n))
 
 
-def fmt_seconds(s: float) -> str:
-    return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+def _checked(convert, ok, must: str):
+    """An argparse ``type=``: ``convert`` the text, then require ``ok(value)``; the
+    error says what the option ``must`` be (argparse names the option)."""
+
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must {must}, got {text!r}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"must {must}, got {value}")
+        return value
+
+    return parse
 
 
-def _option(name: str) -> str:
-    return f"--{name.replace('_', '-')}"
+def at_least(low: int):
+    """An integer option >= ``low``."""
+    return _checked(int, lambda v: v >= low, f"be >= {low}")
 
 
-def check_positive(args, names: tuple[str, ...]) -> None:
-    """Raise ``UserError`` naming the first option in ``names`` that is < 1."""
-    from .. import UserError
-
-    for name in names:
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise UserError(f"{_option(name)} must be >= 1, got {value}")
+def int_range(low: int, high: int):
+    """An integer option in ``[low, high]``."""
+    return _checked(int, lambda v: low <= v <= high, f"lie in [{low:,}, {high:,}]")
 
 
+positive_int, natural_int = at_least(1), at_least(0)
+path_text = _checked(str, str.strip, "name a path")  # not empty
 #: Seeds every command takes: NumPy's generators take any int >= 0, torch's
 #: manual_seed one below 2**64; [0, 2**63) fits both, and seed + small offsets too.
-SEED_LIMIT = 2**63
+seed_int = _checked(int, lambda v: 0 <= v < 2**63, "lie in [0, 2**63)")
 
 
-def check_seed(args, name: str = "seed") -> None:
-    """``--seed`` in ``[0, 2**63)``, the same rule for every command and both backends."""
-    from .. import UserError
+def number(low: float, high: float = math.inf, *, low_open=False, high_open=True, what=""):
+    """A finite float option in the interval (NaN and infinities refused whatever it is)."""
+    if math.isinf(high):
+        where = f"{'>' if low_open else '>='} {low:g}"
+    else:
+        where = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
 
-    value = getattr(args, name)
-    if not 0 <= value < SEED_LIMIT:
-        raise UserError(f"{_option(name)} must lie in [0, 2**63), got {value}")
+    def ok(v: float) -> bool:
+        above = v > low if low_open else v >= low
+        below = v < high if high_open else v <= high
+        return math.isfinite(v) and above and below
 
-
-def check_number(
-    args,
-    name: str,
-    low: float,
-    high: float = math.inf,
-    *,
-    low_open: bool = False,
-    high_open: bool = True,
-    what: str = "",
-) -> None:
-    """Raise ``UserError`` unless option ``name`` is a finite number in the interval
-    (NaN and infinities are refused whatever the interval)."""
-    from .. import UserError
-
-    value = getattr(args, name)
-    if value is None:
-        return
-    above = value > low if low_open else value >= low
-    below = value < high if high_open else value <= high
-    if not (math.isfinite(value) and above and below):
-        if math.isinf(high):
-            where = f"{'>' if low_open else '>='} {low:g}"
-        else:
-            where = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-        raise UserError(f"{_option(name)} must be a finite number {where}{what}, got {value}")
+    return _checked(float, ok, f"be a finite number {where}{what}")
 
 
-def check_optimizer_options(args) -> None:
-    """The options of AdamW and its schedule (``--beta1``/``--beta2`` where the
-    command has them), checked the same way for every command."""
-    check_number(args, "lr", 0, low_open=True)
-    check_number(args, "min_lr", 0)
+fraction = number(0, 1)  # dropout, AdamW's betas: [0, 1)
+
+
+def check_min_lr(args) -> None:
+    """``--min-lr`` at most ``--lr``: the schedule decays from one to the other."""
     if args.min_lr > args.lr:
         from .. import UserError
 
@@ -140,27 +135,14 @@ def check_optimizer_options(args) -> None:
             f"--min-lr ({args.min_lr}) must not exceed --lr ({args.lr}): the schedule decays "
             "from --lr down to --min-lr"
         )
-    check_number(args, "weight_decay", 0)
-    check_number(args, "dropout", 0, 1)
-    for name in ("beta1", "beta2"):
-        if hasattr(args, name):
-            check_number(args, name, 0, 1)
-    if hasattr(args, "grad_clip"):
-        check_number(args, "grad_clip", 0, what=" (0: no clipping)")
-    if args.warmup_iters < 0:
-        from .. import UserError
-
-        raise UserError(f"--warmup-iters must be >= 0, got {args.warmup_iters}")
 
 
 def check_out(out) -> None:
-    """``--out`` that names a directory (or nothing yet), not an empty string or a file."""
+    """``--out`` that names a directory (or nothing yet), not a file."""
     from pathlib import Path
 
     from .. import UserError
 
-    if out is not None and not str(out).strip():
-        raise UserError("--out is empty: give a directory")
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise UserError(f"--out {out}: is a file, not a directory")
 
@@ -280,6 +262,24 @@ def check_size(n_params: int, activations: int, dtype: str, device: str = "cpu")
         )
 
 
+def lock_out(out: Path):
+    """Create ``out`` and take its :class:`RunLock` (one process at a time).
+
+    Raises:
+        UserError: the directory is in use, or cannot be written.
+    """
+    from .. import UserError
+    from ..plumbing.run_dir import RunDirectoryBusy, RunLock
+
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        return RunLock(out)
+    except RunDirectoryBusy as e:
+        raise UserError(str(e)) from e
+    except OSError as e:
+        raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from e
+
+
 class TaskOutput:
     """The output directory of ``labs classify`` and ``labs seq2seq``: ``log.jsonl``
     (a row per evaluation) and ``metrics.json`` (at the end), strict JSON, written
@@ -300,20 +300,12 @@ class TaskOutput:
     def __init__(self, out, overwrite: bool, kind: str):
         from pathlib import Path
 
-        from .. import UserError
         from ..plumbing.checkpoint import remove_leftovers
-        from ..plumbing.run_dir import RunDirectoryBusy, RunLock
 
         check_out(out)
         self.out, self.kind = Path(out), kind
         refuse_to_replace(self.out, (self.LOG_FILE, self.METRICS_FILE), overwrite, kind=kind)
-        try:
-            self.out.mkdir(parents=True, exist_ok=True)
-            self.lock = RunLock(self.out)
-        except RunDirectoryBusy as e:
-            raise UserError(str(e)) from e
-        except OSError as e:
-            raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from e
+        self.lock = lock_out(self.out)
         names = (self.LOG_FILE, self.METRICS_FILE)
         refuse_to_replace(self.out, names, overwrite, kind=kind)  # again, under the lock
         remove_leftovers(self.out)

@@ -1,78 +1,51 @@
 """``python -m labs train``: train a GPT on Tiny Shakespeare (characters or BPE tokens).
 
-The defaults are nanoGPT's "baby GPT" for CPUs (config/train_shakespeare_char.py
-scaled down as its README suggests): 4 layers, 4 heads, d_model 128, context
-64, batch 12, 2000 steps, AdamW with lr 1e-3 -> 1e-4 (100 warmup steps, then a
-cosine), beta2 0.99, weight decay 0.1, gradient clipping at 1.0, no dropout.
-It ends near a validation loss of 1.9 nats per character (1.91 for the
-PyTorch backend with the default seed; nanoGPT reports 1.88 for its version).
-The same run on either backend, with the same seed, sees the same batches.
+The defaults are nanoGPT's CPU "baby GPT" (config/train_shakespeare_char.py, scaled
+down as its README suggests): 4 layers, 4 heads, d_model 128, context 64, batch 12,
+2000 steps, AdamW lr 1e-3 -> 1e-4 (100 warmup steps, then a cosine), beta2 0.99,
+weight decay 0.1, clipping at 1.0, no dropout; it ends near a validation loss of 1.9
+nats per character. The same seed gives the same batches on either backend.
 
-Outputs, in ``--out`` (default ``runs/<backend>``):
+``--out`` (default ``runs/<backend>``) receives ``log.jsonl`` (a row per evaluation),
+the checkpoint (rewritten atomically at every evaluation) and ``loss.png``.
+``--resume`` continues a run exactly; ``--init-from`` fine-tunes a checkpoint with a
+fresh optimizer; ``--grad-accum N`` adds N micro-batches' gradients per step;
+``--amp`` (torch) computes the forward in 16 bits. With N processes (``--processes``
+or ``torchrun``) every rank draws the same batch and keeps its ``B / N`` rows, so the
+run is the one-process run with batch B; rank 0 alone prints and writes.
 
-* ``log.jsonl``: one JSON object per evaluation (``step``, ``train_loss``,
-  ``val_loss``, ``lr``, ``elapsed_s``);
-* the checkpoint (``model.safetensors``, ``optimizer.safetensors``,
-  ``config.json``), rewritten atomically at every evaluation;
-* ``loss.png``: the loss curves.
-
-``--resume DIR`` continues the run in DIR exactly where its checkpoint stopped
-(weights, AdamW state and step, hence the schedule; the batch sampler's and
-the dropout generator's states; the recorded settings, unless given again).
-
-``--init-from RUN`` fine-tunes: the model (architecture and weights) and the
-tokenizer come from the checkpoint in RUN (a training run, or a model brought in
-by ``python -m labs import``), the text from ``--data``; the optimizer starts
-fresh at step 0, with this command's schedule. ``--block-size`` is then the
-training context, at most the model's; ``--dropout`` may change the model's.
-
-``--grad-accum N`` runs each step as N micro-batches of ``--batch-size``
-sequences, adding their gradients before the one update (nanoGPT's
-``gradient_accumulation_steps``): the step of a batch N times larger, with the
-activations of one micro-batch in memory. ``--amp bf16|fp16`` (torch backend)
-computes the forward in 16 bits under ``torch.autocast`` (fp16 with a
-``GradScaler``), weights and optimizer in float32.
-
-With N processes (``--processes N``, the NumPy backend's default one per core,
-or ``torchrun --nproc_per_node N``), the N ranks train one model, their gradients
-averaged (DistributedDataParallel, or its NumPy twin in
-``labs/plumbing/distributed.py``): ``--batch-size`` is the step's whole batch,
-which every process draws from the same seeded sampler before keeping its own
-``B / N`` rows, so the run is the one-process run with batch B. Each
-process draws its own dropout masks (rank r > 0 reseeds with seed + r); the
-checkpoint holds every rank's generator state. Rank 0 alone prints and writes.
-
-This module has the command's options and :func:`run`, a short sequence of
-steps: the steps are in ``train_steps.py``, resuming in ``train_resume.py``,
-several processes in ``train_distributed.py``.
+The steps are in ``train_steps.py``, resuming in ``train_resume.py``, fine-tuning in
+``train_init.py``, several processes in ``train_distributed.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 
 from .. import UserError
 from ..plumbing.backends import ATTN_IMPLS, BACKENDS
-from ..plumbing.checkpoint_format import expected_shapes, parameter_count
+from ..plumbing.checkpoint_format import parameter_count
 from ..plumbing.data import DATA_ENV_VAR
 from ..plumbing.tokenization import KINDS
 from .shared import (
-    check_optimizer_options,
+    check_min_lr,
     check_out,
-    check_positive,
-    check_seed,
     check_size,
+    fraction,
+    int_range,
+    natural_int,
+    number,
+    path_text,
+    positive_int,
     refuse_to_replace,
+    seed_int,
 )
 from .train_distributed import (
     _init_distributed,
     _shutdown_distributed,
     launch,
-    mib_type,
     processes_to_start,
-    processes_type,
 )
 from .train_init import _prepare_init, load_init_weights
 from .train_resume import _prepare_resume
@@ -111,10 +84,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--data",
+        type=path_text,
         metavar="PATH",
         help=f"Tiny Shakespeare text file (default: ${DATA_ENV_VAR}, the cache, or a download)",
     )
-    p.add_argument("--out", metavar="DIR", help="output directory (default: runs/<backend>)")
+    p.add_argument(
+        "--out", type=path_text, metavar="DIR", help="output directory (default: runs/<backend>)"
+    )
     p.add_argument(
         "--resume",
         nargs="?",
@@ -143,8 +119,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="fine-tune the checkpoint in RUN (a run, or an import): its model and tokenizer, "
         "a fresh optimizer at step 0, the text of --data",
     )
-    p.add_argument("--max-iters", type=int, default=2000, help="optimizer steps")
-    p.add_argument("--seed", type=int, default=1337, help="weights and batches")
+    p.add_argument("--max-iters", type=positive_int, default=2000, help="optimizer steps")
+    p.add_argument("--seed", type=seed_int, default=1337, help="weights and batches")
     p.add_argument(
         "--tokenizer",
         choices=KINDS,
@@ -152,7 +128,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="characters, or byte-level BPE trained by the backend's own implementation",
     )
     p.add_argument(
-        "--vocab-size", type=int, default=1000, help="BPE vocabulary size (with --tokenizer bpe)"
+        "--vocab-size",
+        type=int_range(1, 2**20),
+        default=1000,
+        help="BPE vocabulary size (with --tokenizer bpe)",
     )
     g = p.add_argument_group("model")
     g.add_argument(
@@ -164,16 +143,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--d-ff",
-        type=int,
+        type=positive_int,
         default=None,
         help="FFN hidden width (default: 4 d_model for gpt2; for llama, the multiple of 8 "
         "that brings the parameter count closest to gpt2's)",
     )
-    g.add_argument("--block-size", type=int, default=64, help="context length T")
-    g.add_argument("--n-layers", type=int, default=4, help="transformer blocks")
-    g.add_argument("--n-heads", type=int, default=4, help="attention heads per block")
-    g.add_argument("--d-model", type=int, default=128, help="width C of the residual stream")
-    g.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
+    g.add_argument("--block-size", type=positive_int, default=64, help="context length T")
+    g.add_argument("--n-layers", type=positive_int, default=4, help="transformer blocks")
+    g.add_argument("--n-heads", type=positive_int, default=4, help="attention heads per block")
+    g.add_argument(
+        "--d-model", type=positive_int, default=128, help="width C of the residual stream"
+    )
+    g.add_argument("--dropout", type=fraction, default=0.0, help="dropout probability")
     g.add_argument(
         "--bias",
         action=argparse.BooleanOptionalAction,
@@ -220,7 +201,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("processes")
     g.add_argument(
         "--processes",
-        type=processes_type,
+        type=positive_int,
         default=None,
         help="data-parallel ranks this command starts, each on its share of the batch "
         "(lowered to the largest count dividing --batch-size; default: $TWINFORMER_PROCESSES, "
@@ -228,7 +209,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--bucket-mb",
-        type=mib_type,
+        type=number(0),
         default=25.0,
         help="several ranks: gradients all-reduced in buckets of this many MiB, each started "
         "as soon as backward has filled it (0: one per block; DDP's bucket_cap_mb)",
@@ -236,37 +217,50 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("optimization")
     g.add_argument(
         "--batch-size",
-        type=int,
+        type=positive_int,
         default=12,
         help="sequences per step B (per micro-batch with --grad-accum; with several "
         "processes: in all, split over them)",
     )
     g.add_argument(
         "--grad-accum",
-        type=int,
+        type=positive_int,
         default=1,
         help="micro-batches of --batch-size sequences per step, gradients added before the "
         "update: the step of a batch N times larger, one micro-batch's activations in memory",
     )
-    g.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
-    g.add_argument("--min-lr", type=float, default=1e-4, help="final learning rate")
-    g.add_argument("--warmup-iters", type=int, default=100, help="linear warmup steps")
+    g.add_argument("--lr", type=number(0, low_open=True), default=1e-3, help="peak learning rate")
+    g.add_argument("--min-lr", type=number(0), default=1e-4, help="final learning rate")
+    g.add_argument("--warmup-iters", type=natural_int, default=100, help="linear warmup steps")
     g.add_argument(
         "--lr-decay-iters",
-        type=int,
+        type=natural_int,
         default=None,
         help="step where the cosine reaches --min-lr (default: --max-iters, "
         "at least --warmup-iters + 1)",
     )
-    g.add_argument("--beta1", type=float, default=0.9, help="AdamW first-moment decay")
-    g.add_argument("--beta2", type=float, default=0.99, help="AdamW second-moment decay")
-    g.add_argument("--weight-decay", type=float, default=0.1, help="AdamW decay of the matrices")
-    g.add_argument("--grad-clip", type=float, default=1.0, help="0 disables clipping")
+    g.add_argument("--beta1", type=fraction, default=0.9, help="AdamW first-moment decay")
+    g.add_argument("--beta2", type=fraction, default=0.99, help="AdamW second-moment decay")
+    g.add_argument(
+        "--weight-decay", type=number(0), default=0.1, help="AdamW decay of the matrices"
+    )
+    g.add_argument(
+        "--grad-clip",
+        type=number(0, what=" (0: no clipping)"),
+        default=1.0,
+        help="0 disables clipping",
+    )
     g = p.add_argument_group("evaluation")
-    g.add_argument("--eval-interval", type=int, default=250, help="steps between evaluations")
-    g.add_argument("--eval-batches", type=int, default=20, help="fixed batches per split")
-    g.add_argument("--eval-batch-size", type=int, default=60, help="sequences per eval batch")
-    g.add_argument("--sample-tokens", type=int, default=500, help="sample printed at the end")
+    g.add_argument(
+        "--eval-interval", type=positive_int, default=250, help="steps between evaluations"
+    )
+    g.add_argument("--eval-batches", type=positive_int, default=20, help="fixed batches per split")
+    g.add_argument(
+        "--eval-batch-size", type=positive_int, default=60, help="sequences per eval batch"
+    )
+    g.add_argument(
+        "--sample-tokens", type=natural_int, default=500, help="sample printed at the end"
+    )
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -274,24 +268,11 @@ def _check_args(args: argparse.Namespace) -> None:
     the backend (a NaN or an infinity is refused everywhere)."""
     if args.backend is None:
         raise UserError("--backend is required (numpy or torch), except with --resume DIR")
-    check_seed(args)
     check_out(args.out)
-    if args.data is not None and not str(args.data).strip():
-        raise UserError("--data is empty: give the corpus file's path")
     if args.from_previous and args.resume is None:
         raise UserError("--from-previous goes with --resume DIR")
     _check_device(args)
-    sizes = ("max_iters", "block_size", "n_layers", "n_heads", "d_model", "batch_size", "d_ff")
-    check_positive(args, (*sizes, "grad_accum", "vocab_size"))
-    check_positive(args, ("eval_interval", "eval_batches", "eval_batch_size"))
-    if args.sample_tokens < 0:
-        raise UserError(f"--sample-tokens must be >= 0, got {args.sample_tokens}")
-    if args.vocab_size > 2**20:  # past a million merges a BPE trainer runs for hours
-        raise UserError(f"--vocab-size must be at most 2**20 (1,048,576), got {args.vocab_size:,}")
-    # checked here, not by each backend: cosine_lr would take a negative --min-lr as the
-    # floor, a negative or NaN --grad-clip silently meant "no clipping", and torch's
-    # AdamW takes an infinite --lr
-    check_optimizer_options(args)
+    check_min_lr(args)
     if not args.fast and args.backend == "torch":
         raise UserError(
             "--no-fast: the torch backend runs PyTorch's own kernels; running the chapters' "
@@ -355,19 +336,12 @@ def matched_d_ff(model_config: dict, multiple_of: int = 8) -> tuple[int, int, in
         ``(d_ff, its parameter count, the gpt2 model's parameter count)``; the
         gpt2 model has the same vocabulary, context, depth, heads and width.
     """
-
-    def count(config: dict) -> int:
-        shapes = expected_shapes(config)
-        if config.get("tie_weights", True):
-            del shapes["head.weight"]  # the tied head is the embedding: counted once
-        return sum(math.prod(s) for s in shapes.values())
-
     keys = ("vocab_size", "block_size", "n_layers", "n_heads", "d_model")
-    target = count({k: model_config[k] for k in keys})
-    at = {f: count({**model_config, "d_ff": f}) for f in (multiple_of, 2 * multiple_of)}
+    target = parameter_count({k: model_config[k] for k in keys})
+    at = {f: parameter_count({**model_config, "d_ff": f}) for f in (multiple_of, 2 * multiple_of)}
     per_unit = (at[2 * multiple_of] - at[multiple_of]) / multiple_of  # parameters per hidden unit
     best = max(1, round((target - at[multiple_of]) / per_unit / multiple_of) + 1) * multiple_of
-    return best, count({**model_config, "d_ff": best}), target
+    return best, parameter_count({**model_config, "d_ff": best}), target
 
 
 def _check_size(args: argparse.Namespace, model_config: dict) -> None:

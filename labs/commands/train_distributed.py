@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import gc
-import math
 import os
 import signal
 import sys
@@ -21,26 +20,9 @@ import time
 import warnings
 
 from .. import UserError
+from .shared import positive_int
 
 PROCESSES_ENV = "TWINFORMER_PROCESSES"
-
-
-def processes_type(text: str) -> int:
-    """``--processes``: a positive whole number (argparse ``type=``)."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive whole number, got {text!r}")
-    return int(text)
-
-
-def mib_type(text: str) -> float:
-    """``--bucket-mb``: a finite number of MiB, 0 or more (argparse ``type=``)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < math.inf:
-        raise argparse.ArgumentTypeError(f"expected a size in MiB, 0 or more, got {text!r}")
-    return value
 
 
 def _cores() -> int:
@@ -64,7 +46,7 @@ def processes_to_start(args: argparse.Namespace) -> int:
     wanted = args.processes
     if wanted is None and os.environ.get(PROCESSES_ENV, "").strip():
         try:
-            wanted = processes_type(os.environ[PROCESSES_ENV])
+            wanted = positive_int(os.environ[PROCESSES_ENV])
         except argparse.ArgumentTypeError as e:
             raise UserError(f"{PROCESSES_ENV}: {e}") from None
     backend, batch = args.backend, args.batch_size

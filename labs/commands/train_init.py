@@ -52,14 +52,11 @@ class _Init:
 def _explicit_options(args: argparse.Namespace) -> set[str]:
     """The options the command line gave (``args.argv``); without a command line, those
     that differ from their defaults."""
-    from .train import add_arguments
-    from .train_resume import _given_options
+    from .train_resume import _given_options, _probe
 
     if getattr(args, "argv", None) is not None:
         return _given_options(args)
-    probe = argparse.ArgumentParser(add_help=False)
-    add_arguments(probe)
-    defaults = vars(probe.parse_args([]))
+    defaults = vars(_probe().parse_args([]))
     return {k for k, v in vars(args).items() if k in defaults and v != defaults[k]}
 
 

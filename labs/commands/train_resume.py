@@ -64,16 +64,21 @@ def load_for_command(directory, from_previous: bool, flag: str, say=print):
     return loaded
 
 
+def _probe() -> argparse.ArgumentParser:
+    from .train import add_arguments  # here, not at the top: train.py imports this module
+
+    probe = argparse.ArgumentParser(add_help=False)
+    add_arguments(probe)
+    return probe
+
+
 def _given_options(args: argparse.Namespace) -> set[str]:
     """The options the command line set explicitly (``args.argv``, kept by
     ``labs/__main__.py``); all of them when there is no command line."""
     argv = getattr(args, "argv", None)
     if argv is None:
         return set(vars(args))
-    from .train import add_arguments  # here, not at the top: train.py imports this module
-
-    probe = argparse.ArgumentParser(add_help=False)
-    add_arguments(probe)
+    probe = _probe()
     # Every default replaced by a marker: what is not the marker came from the command line.
     unset = object()
     probe.set_defaults(**dict.fromkeys(vars(args), unset))
@@ -114,6 +119,7 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
             f"without one); fine-tune it with --init-from {directory} --out NEW"
         )
     given = _given_options(args)
+    types = {a.dest: a.type for a in _probe()._actions if a.type is not None}
     changed, redefined = [], []
     for key, value in (saved.get("train") or {}).items():
         if key in _NOT_RESTORED or not hasattr(args, key):
@@ -124,7 +130,13 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
                 (redefined if key in FROM_RUN else changed).append(change)
         elif key == "data" and value is not None and not Path(value).is_file():
             continue  # moved: look for the corpus as a fresh run would
-        else:
+        else:  # checked as the command line's would be: config.json may be hostile
+            try:
+                if value is not None and key in types:
+                    value = types[key](str(value))
+            except (argparse.ArgumentTypeError, ValueError) as e:
+                option = f"--{key.replace('_', '-')}"
+                raise UserError(f"cannot resume: {directory / CONFIG_FILE}: {option}: {e}") from e
             setattr(args, key, value)
     if redefined:  # refused now, before a corpus is read or a tokenizer trained
         raise UserError(

@@ -33,7 +33,6 @@ from ..plumbing.data import (
 from ..plumbing.distributed import eval_mean
 from ..plumbing.run_dir import (
     LOG_FILE,
-    RunDirectoryBusy,
     RunLock,
     append_row,
     read_log,
@@ -47,7 +46,7 @@ from ..plumbing.tokenization import (
     bytes_per_token,
     tokenizer_config,
 )
-from .shared import refuse_to_replace
+from .shared import lock_out, refuse_to_replace
 from .train_distributed import _device
 from .train_resume import _resume, _Resumed
 
@@ -247,13 +246,7 @@ def prepare_output(run: Run, resumed: _Resumed | None, say=print) -> None:
         run.last_saved = run.backend.step
     if rank != 0:
         return
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        run.lock = RunLock(out)
-    except RunDirectoryBusy as e:
-        raise UserError(str(e)) from e
-    except OSError as e:
-        raise UserError(f"--out {out}: cannot write there ({e.strerror or e})") from e
+    run.lock = lock_out(out)
     if not continuing:
         if refuse_to_replace(out, RUN_OUTPUTS, run.args.overwrite, _resume_hint(out), "train"):
             say(

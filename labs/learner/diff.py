@@ -5,25 +5,13 @@
     python -m labs diff attention --method forward      # one method only
     python -m labs diff gpt --no-pager | grep def
 
-The NumPy side is the learner's own code when there is a workspace (``labs start``
-made one: ``--workspace``, else ``$TWINFORMER_WORKSPACE``, else ``workspace/``),
-else the repository's ``numpy_impl/``.
-
-Layout: the width of the terminal it runs in (when stdout is piped, the
-terminal's width all the same, or 100 columns when there is none). From
-:data:`SIDE_BY_SIDE_MIN` columns up the two files stand side by side, one
-column each, ``forward`` facing ``forward``; narrower (down to 80 columns and
-below), they are stacked: each piece's NumPy lines, then its PyTorch lines.
-``--layout side|stacked`` chooses. Line numbers are the real files'. A line too
-long for its column is wrapped, never cut: its continuation rows carry ``↪`` in
-the line-number gutter.
-
-On a terminal the output goes through a pager (``$PAGER``, else ``less -R``;
-``--no-pager`` prints it all) and is coloured by Pygments' ``TerminalFormatter``
-(``--no-color``, or ``NO_COLOR`` set, turns that off; without Pygments the
-output is plain).
-
-The pieces and their pairs come from ``diff_pairs.py``; this module lays them out.
+The NumPy side is the learner's workspace when there is one (``--workspace``, else
+``$TWINFORMER_WORKSPACE``, else ``workspace/``), else ``numpy_impl/``. From
+:data:`SIDE_BY_SIDE_MIN` columns of terminal (100 when piped without one) the files
+stand side by side, ``forward`` facing ``forward``; narrower, stacked (``--layout``
+chooses). Line numbers are the files' own; a long line wraps, ``↪`` in the gutter.
+On a terminal the output is paged (``$PAGER``, else ``less -R``) and coloured by
+Pygments (``--no-color`` or ``NO_COLOR``: plain). The pairs come from ``diff_pairs.py``.
 """
 
 from __future__ import annotations
@@ -39,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import UserError
+from ..commands.shared import int_range
 from .diff_pairs import (
     NUMPY_DIR,
     TORCH_DIR,
@@ -312,7 +301,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--width",
-        type=int,
+        type=int_range(NARROWEST, WIDEST),
         help="total width in columns (default: the terminal's; 100 when there is none)",
     )
     p.add_argument(
@@ -412,10 +401,6 @@ def with_formulas(chosen: list[Pair], everything: list[Pair], left, right) -> li
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.width is not None and not NARROWEST <= args.width <= WIDEST:
-        raise UserError(
-            f"--width must be a number of columns in [{NARROWEST}, {WIDEST}], got {args.width}"
-        )
     comp = resolve_component(args.component)
     ws = Workspace(workspace_dir(args.workspace))
     if args.workspace and not ws.exists():

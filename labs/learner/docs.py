@@ -5,22 +5,14 @@
     python -m labs docs --figures run      # run every lab again for its figures
     python -m labs docs --no-solutions     # each exercise region as its TODO lines only
 
-In the manner of d2l.ai: a sidebar with every page, a search box, and one page
-per chapter. A chapter's page is its ``labs/NN_topic/README.md`` as HTML, its
-equations as MathML (``docs_math.py``: the browser draws them, no network), each
-figure of its ``lab.py`` where the README shows it (``docs_figures.py``), then the
-NumPy and PyTorch code of the chapter (:data:`CHAPTER_CODE`, and every exercise
-region of the chapter that it leaves out), side by side, aligned method by method
-as in ``python -m labs diff``; the lines of the chapter's exercise are tinted.
-The reference pages (``docs/*.md``) are pages too, and links between Markdown
-files become links between pages. Below 1100 px the sidebar folds behind a button
-and the code columns stack.
-
-The search runs in the browser, offline: MiniSearch 7.2.0 (``site_assets/``: npm's
-``dist/umd/index.js``, minified, and its MIT licence) indexes ``search-index.js``,
-the sections of every page, when the box is first used. Needs the ``docs`` extra (markdown,
-Pygments, latex2mathml): ``pip install -e ".[docs]"``. ``docs_html.py`` has the
-HTML pieces, ``diff_pairs.py`` the pairs.
+In the manner of d2l.ai: a sidebar, a search box, a page per chapter: its README
+(equations as MathML, ``docs_math.py``; the lab's figures, ``docs_figures.py``), then
+the NumPy and PyTorch code of the chapter (:data:`CHAPTER_CODE` and every exercise
+region it leaves out) side by side, aligned method by method as ``labs diff`` does,
+the exercise's lines tinted. ``docs/*.md`` are pages too; links between Markdown files
+become links between pages. The search runs offline in the browser: MiniSearch 7.2.0
+(``site_assets/``, MIT) over ``search-index.js``. Needs the ``docs`` extra;
+``docs_html.py`` has the HTML pieces, ``diff_pairs.py`` the pairs.
 """
 
 from __future__ import annotations
@@ -197,11 +189,8 @@ class Chapter:
     @property
     def title(self) -> str:
         """The README's first ``# heading``, else ``Chapter 03: attention``."""
-        if self.readme is not None:
-            m = re.search(r"^#\s+(.+?)\s*#*\s*$", self.readme.read_text(encoding="utf-8"), re.M)
-            if m:
-                return _plain(m.group(1))
-        return f"Chapter {self.number}: {self.slug[3:].replace('_', ' ')}"
+        default = f"Chapter {self.number}: {self.slug[3:].replace('_', ' ')}"
+        return _title(self.readme, default) if self.readme is not None else default
 
 
 def _plain(markdown_text: str) -> str:
@@ -439,9 +428,10 @@ def reference_page(path: Path, pg: str, site: _Site) -> str:
     return page(title, f'<div class="prose">{_with_contents(prose, toc)}</div>', site.sidebar(pg))
 
 
-def _title(path: Path) -> str:
+def _title(path: Path, default: str | None = None) -> str:
+    """The file's first ``# heading``, else ``default`` (the file's stem)."""
     m = re.search(r"^#\s+(.+?)\s*#*\s*$", path.read_text(encoding="utf-8"), re.M)
-    return _plain(m.group(1)) if m else path.stem
+    return _plain(m.group(1)) if m else default or path.stem
 
 
 def index_page(all_chapters: list[Chapter], site: _Site) -> str:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .notebook import ROOT, figures_folder
+from .notebook import shown as _shown
 
 FIGURE_MODES = ("auto", "run", "existing")
 LAB_TIMEOUT_S = 600
@@ -144,10 +145,3 @@ def collect(
                 "<code>python -m labs docs --figures auto</code>)."
             )
     return result
-
-
-def _shown(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        return path.as_posix()

@@ -1,26 +1,16 @@
 """The chapters' LaTeX as MathML, for ``python -m labs docs``: no JavaScript, no network.
 
 The READMEs write maths GitHub's way: ``$...$`` inline, ``$$...$$`` displayed.
-Markdown must not see it (it would turn ``\\!`` into ``!``, ``\\\\`` into ``\\``,
-and a pair of ``_i`` into emphasis), so :class:`MathExtension` takes every
-formula out of the text before Markdown parses it, renders it to MathML with
-`latex2mathml <https://pypi.org/project/latex2mathml/>`_ and stores the MathML in
-Markdown's stash of raw HTML, which puts it back, untouched, into the finished
-page. The browser draws MathML itself (Chromium, Firefox and Safari all do), so
-the site needs no script, no font download and no network, at build time or
-when read. Each formula keeps its LaTeX in an ``<annotation>`` (hidden, but
-copyable and read by screen readers).
+:class:`MathExtension` takes every formula out of the text before Markdown parses it
+(which would eat ``\\!``, ``\\\\`` and pairs of ``_i``), renders it with
+`latex2mathml <https://pypi.org/project/latex2mathml/>`_ at build time, and stores the
+MathML in Markdown's stash of raw HTML, which puts it back untouched. Browsers draw
+MathML themselves; each formula keeps its LaTeX in a hidden ``<annotation>``. A
+command latex2mathml does not know stops the build with the formula named
+(:func:`to_mathml`).
 
-Why latex2mathml: it is pure Python with no dependencies, maintained (a
-release most months), and it renders at build time, so the pages carry no
-script. KaTeX, the other choice, is JavaScript: the site would ship its script
-and fonts (or the build would need a JavaScript engine). latex2mathml knows
-fewer commands than KaTeX; one it does not know stops the build with the
-formula named (:func:`to_mathml`), so nothing reaches a page half-rendered.
-
-Not maths: code spans and fenced code (```` `$TWINFORMER_DATA` ````), an escaped
-``\\$``, and a ``$`` followed by a space or closed by one (``$5 and $6``), the
-rules pandoc and GitHub follow.
+Not maths (pandoc's and GitHub's rules): code spans and fenced code, an escaped
+``\\$``, and a ``$`` followed or closed by a space (``$5 and $6``).
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
-"""Exercises: write ``numpy_impl`` back yourself, one chapter at a time.
+"""Exercises: write ``numpy_impl`` back yourself, one chapter at a time (docs/exercises.md).
 
-The reference solutions in ``numpy_impl/`` carry fences, nbgrader style::
+The reference solutions carry nbgrader-style fences (``### BEGIN SOLUTION ch03``,
+``### TODO`` lines the learner keeps, ``### END SOLUTION``). ``start NN`` makes
+``workspace/numpy_impl/``, the reference with chapter NN's regions as stubs (on an
+existing workspace it adds them and replaces no code of yours without ``--force``);
+``check NN`` runs ``pytest -m chNN`` against it and explains each failure; ``status``
+lists the chapters; ``reset NN`` puts the stubs back. The learner's copy is always
+generated from the reference.
 
-        ### BEGIN SOLUTION ch03
-        ### TODO: what to write (these lines stay in the learner's copy)
-        ...the reference code...
-        ### END SOLUTION
-
-* ``start NN`` makes ``workspace/numpy_impl/``: a copy of the reference in which
-  chapter NN's regions are stubs that raise ``NotImplementedError``; every other
-  chapter stays solved. On an existing workspace it adds chapter NN's stubs and
-  touches nothing else (it refuses to replace code you wrote, unless ``--force``).
-* ``check NN`` runs ``pytest -m chNN`` against the workspace
-  (``TWINFORMER_WORKSPACE``, honoured by ``parity_tests/conftest.py``) and prints
-  each test, each compared tensor's errors, and a hint for the usual mistakes.
-* ``status`` lists the chapters: not started, in progress, done (at the last check).
-* ``reset NN`` puts chapter NN's stubs back.
-
-The learner's copy is generated from the reference every time, never kept by
-hand. docs/exercises.md has the whole story.
-
-The pieces: ``exercises_fences.py`` (the chapters, the fences, the stubs),
-``exercises_workspace.py`` (the learner's copy and its state),
-``exercises_check.py`` (running a chapter's tests and explaining them); this
-module has the four commands.
+The pieces: ``exercises_fences.py`` (chapters, fences, stubs), ``exercises_workspace.py``
+(the learner's copy and its state), ``exercises_check.py`` (a chapter's tests run and
+explained); this module has the four commands.
 """
 
 from __future__ import annotations

@@ -156,16 +156,10 @@ class Workspace:
 
     def save_state(self, state: dict) -> None:
         text = json.dumps(state, indent=2, sort_keys=True, allow_nan=False) + "\n"
-        _write_atomic(self.state_file, text)
+        write_atomic(self.state_file, text.encode("utf-8"))
 
     def started(self) -> set[str]:
         return set(self.load_state()["chapters"])
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """Replace ``path`` by ``text`` whole: a temporary file renamed onto it (a kill
-    leaves the old file or the new one, never half of the learner's code)."""
-    write_atomic(path, text.encode("utf-8"))
 
 
 def _now() -> str:
@@ -275,7 +269,7 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
                 w.kept.parent.mkdir(exist_ok=True)
                 write_atomic(w.kept, (ws.package / w.file).read_bytes())
         for f, text in plan.items():
-            _write_atomic(ws.package / f, text)
+            write_atomic(ws.package / f, text.encode("utf-8"))
     except OSError as e:
         raise UserError(f"cannot write {_show(ws.package / f)}: {e.strerror or e}") from e
     state = ws.load_state()
@@ -292,7 +286,7 @@ def _create(ref: Reference, ws: Workspace, chapter: str, by_file: dict) -> None:
         target = ws.package / f
         target.parent.mkdir(parents=True, exist_ok=True)
         if f in by_file:
-            _write_atomic(target, ref.render(f, {chapter}))
+            write_atomic(target, ref.render(f, {chapter}).encode("utf-8"))
         else:
             write_atomic(target, (ref.root / f).read_bytes())  # a planted link is replaced
     ws.save_state({"version": 1, "chapters": {chapter: {"started": _now()}}})

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import UserError
+from ..commands.shared import number, positive_int
 from ..plumbing.checkpoint_files import write_atomic
 from .exercises_check import READ_ONLY_ENV, Run, results
 from .exercises_fences import CHAPTERS, REPO, FenceError, Reference, parse_chapter, parse_regions
@@ -74,14 +75,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--time-limit",
-        type=float,
+        type=number(0, low_open=True),
         default=300.0,
         metavar="SECONDS",
         help="per workspace; then its processes are killed and it scores 0",
     )
     p.add_argument(
         "--jobs",
-        type=int,
+        type=positive_int,
         default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1,
         help="workspaces graded at once (default: the cores available)",
     )
@@ -107,8 +108,6 @@ def main(args: argparse.Namespace) -> int:
                 f"student {name!r}: each needs a name of its own, of letters, digits and . _ - "
                 "+ @ (it names the reports); give one per workspace with --student"
             )
-    if args.time_limit <= 0 or args.jobs < 1:
-        raise UserError("--time-limit and --jobs: give positive numbers")
     check_report_path(out / "grades.csv", "--out", [Workspace(r) for r in roots])
     bwrap = _sandbox(args.sandbox)
     print(

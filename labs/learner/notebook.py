@@ -1,26 +1,17 @@
 """The set-up every chapter's ``lab.py`` shares, written once.
 
-A lab (a jupytext percent script, ``labs/NN_topic/lab.py``) imports the
-installed ``labs`` package (``pip install -e .``), so it runs from any directory
-and in a notebook kernel, and takes the rest from here, in this order::
+A lab (a jupytext percent script) imports the installed ``labs`` package, so it runs
+from any directory and in a notebook kernel, and starts in this order::
 
     from labs.learner.notebook import figure_saver, limit_threads, max_diff, plot_to_files
 
     save = figure_saver("03_attention")  # into labs/03_attention/figures/
-    limit_threads()  # before NumPy and torch load
-    plot_to_files()  # before matplotlib.pyplot loads
+    limit_threads()  # before NumPy and torch load: BLAS reads its threads then
+    plot_to_files()  # before matplotlib.pyplot loads: it picks its backend then
 
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-The order matters: BLAS reads its thread count when NumPy loads, and
-matplotlib picks its backend when pyplot loads. That is also why this module
-imports NumPy, matplotlib and the corpus code only inside the functions that
-use them: importing it loads nothing heavy.
-
-The built-in passages (``SONNETS``, ``HAMLET``, ``CORIOLANUS``; public domain)
-are what :func:`load_text` falls back to when no copy of Tiny Shakespeare is at
-hand, so that every lab runs without a download.
+This module itself imports nothing heavy. The built-in passages (``SONNETS``,
+``HAMLET``, ``CORIOLANUS``; public domain) are :func:`load_text`'s fallback when no
+copy of Tiny Shakespeare is at hand, so every lab runs without a download.
 """
 
 from __future__ import annotations
@@ -103,13 +94,9 @@ CORIOLANUS = (
 def limit_threads() -> None:
     """One BLAS thread and one torch thread, unless the environment says otherwise.
 
-    The labs' arrays are small: extra threads only add synchronisation (on a
-    busy 2-core machine they made a NumPy training step ten times slower).
-    Sets ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS``
-    to 1 where they are not set already, then ``torch.set_num_threads(1)``.
-    Call it before NumPy is imported: BLAS reads the variables when it loads,
-    and ignores them afterwards (a notebook kernel that has already imported
-    NumPy keeps its threads).
+    The labs' arrays are small: extra threads only add synchronisation. Sets
+    ``OPENBLAS_NUM_THREADS``, ``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` to 1 where unset,
+    then ``torch.set_num_threads(1)``. Call it before NumPy loads (BLAS reads them then).
     """
     for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, "1")
@@ -131,14 +118,15 @@ def plot_to_files() -> None:
         matplotlib.use("Agg")
 
 
-def chapter_dir(chapter: str) -> Path:
-    """A chapter's folder, ``labs/03_attention`` for ``"03_attention"``."""
-    return LABS / chapter
-
-
 def repository_path(*parts: str) -> Path:
     """A path in the repository, ``repository_path("runs", "numpy")`` for ``runs/numpy``."""
     return ROOT.joinpath(*parts)
+
+
+def shown(path: Path) -> str:
+    """``path`` from the repository root when it lies inside it (else as given)."""
+    p = Path(path).resolve()
+    return p.relative_to(ROOT).as_posix() if p.is_relative_to(ROOT) else str(path)
 
 
 #: Set, it sends every lab's figures to ``$TWINFORMER_FIGURES/<chapter>/`` instead of
@@ -175,8 +163,7 @@ def figure_saver(chapter: str) -> Callable[[Any, str], None]:
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / name
         fig.savefig(path, dpi=120, bbox_inches="tight")
-        shown = path.resolve()
-        print(f"wrote {shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown}")
+        print(f"wrote {shown(path)}")
         if matplotlib.get_backend().lower() == "agg":
             plt.close(fig)
 

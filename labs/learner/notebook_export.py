@@ -29,7 +29,8 @@ import tempfile
 from pathlib import Path
 
 from .. import UserError
-from .notebook import LABS, ROOT
+from .notebook import LABS
+from .notebook import shown as _shown
 
 #: The kernel the notebook asks for: the Python that runs Jupyter, with ipykernel.
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
@@ -115,11 +116,6 @@ def write_new(nb, path: Path, force: bool) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-
-
-def _shown(path: Path) -> str:
-    p = path.resolve()
-    return p.relative_to(ROOT).as_posix() if p.is_relative_to(ROOT) else str(path)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -15,22 +15,11 @@ hand and once with PyTorch's machinery. The NumPy training step spells out what
     clip_grad_norm_(params, clip)          clip_grad_norm_(params, clip)
     optimizer.step()                       optimizer.step()
 
-(N = 1 without ``--grad-accum``; both backward passes add into ``.grad``.) The
-torch adapter can also compute in bfloat16 or float16 (``amp``: ``torch.autocast``,
-and ``torch.amp.GradScaler`` for float16); the NumPy one computes in its dtype only.
-
-Both build the optimizer the same way, ``AdamW(configure_param_groups(model,
-weight_decay), lr=..., betas=(beta1, beta2), eps=...)``, and take the learning
-rate from the same function, nanoGPT's, set before each step: a resumed run
-needs nothing but its step count to continue the schedule.
-
-Everything crossing this boundary is NumPy: int64 batches in, state dicts
-and optimizer moments out (in the model's dtype, so a float64 run saves and
-resumes exactly), keyed by the shared parameter names.
-That is what makes checkpoints interchangeable between the backends.
-
-This module holds what the two adapters share (the optimizer's defaults, the
-checks, :class:`NonFiniteError`) and :func:`make_backend`, which builds either.
+(N = 1 without ``--grad-accum``; both backward passes add into ``.grad``.) Both take
+the learning rate from nanoGPT's schedule, so a resumed run needs only its step.
+Everything crossing this boundary is NumPy (int64 batches in; state dicts and
+optimizer moments out, in the model's dtype, by the shared names): checkpoints are
+interchangeable. This module holds what the adapters share and :func:`make_backend`.
 """
 
 from __future__ import annotations
@@ -164,16 +153,11 @@ def _with_tied_head(sd: dict[str, np.ndarray], tied: bool) -> dict[str, np.ndarr
 
 
 def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
-    """Build ``NumpyBackend`` or ``TorchBackend`` by name.
-
-    Args:
-        name: ``"numpy"`` or ``"torch"``.
-        model_config, seed, **kwargs: passed to the backend (``train_config``,
-            ``dtype``, ``attn_impl``, ``device``, ``amp``, ``fast``); ``device`` must be
-            ``"cpu"`` and ``amp`` None for the NumPy backend, ``fast`` True (or absent) for
-            the torch backend. ``attn_impl``: ``"explicit"`` (the
-            formula written out), or the backend's fast path, by either name or None:
-            torch's fused kernel (``"sdpa"``), NumPy's FlashAttention tiles (``"flash"``).
+    """``NumpyBackend`` or ``TorchBackend`` by ``name``, ``model_config``, ``seed`` and
+    ``kwargs`` (``train_config``, ``dtype``, ``attn_impl``, ``device``, ``amp``, ``fast``;
+    the NumPy backend takes ``device="cpu"`` and no ``amp``, torch no ``fast=False``).
+    ``attn_impl``: ``"explicit"`` (the formula), or the backend's fast path by either name
+    or None (torch's fused ``"sdpa"``, NumPy's FlashAttention tiles ``"flash"``).
 
     Raises:
         ValueError: unknown name (and whatever the backend raises).

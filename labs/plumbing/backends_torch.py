@@ -24,22 +24,14 @@ from .backends import (
 
 
 class TorchBackend:
-    """The library model: ``torch_impl``, gradients by autograd. Same interface
-    and arguments as :class:`NumpyBackend`, plus ``attn_impl``: ``"sdpa"``
-    (``F.scaled_dot_product_attention``, fused) or ``"explicit"`` (the
-    softmax(QK^T/sqrt(d))V written out, as on the NumPy side), and ``device``
-    (``"cpu"``, ``"cuda"``, ``"cuda:1"``...: where the model lives; the
-    weights are drawn on the CPU first, so a seed gives the same start on any
-    device), and ``amp``: None (compute in ``dtype``), ``"bf16"`` or ``"fp16"``
-    (mixed precision: the forward and the loss under ``torch.autocast``, which runs
-    matrix products in the 16-bit type and keeps the weights, the reductions and the
-    optimizer in float32; with ``"fp16"``, whose range is narrow, a
-    ``torch.amp.GradScaler`` multiplies the loss before backward so that small
-    gradients do not round to zero, divides them back before clipping, and skips
-    the update, halving its scale, when a gradient overflowed). Everything crossing
-    the interface stays NumPy on the CPU.
-
-    Threads: torch's default (one per core).
+    """The library model: ``torch_impl``, gradients by autograd; the interface and arguments
+    of :class:`NumpyBackend`, plus ``attn_impl`` (``"sdpa"``, fused, or ``"explicit"``),
+    ``device`` (``"cpu"``, ``"cuda:1"``...; weights are drawn on the CPU first, so a seed
+    gives the same start anywhere) and ``amp``: None, ``"bf16"`` or ``"fp16"``: the forward
+    and the loss under ``torch.autocast``, weights and optimizer in float32; ``"fp16"``
+    adds a ``torch.amp.GradScaler`` (the loss scaled before backward, the gradients
+    unscaled before clipping, an overflowed step skipped). Everything crossing the
+    interface stays NumPy on the CPU.
     """
 
     name = "torch"

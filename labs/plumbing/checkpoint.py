@@ -140,44 +140,25 @@ def save_checkpoint(
     meta: dict | None = None,
     extra_files: dict[str, bytes] | None = None,
 ) -> Path:
-    """Write a checkpoint directory (created if needed) so that a crash at any
-    moment leaves a complete checkpoint behind.
-
-    The writer (1) writes the whole new set into ``DIR/.staging/`` and fsyncs
-    it, (2) keeps the current set, if intact, as ``DIR/.previous/`` (hard
-    links, no copy), (3) moves the staged files into ``DIR`` with
-    ``os.replace`` (atomic on POSIX), ``config.json`` last, and (4) removes
-    ``.staging``. ``config.json`` records the SHA-256 of its files, so a set
-    mixed by a kill during (3) is recognised and :func:`load_checkpoint`
-    falls back to ``.previous``. The stages a test can stop the writer at
-    (:data:`PAUSE_ENV_VAR`): ``writing`` (half of the first file written),
-    ``staged``, ``keeping-previous`` (``.previous.tmp`` complete),
-    ``previous-removed`` (the old ``.previous`` gone, ``.previous.tmp`` not yet
-    renamed), ``kept-previous``, ``moved-model.safetensors``,
-    ``moved-optimizer.safetensors``, ``committed``.
+    """Write a checkpoint into ``directory`` (created if needed) as the module says: staged,
+    the previous set kept, committed by ``os.replace``, config.json last, so a crash at
+    any moment leaves a complete checkpoint. A test can stop the writer
+    (:data:`PAUSE_ENV_VAR`) at ``writing``, ``staged``, ``keeping-previous``,
+    ``previous-removed``, ``kept-previous``, ``moved-<file>`` and ``committed``.
 
     Args:
-        directory: where to write.
-        model_state: ``{name: ndarray}``, a backend's ``state_dict()``;
-            ``head.weight`` is dropped when ``config["model"]["tie_weights"]``.
-        config: ``{"model": GPTConfig dict, "tokenizer": tokenizer dict,
-            "train": training args}`` (``"train"`` optional).
-        optimizer_state: ``{"exp_avg.NAME": ..., "exp_avg_sq.NAME": ...,
-            "step": 0-d array}``, or None to save weights only.
-        meta: ``{"step": int, "backend": str, "metrics": dict, ...}``; merged
-            into config.json next to ``config``'s keys (JSON values only).
-        extra_files: ``{file name: bytes}`` written the same way and hashed in
-            config.json too (a BPE run's ``tokenizer.json``).
-
-    Returns:
-        the directory's path.
+        model_state: a backend's ``state_dict()`` (``head.weight`` dropped when tied).
+        config: ``{"model": ..., "tokenizer": ..., "train": ...}`` (``"train"`` optional).
+        optimizer_state: ``{"exp_avg.NAME", "exp_avg_sq.NAME", "step"}``, or None
+            (weights only).
+        meta: JSON values merged into config.json (``step``, ``backend``, ``metrics``, ...).
+        extra_files: ``{file name: bytes}`` written and hashed alike (``tokenizer.json``).
 
     Raises:
-        ValueError: ``config`` lacks ``"model"`` or ``"tokenizer"``, or
-            ``model_state`` does not match the config (keys or shapes listed).
-        OSError: ``directory`` cannot be created or written, or the disk is
-            full (``errno.ENOSPC``); nothing in it has been changed then, and
-            the partial files are removed.
+        ValueError: a section missing, or a state that does not match the config
+            (keys and shapes listed); nothing is written then.
+        OSError: the directory cannot be written or the disk is full; the checkpoint
+            there is unchanged and the partial files are removed.
     """
     directory = Path(directory)
     meta = dict(meta or {})
@@ -309,14 +290,10 @@ def _load_set(directory: Path):
 
 
 def load_config(directory: str | os.PathLike, previous: bool = False) -> dict:
-    """Read and check a checkpoint's config.json (that of the set
-    :func:`load_checkpoint` would load).
+    """The checked config.json of the set :func:`load_checkpoint` would load.
 
     Raises:
-        FileNotFoundError: no such directory, or no config.json in it.
-        CheckpointError: (a ``ValueError``) not JSON, not a twinformer
-            checkpoint, an unsupported version, sections missing, or a
-            tokenizer whose vocabulary size differs from ``model.vocab_size``.
+        FileNotFoundError, CheckpointError: as :func:`load_checkpoint`.
     """
     return load_checkpoint(directory, previous=previous)[1]
 
@@ -338,38 +315,22 @@ def _step_of(directory: Path) -> int | None:
 def load_checkpoint(
     directory: str | os.PathLike, previous: bool = False
 ) -> tuple[dict[str, np.ndarray], dict, dict[str, np.ndarray] | None]:
-    """Read a checkpoint directory written by :func:`save_checkpoint`.
+    """``(model_state, config, optimizer_state)`` of a checkpoint directory (with tied
+    weights ``head.weight`` *is* the ``tok_emb.weight`` array; ``optimizer_state`` None
+    when there is none).
 
-    When the set in ``directory`` is unusable, ``directory/.previous`` may help:
-
-    * a save killed while it moved the new files in (files that are not the ones
-      config.json lists, next to a config.json identical to ``.previous``'s): the
-      checkpoint config.json describes is the one in ``.previous``; it is loaded,
-      with a :class:`CheckpointWarning` (nothing committed is lost);
-    * otherwise (a truncated or edited file): :class:`CorruptCheckpointError`,
-      unless ``previous`` is true: then ``.previous`` (an older checkpoint) is
-      loaded, with a :class:`CheckpointWarning` that counts the steps lost.
-
-    ``config["loaded_from"]`` then names ``.previous``.
-
-    Args:
-        directory: the checkpoint directory.
-        previous: load ``.previous`` if the set in ``directory`` is damaged.
-
-    Returns:
-        ``(model_state, config, optimizer_state)``: ``model_state`` maps every
-        state-dict name to an array (with tied weights, ``head.weight`` *is*
-        the ``tok_emb.weight`` array); ``config`` is config.json's dict;
-        ``optimizer_state`` is None when the checkpoint has none.
+    A set left mixed by a save killed while moving its files in is the checkpoint in
+    ``.previous``: loaded, with a :class:`CheckpointWarning`. A set damaged otherwise
+    raises :class:`CorruptCheckpointError`, unless ``previous``: then the older
+    ``.previous`` is loaded, with a warning counting the steps lost.
+    ``config["loaded_from"]`` names ``.previous`` in both cases.
 
     Raises:
-        FileNotFoundError: the directory, config.json or model.safetensors is
-            missing (the message names it).
-        CorruptCheckpointError: the set is damaged, ``.previous`` is intact and
-            ``previous`` is false (the message gives both steps).
-        CheckpointError: (a ``ValueError``) a file is truncated or corrupt
-            (named), or config.json does not match the stored arrays or the
-            tokenizer (each offending key and shape listed).
+        FileNotFoundError: the directory, config.json or model.safetensors is missing.
+        NotADirectoryError: ``directory`` is a file.
+        CorruptCheckpointError: damaged, ``.previous`` intact, ``previous`` false.
+        CheckpointError: a truncated or corrupt file (named), or a config.json that does
+            not match the arrays or the tokenizer (each key and shape listed).
     """
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():

@@ -17,13 +17,14 @@ Where the corpus comes from (:func:`resolve_corpus`), first match wins:
 
 from __future__ import annotations
 
-import hashlib
 import os
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import numpy as np
+
+from .checkpoint_files import _sha256
 
 CORPUS_URL = (
     "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -46,38 +47,19 @@ def cache_path() -> Path:
     return Path(base) / "twinformer" / CORPUS_FILENAME
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def download_corpus(
     dest: Path,
     url: str = CORPUS_URL,
     sha256: str | None = CORPUS_SHA256,
     timeout: float = DOWNLOAD_TIMEOUT_S,
 ) -> Path:
-    """Download ``url`` to ``dest`` atomically, checking its SHA-256.
-
-    The bytes go to a temporary file next to ``dest``, are checked, fsynced,
-    then renamed into place, so ``dest`` is either absent or complete. ``url``
-    may be a ``file://`` URL (that is how the tests exercise this offline).
-
-    Args:
-        dest: final path; its parent directory is created.
-        url: where to fetch from.
-        sha256: expected hex digest, or None to skip the check.
-        timeout: seconds before a stalled connection is abandoned.
-
-    Returns:
-        ``dest``.
+    """Download ``url`` (``file://`` too: the tests run offline) to ``dest`` atomically:
+    a temporary file beside it, its SHA-256 checked (unless ``sha256`` is None), fsynced,
+    renamed. ``timeout``: seconds before a stalled connection is abandoned. Returns ``dest``.
 
     Raises:
-        CorpusUnavailableError: the download failed, or the digest differs
-            (the temporary file is removed in both cases).
+        CorpusUnavailableError: the download failed or the digest differs (the
+            temporary file is removed).
     """
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -103,19 +85,12 @@ def download_corpus(
 
 
 def resolve_corpus(path: str | os.PathLike | None = None, url: str = CORPUS_URL) -> Path:
-    """Find the Tiny Shakespeare text file, downloading it if need be.
-
-    Order: ``path``, then ``$TWINFORMER_DATA``, then the cache
-    (:func:`cache_path`), then a download from ``url`` into the cache.
-
-    Returns:
-        Path of an existing file.
+    """The corpus file, found in the module's order (downloaded into the cache last).
 
     Raises:
-        FileNotFoundError: ``path`` (or ``$TWINFORMER_DATA``) is given but no
-            such file exists; the message names it.
-        CorpusUnavailableError: nothing local and the download failed; the
-            message says how to pass a path.
+        FileNotFoundError: ``path`` (or ``$TWINFORMER_DATA``) names no file (named).
+        CorpusUnavailableError: nothing local and the download failed (says how to
+            pass a path).
     """
     if path is not None:
         return _existing_file(Path(path).expanduser(), "")
@@ -165,17 +140,8 @@ def load_corpus(path: str | os.PathLike) -> str:
 
 # -- splitting and batching ----------------------------------------------------
 def train_val_split(ids: np.ndarray, frac: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-    """First ``frac`` of the ids for training, the rest for validation.
-
-    A contiguous split (as nanoGPT's), not a shuffle: validation text is text
-    the model has never seen, not sentences interleaved with the training ones.
-
-    Args:
-        ids: ``(N,)`` token ids.
-        frac: fraction for training, in ``(0, 1)``.
-
-    Returns:
-        ``(train (n,), val (N - n,))`` views, ``n = int(frac * N)``.
+    """``(train, val)``: the first ``frac`` of the ``(N,)`` ids and the rest, views split at
+    ``int(frac * N)``. Contiguous, as nanoGPT's: validation is text the model never saw.
 
     Raises:
         ValueError: ``ids`` is not 1-D, or ``frac`` is outside ``(0, 1)``.
@@ -190,19 +156,12 @@ def train_val_split(ids: np.ndarray, frac: float = 0.9) -> tuple[np.ndarray, np.
 
 
 class BatchSampler:
-    """Random (input, target) windows of a token stream, reproducibly.
-
-    Each batch is ``batch_size`` windows of ``block_size + 1`` consecutive
-    tokens starting at random offsets; the target is the input shifted by one.
-
-    Args:
-        data: ``(N,)`` integer token ids, ``N > block_size``.
-        block_size: T, the context length.
-        batch_size: B.
-        seed: seed of the sampler's own ``np.random.default_rng``.
+    """Random (input, target) windows of a ``(N,)`` token stream, reproducibly: ``batch_size``
+    (B) windows of ``block_size + 1`` (T + 1) tokens at random offsets drawn by its own
+    ``np.random.default_rng(seed)``; the target is the input shifted by one.
 
     Raises:
-        ValueError: ``data`` not 1-D or too short, non-positive sizes.
+        ValueError: ``data`` not 1-D or not longer than ``block_size``, non-positive sizes.
         TypeError: ``data`` is not an integer array.
     """
 
@@ -266,14 +225,8 @@ class BatchSampler:
 def fixed_eval_batches(
     data: np.ndarray, block_size: int, batch_size: int, n_batches: int, seed: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``n_batches`` batches drawn once, to evaluate on the same tokens every time.
-
-    Evaluating on fresh random batches makes the loss curve jitter by the
-    sampling noise; fixed batches make successive evaluations comparable
-    (differences are the model's, not the sample's).
-
-    Returns:
-        list of ``(x, y)``, each ``(batch_size, block_size)`` int64.
+    """``n_batches`` batches ``(x, y)``, each ``(batch_size, block_size)`` int64, drawn once:
+    every evaluation sees the same tokens, so successive losses differ by the model alone.
 
     Raises:
         ValueError: as :class:`BatchSampler`, or ``n_batches < 1``.

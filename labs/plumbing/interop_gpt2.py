@@ -16,22 +16,14 @@ GPT-2 (Radford et al. 2019) as ``GPT2LMHeadModel`` names it, and here::
     transformer.ln_f.*                  ln_f.*
     lm_head.weight                      head.weight              (tied to wte by default)
 
-The four projections are ``Conv1D`` modules in GPT-2, which compute
-``x @ weight + bias`` with ``weight`` stored as ``(in_features, out_features)``:
-the transpose of ``nn.Linear``'s ``(out, in)``, the layout of both backends
-here. Everything else is the same, including the order q, k, v inside
-``c_attn`` and the head split (``(B, T, C) -> (B, T, n_heads, d_k)``).
-
-The architectures agree when GPT-2's config asks for what this project
-builds: the tanh GELU (``activation_function="gelu_new"``, Hendrycks & Gimpel
-2016; GPT-2's default), LayerNorm epsilon 1e-5 (GPT-2's default), scores scaled
-by 1/sqrt(d_k) and no cross-attention. :func:`from_gpt2_config` refuses the rest.
-
-The renames and the transposes themselves are ``numpy_impl/pretrained.py``'s
-(chapter 17's exercise: nanoGPT's checkpoints use the same names without the
-transposes); this module adds the configs and the ``transformers`` models.
-:func:`gpt2_config_dict` writes the ``config.json`` of an export without
-``transformers`` (``labs/plumbing/hf_files.py``).
+GPT-2's four projections are ``Conv1D``: ``x @ weight + bias`` with ``weight`` stored
+``(in, out)``, the transpose of ``nn.Linear``'s ``(out, in)`` used here; the rest
+(q, k, v order, head split) is the same. :func:`from_gpt2_config` accepts what this
+project builds (tanh GELU ``gelu_new``, LayerNorm eps 1e-5, scores scaled by
+1/sqrt(d_k), no cross-attention) and refuses the rest. The renames and transposes
+are ``numpy_impl/pretrained.py``'s (chapter 17); this module adds the configs and the
+``transformers`` models; :func:`gpt2_config_dict` writes an export's config.json
+without ``transformers``.
 """
 
 from __future__ import annotations

@@ -1,56 +1,19 @@
 """Process-level settings for every ``python -m labs`` command: the memory allocator,
-OpenBLAS's idle threads, and the check of ``TWINFORMER_NUM_THREADS`` (NumPy's thread
-pool) and ``OPENBLAS_THREAD_TIMEOUT`` before a command starts.
+OpenBLAS's idle threads, and the check of ``OPENBLAS_THREAD_TIMEOUT`` before a command
+starts.
 
-A NumPy training step allocates and frees dozens of megabyte-sized
-temporaries. With glibc's defaults, blocks above the mmap threshold (a size
-glibc adjusts as it goes, 128 KiB to 32 MiB) come straight from the kernel
-and go back to it on ``free``, and the free memory at the top of the heap is
-handed back to the kernel ("trimmed") whenever it exceeds twice that
-threshold, so every step pays fresh page faults for the same memory: on a
-2-core VM the default config's NumPy step took 90.9 ms without this setting
-and 52.9 ms with it (``TWINFORMER_MALLOC=default python -m labs bench``
-against plain ``python -m labs bench``, back to back).
+**The allocator.** A NumPy step allocates and frees dozens of megabyte-sized
+temporaries; with glibc's defaults each comes fresh from the kernel (mmap, trim) and
+pays its page faults again. :func:`tune_malloc` takes every block from the heap and
+raises the trim threshold to 1 GiB, so the next step reuses mapped pages. It changes
+no result, only where memory comes from; ``TWINFORMER_MALLOC=default`` keeps glibc's
+behaviour. ``python -m labs`` applies it at start-up; lab scripts and pytest do not.
 
-Taking every block from the heap (no mmap: glibc's mmap threshold is at most
-32 MiB, below the (16384, 512) float32 activations of a B=64, T=256 step) and
-raising the trim threshold to 1 GiB keeps freed blocks in the process for
-reuse: the next step's temporaries land on pages already mapped. This is
-"reuse buffers across steps" done once, below every formula, instead of
-buffers threaded through the layers. The setting is process-wide, so in
-``bench`` both backends run under it. It changes no result, only where memory
-comes from; set ``TWINFORMER_MALLOC=default`` to keep glibc's behaviour and see
-the difference. The cost: memory a command has freed stays with the process
-(up to 1 GiB at the top of the heap) instead of going back to the system
-until the command ends.
-
-``python -m labs`` applies it at start-up; a lab script (``python
-labs/NN_topic/lab.py``), pytest, or your own script that imports
-``numpy_impl`` runs with glibc's defaults unless it calls
-``labs.plumbing.runtime.tune_malloc()`` itself.
-
-**OpenBLAS's idle threads.** After each matrix product, OpenBLAS's worker
-threads keep polling for the next one for 2^28 CPU cycles (about 0.1 s)
-before they sleep. In a NumPy step the product is followed by GELU, LayerNorm
-or attention's tiles: a polling BLAS thread takes a core from them. Measured on a 2-core VM
-(``/proc/self/task/*/stat`` around 20 GELUs of a (16384, 512) array, each
-after a 2048 x 512 x 2048 product): the BLAS worker used 0.9 s of CPU for
-0.3 s of products, and the GELUs took 365-387 ms in all, against 0.3 s of
-CPU and 228-265 ms with the threads told to sleep at once.
-:func:`let_idle_blas_threads_sleep` sets ``OPENBLAS_THREAD_TIMEOUT`` (OpenBLAS
-reads it once, when NumPy loads it: ``python -m labs`` sets it before its
-first import of NumPy) to :data:`BLAS_THREAD_TIMEOUT`, 4: 2^4 cycles, so an
-idle thread sleeps at once and the next product wakes it. Whole steps, one
-process per setting, three rounds alternated on the same busy VM (median
-step of 6 at B=64, T=256; of 100 at the default size): OpenBLAS's default
-1823-1885 ms and 91-100 ms; 2^4 1323-1614 ms and 76-105 ms; 2^18, 2^20 and
-2^22 (0.1 to 2 ms of polling) 1348-1633 ms and 70-93 ms, no better. A
-value you set yourself is kept (28 is OpenBLAS's own default); an empty one
-counts as unset, as OpenBLAS reads it, and anything but a whole number is
-refused before a command starts (:func:`check_thread_env`). As with the
-allocator, lab scripts, pytest and your own scripts keep OpenBLAS's default
-unless the variable is set before they start. It changes no result, only
-when an idle thread sleeps; other BLAS libraries (MKL, Accelerate) ignore it.
+**OpenBLAS's idle threads** poll for the next product for 2^28 cycles before they
+sleep, taking a core from the GELU or LayerNorm that follows.
+:func:`let_idle_blas_threads_sleep` sets ``OPENBLAS_THREAD_TIMEOUT`` to 4 (2^4
+cycles) before NumPy loads, unless the variable is already set;
+:func:`check_thread_env` refuses a value that is not a whole number.
 """
 
 from __future__ import annotations

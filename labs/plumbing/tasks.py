@@ -1,17 +1,12 @@
 """The data and the training adapters of the two non-GPT tasks, shared by both backends.
 
-* ``tasks_speakers.py``: :func:`parse_speeches` / :func:`speaker_dataset`: who
-  says this speech? Tiny Shakespeare is a sequence of speeches, each a ``NAME:``
-  line followed by the lines spoken; the N most frequent speakers become the
-  classes, and the speeches are split (not the lines, and not the characters)
-  into a training and a held-out set.
-* ``tasks_sequence.py``: :class:`SequenceTask`: an algorithmic
-  sequence-to-sequence task with a known answer (reverse or sort a string of
-  digits), with a fixed held-out set that training never draws from.
-* here, :class:`TaskModel`: one model, its loss and its AdamW, for either backend:
-  ``train_step(inputs, targets)`` and ``predict`` / ``generate``, NumPy arrays
-  in and out, so the training loops in ``labs/commands/classify.py`` and
-  ``labs/commands/seq2seq.py`` do not care which backend runs.
+* ``tasks_speakers.py`` (:func:`speaker_dataset`): who says this speech? The N most
+  frequent speakers are the classes; speeches (not lines) are split train/held-out.
+* ``tasks_sequence.py`` (:class:`SequenceTask`): reverse or sort a string of digits,
+  with a fixed held-out set training never draws from.
+* here, :class:`TaskModel`: one model, its loss and its AdamW for either backend,
+  NumPy arrays in and out, so ``labs classify`` and ``labs seq2seq`` do not care
+  which backend runs.
 
 Everything here is NumPy; a given seed yields the same data for both backends.
 """

@@ -25,11 +25,9 @@ class SequenceTask:
     teacher-forcing targets ``target + [EOS]``, both ``(B, max_len + 1)``, with
     ``IGNORE_INDEX`` at padded target positions.
 
-    The held-out set (``n_val`` distinct sequences drawn first, from its own seed) is
-    excluded from training: a training draw that lands in it is redrawn. Lengths are
-    drawn uniformly, so the shortest lengths have few distinct sequences (10 of
-    length 1, 100 of length 2): a held-out set of 1000 would hold most of them and
-    leave training without them, hence ``min_len=3`` by default.
+    The held-out set (``n_val`` distinct sequences, its own seed) is never trained on:
+    a draw that lands in it is redrawn (hence ``min_len=3``: lengths 1 and 2 have only
+    10 and 100 sequences, which a held-out set would take from training).
 
     Args:
         task: ``"reverse"`` or ``"sort"``.

@@ -91,16 +91,28 @@ class WordTokenizer:
         return np.array([self._ids.get(t, 1) for t in tokens], dtype=np.int64)
 
 
-def encode_padded(tokenizer, texts: list[str], block_size: int) -> tuple[np.ndarray, np.ndarray]:
+def encode_padded(
+    tokenizer, texts: list[str], block_size: int, rng: np.random.Generator | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """``(ids, mask)``, both ``(len(texts), block_size)``: each text's first ``block_size``
-    tokens, then padding (id 0, mask False)."""
+    tokens, then padding (id 0, mask False). With ``rng``, a text longer than that gives
+    a window starting at a random token instead (:func:`random_crops`)."""
     ids = np.zeros((len(texts), block_size), dtype=np.int64)
     mask = np.zeros((len(texts), block_size), dtype=bool)
     for i, text in enumerate(texts):
-        row = tokenizer.encode_array(text)[:block_size]
+        row = tokenizer.encode_array(text)
+        extra = len(row) - block_size
+        start = int(rng.integers(0, extra + 1)) if rng is not None and extra > 0 else 0
+        row = row[start : start + block_size]
         ids[i, : len(row)] = row
         mask[i, : len(row)] = True
     return ids, mask
+
+
+def random_crops(tokenizer, texts: list[str], block_size: int, rng: np.random.Generator):
+    """:func:`encode_padded` with random windows: more distinct training examples from the
+    same speeches (held-out speeches are always read from their start)."""
+    return encode_padded(tokenizer, texts, block_size, rng)
 
 
 def speaker_dataset(text: str, n_speakers: int, val_fraction: float, seed: int) -> SpeakerData:
@@ -139,20 +151,3 @@ def speaker_dataset(text: str, n_speakers: int, val_fraction: float, seed: int) 
         val_texts=[s for s, _ in val],
         val_labels=np.array([y for _, y in val], dtype=np.int64),
     )
-
-
-def random_crops(
-    tokenizer, texts: list[str], block_size: int, rng: np.random.Generator
-) -> tuple[np.ndarray, np.ndarray]:
-    """Like :func:`encode_padded`, but a speech longer than ``block_size`` tokens
-    contributes a window starting at a random token: more distinct training examples
-    from the same speeches (held-out speeches are always read from their start)."""
-    ids = np.zeros((len(texts), block_size), dtype=np.int64)
-    mask = np.zeros((len(texts), block_size), dtype=bool)
-    for i, text in enumerate(texts):
-        row = tokenizer.encode_array(text)
-        start = int(rng.integers(0, len(row) - block_size + 1)) if len(row) > block_size else 0
-        row = row[start : start + block_size]
-        ids[i, : len(row)] = row
-        mask[i, : len(row)] = True
-    return ids, mask
