@@ -78,7 +78,9 @@ def parse_tokenizer_json(
     (``use_regex`` true: GPT-2's pattern, false: none); a ``ByteLevel`` decoder
     or none; a ``BPE`` model without dropout, subword prefix/suffix, byte
     fallback or ``ignore_merges``; merges as ``"a b"`` strings or ``[a, b]``
-    pairs. ``added_tokens`` become special tokens.
+    pairs; no truncation; a ``ByteLevel`` post-processor or none (offsets only).
+    ``added_tokens`` become special tokens: each must be special, without
+    ``lstrip``, ``rstrip`` or ``single_word``.
 
     Returns:
         ``(vocab, merges, special_tokens, pattern)``: the arguments of
@@ -123,6 +125,18 @@ def parse_tokenizer_json(
     dec = doc.get("decoder")
     if dec is not None and (not isinstance(dec, dict) or dec.get("type") != "ByteLevel"):
         raise unsupported("decoder", dec)
+    post = doc.get("post_processor")
+    if post is not None and (not isinstance(post, dict) or post.get("type") != "ByteLevel"):
+        raise unsupported("post_processor", post)  # a TemplateProcessing adds BOS, say
+    if doc.get("truncation") is not None:
+        raise unsupported("truncation", doc["truncation"])
+    for t in doc.get("added_tokens") or []:
+        if (
+            not isinstance(t, dict)
+            or not t.get("special")
+            or any(t.get(flag) for flag in ("lstrip", "rstrip", "single_word"))
+        ):
+            raise unsupported("added_tokens", t)  # HF matches these otherwise than specials
     pattern = GPT2_SPLIT_PATTERN if pre.get("use_regex", True) else None
     # A hand-edited file can hold anything: a wrong structure is a ValueError naming
     # the field (as the torch twin's, where HF's parser rejects it), not a KeyError.

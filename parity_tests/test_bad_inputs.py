@@ -109,6 +109,14 @@ def bpe_json_with(**fields) -> str:
     return json.dumps({**json.loads(_bpe("numpy").to_json()), **fields})
 
 
+ADDED = {"id": 300, "content": "<|x|>", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}  # fmt: skip
+_BOS = {"id": "<|x|>", "ids": [300], "tokens": ["<|x|>"]}
+TEMPLATE_BOS = {"type": "TemplateProcessing", "pair": [], "special_tokens": {"<|x|>": _BOS},
+                "single": [{"SpecialToken": {"id": "<|x|>", "type_id": 0}},
+                           {"Sequence": {"id": "A", "type_id": 0}}]}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Row:
     chapter: str
@@ -732,6 +740,27 @@ ROWS: dict[str, Row] = {
         lambda b: b.BPETokenizer.from_json(bpe_json_with(added_tokens=[{"id": 300}])),
         ValueError,
         r"^tokenizer.json\b",
+    ),
+    # HF's tokenizers encodes these otherwise: refused, not silently different ids
+    "BPETokenizer.from_json: a post-processor that prepends BOS": Row(
+        "ch11",
+        lambda b: b.BPETokenizer.from_json(bpe_json_with(post_processor=TEMPLATE_BOS)),
+        ValueError,
+        r"^tokenizer.json: post_processor\b",
+    ),
+    "BPETokenizer.from_json: an added token that is not special": Row(
+        "ch11",
+        lambda b: b.BPETokenizer.from_json(
+            bpe_json_with(added_tokens=[ADDED | {"special": False}])
+        ),
+        ValueError,
+        r"^tokenizer.json: added_tokens\b",
+    ),
+    "BPETokenizer.from_json: a special token with lstrip": Row(
+        "ch11",
+        lambda b: b.BPETokenizer.from_json(bpe_json_with(added_tokens=[ADDED | {"lstrip": True}])),
+        ValueError,
+        r"^tokenizer.json: added_tokens\b",
     ),
     # -- ch12: FlashAttention, the KV cache ------------------------------------------------------
     "flash_attention: tile_q = 0": Row(

@@ -1029,3 +1029,36 @@ def test_sharded_and_half_precision_weights_are_read(tmp_path):
     )
     with pytest.raises(ValueError, match="not a file name"):
         read_hf_weights(tmp_path)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "llama"])
+def test_a_tied_config_with_a_different_head_imports_untied(
+    kind, gpt2_dirs, llama_dir, tmp_path, capsys
+):
+    """config.json ties the head, the weights hold another lm_head.weight: transformers
+    loads it untied, and so does the import (once the head was dropped, silently)."""
+    from safetensors.numpy import load_file, save_file
+
+    directory = gpt2_dirs["prefixed-tied-tokenizer.json"][0] if kind == "gpt2" else llama_dir[0]
+    emb = "transformer.wte.weight" if kind == "gpt2" else "model.embed_tokens.weight"
+    for case in ("different", "equal"):
+        source = tmp_path / case
+        shutil.copytree(directory, source)
+        config = json.loads((source / "config.json").read_text())
+        (source / "config.json").write_text(json.dumps({**config, "tie_word_embeddings": True}))
+        weights = load_file(source / "model.safetensors")
+        head = weights[emb] * (0.5 if case == "different" else 1.0)
+        save_file({**weights, "lm_head.weight": head}, source / "model.safetensors",
+                  metadata={"format": "pt"})  # fmt: skip
+        status, out, err = cli(capsys, "import", kind, source, "--out", tmp_path / f"run-{case}")
+        assert status == 0, err
+        state, saved, _ = load_checkpoint(tmp_path / f"run-{case}")
+        assert saved["model"]["tie_weights"] == (case == "equal")
+        assert ("imported untied, as transformers loads it" in out) == (case == "different")
+        np.testing.assert_array_equal(state["head.weight"], head)
+        hf = transformers.AutoModelForCausalLM.from_pretrained(source)
+        np.testing.assert_array_equal(hf.get_output_embeddings().weight.detach().numpy(), head)
+    from numpy_impl import pretrained
+
+    with pytest.raises(ValueError, match="^lm_head.weight: the config ties it"):
+        pretrained.check_tied_head(weights | {"lm_head.weight": head * 2}, emb, "lm_head.weight")

@@ -78,9 +78,16 @@ def parse_tokenizer_json(
             ("pre_tokenizer.type", pre.get("type"), ("ByteLevel",)),
             ("pre_tokenizer.add_prefix_space", pre.get("add_prefix_space", True), (False,)),
             ("decoder.type", decoder, ("ByteLevel",)),
+            ("post_processor", (doc.get("post_processor") or {}).get("type"), (None, "ByteLevel")),
+            ("truncation", doc.get("truncation"), (None,)),
         )
         if value not in ok
     ]  # fmt: skip
+    problems += [  # HF matches these otherwise than special tokens
+        f"added_tokens = {t!r}"
+        for t in doc.get("added_tokens") or []
+        if not t.get("special") or any(t.get(f) for f in ("lstrip", "rstrip", "single_word"))
+    ]
     if problems:
         raise ValueError(f"tokenizer.json: {problems[0]} is not supported (byte-level BPE only)")
     pattern = GPT2_SPLIT_PATTERN if pre.get("use_regex", True) else None

@@ -43,6 +43,8 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from numpy_impl.pretrained import check_tied_head
+
 from .interop import _check_keys, _flag, _get, _has, _numpy, _optional
 
 #: (our name, Llama's name without "model.layers.N.") for block N; q, k, v are apart.
@@ -324,6 +326,7 @@ def from_llama_state(hf_state: Mapping, model_config: dict) -> dict[str, np.ndar
     wanted |= {k for n in range(n_layers) for k in _qkv_keys(n)[1]}
     present = {k for k in hf_state if not k.endswith("rotary_emb.inv_freq")}
     if tied:
+        check_tied_head(hf_state, "model.embed_tokens.weight", "lm_head.weight")
         present.discard("lm_head.weight")  # the same tensor as embed_tokens
     _check_keys("Llama state dict", present, wanted)
     state = {ours: np.ascontiguousarray(_numpy(hf_state[theirs])) for ours, theirs in table}
