@@ -69,6 +69,19 @@ def write_atomically(path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _keeps_ids(post) -> bool:
+    """Whether a ``post_processor`` leaves the ids of one text as they are: none, a
+    ``ByteLevel`` one (offsets only), a ``TemplateProcessing`` of the text alone (no BOS),
+    or a ``Sequence`` of these."""
+    kind = post.get("type") if isinstance(post, dict) else post
+    if kind == "Sequence":
+        return all(_keeps_ids(p) for p in post.get("processors") or [])
+    if kind == "TemplateProcessing":  # "$A" alone: [{"Sequence": {"id": "A", ...}}]
+        single = post.get("single")
+        return isinstance(single, list) and [list(p) for p in single] == [["Sequence"]]
+    return kind in (None, "ByteLevel")
+
+
 def parse_tokenizer_json(
     text: str,
 ) -> tuple[dict[bytes, int], list[tuple[bytes, bytes]], dict[str, int], str | None]:
@@ -78,7 +91,7 @@ def parse_tokenizer_json(
     (``use_regex`` true: GPT-2's pattern, false: none); a ``ByteLevel`` decoder
     or none; a ``BPE`` model without dropout, subword prefix/suffix, byte
     fallback or ``ignore_merges``; merges as ``"a b"`` strings or ``[a, b]``
-    pairs; no truncation; a ``ByteLevel`` post-processor or none (offsets only).
+    pairs; no truncation; a post-processor that adds no token (:func:`_keeps_ids`).
     ``added_tokens`` become special tokens: each must be special, without
     ``lstrip``, ``rstrip`` or ``single_word``.
 
@@ -126,7 +139,7 @@ def parse_tokenizer_json(
     if dec is not None and (not isinstance(dec, dict) or dec.get("type") != "ByteLevel"):
         raise unsupported("decoder", dec)
     post = doc.get("post_processor")
-    if post is not None and (not isinstance(post, dict) or post.get("type") != "ByteLevel"):
+    if not _keeps_ids(post):
         raise unsupported("post_processor", post)  # a TemplateProcessing adds BOS, say
     if doc.get("truncation") is not None:
         raise unsupported("truncation", doc["truncation"])

@@ -1062,3 +1062,34 @@ def test_a_tied_config_with_a_different_head_imports_untied(
 
     with pytest.raises(ValueError, match="^lm_head.weight: the config ties it"):
         pretrained.check_tied_head(weights | {"lm_head.weight": head * 2}, emb, "lm_head.weight")
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_killed_import_leaves_nothing_the_next_import_keeps(sig, gpt2_dirs, tmp_path, capsys):
+    """A killed ``labs import`` leaves its hidden ``.RUN.PID.partial`` directory; the next
+    import into the same place removes it (its process is gone), never a live one's."""
+    import signal
+    import subprocess
+    import sys
+
+    from labs.plumbing.checkpoint_files import PAUSE_ENV_VAR
+
+    directory, _ = gpt2_dirs["prefixed-tied-tokenizer.json"]
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), PAUSE_ENV_VAR: "staged"}
+    argv = [sys.executable, "-m", "labs", "import", "gpt2", str(directory), "--out"]
+    child = subprocess.Popen([*argv, str(tmp_path / "run")], env=env, cwd=root,
+                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert child.stderr.readline().strip() == "checkpoint writer paused at staged"
+    finally:
+        child.send_signal(getattr(signal, sig))
+        child.wait(timeout=60)
+        child.stderr.close()
+    left = tmp_path / f".run.{child.pid}.partial"
+    live = tmp_path / f".run.{os.getppid()}.partial"  # a running process's: kept
+    assert left.is_dir() and not (tmp_path / "run").exists()
+    live.mkdir()
+    status, _, err = cli(capsys, "import", "gpt2", directory, "--out", tmp_path / "run")
+    assert status == 0, err
+    assert not left.exists() and live.exists() and (tmp_path / "run" / "config.json").is_file()

@@ -84,26 +84,42 @@ STAGING_DIR = ".staging"  # the new set, complete before anything in DIR is touc
 PREVIOUS_DIR = ".previous"  # a full copy (hard links) of the set being replaced
 
 
-def remove_leftovers(directory: str | os.PathLike) -> list[str]:
+def remove_leftovers(directory: str | os.PathLike, pattern: str = ".*") -> list[str]:
     """Remove what a writer killed mid-save leaves in ``directory``: ``.staging/``,
-    ``.previous.tmp/`` and any other hidden ``.*.tmp`` file or directory (a
-    half-written log, say). None of them is part of a checkpoint: the set in
-    ``directory`` and the one in ``.previous`` are whole whenever these exist.
+    ``.previous.tmp/``, any other hidden ``.*.tmp`` file or directory (a half-written
+    log, say) and a ``.NAME.PID.partial`` directory (:func:`new_directory`'s) whose
+    process is gone. None of them is part of a checkpoint: the set in ``directory``
+    and the one in ``.previous`` are whole whenever these exist.
+
+    Args:
+        pattern: the names looked at (a glob), ``.*``: every hidden one.
 
     Returns:
         the names removed.
     """
     directory = Path(directory)
     removed = []
-    for path in sorted(directory.glob(".*")):
+    for path in sorted(directory.glob(pattern)):
         if path.name != STAGING_DIR and not path.name.endswith(".tmp"):
-            continue
+            pid = path.name.removesuffix(".partial").rpartition(".")[2]
+            if not (path.name.endswith(".partial") and pid.isdigit() and not _running(int(pid))):
+                continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
         removed.append(path.name)
     return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: no signal, only the check that the process exists
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process, or not a process number
+        pass
+    return True
 
 
 def _keep_previous(directory: Path) -> None:
