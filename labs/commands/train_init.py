@@ -139,6 +139,7 @@ def load_init_weights(run, init: _Init, say=print) -> None:
         run.backend.load_state_dict(init.model_state)
     except CheckpointError as e:
         raise UserError(f"--init-from {init.directory}: {e}") from e
+    init.model_state = None  # the backend holds the weights now: no second copy
     source = init.config.get("imported_from")
     origin = f"imported from {source['kind']}" if source else f"step {init.config.get('step', 0)}"
     say(

@@ -116,6 +116,20 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())  # the bytes are on disk before any name points at them
 
 
+def _write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """``arrays`` as a new safetensors file ``path``, fsynced: written by safetensors from
+    the arrays (no serialised copy of the whole file held in memory)."""
+    from safetensors.numpy import save_file
+
+    save_file(arrays, str(path))
+    _pause_point("writing")  # a file on disk, the set not yet complete
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the bytes are on disk before any name points at them
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Replace ``path`` by ``data`` whole: a new temporary file in the same directory
     (a rename across file systems is not atomic), fsynced, renamed onto ``path``. A
