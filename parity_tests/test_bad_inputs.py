@@ -842,6 +842,46 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^d_model=6, n_heads=2\b.*even",
     ),
+    # grouped-query attention and the rest of a modern decoder's config; what stays unsupported
+    "SelfAttention: n_kv_heads not dividing n_heads": Row(
+        "ch13", lambda b: b.SelfAttention(C, 4, 3), ValueError, r"^n_kv_heads=3 must divide"
+    ),
+    "SelfAttention: n_kv_heads = 0": Row(
+        "ch13", lambda b: b.SelfAttention(C, H, 0), ValueError, r"^n_kv_heads\b"
+    ),
+    "SelfAttention: head_dim = 0": Row(
+        "ch13", lambda b: b.SelfAttention(C, H, head_dim=0), ValueError, r"^head_dim\b"
+    ),
+    "RotaryEmbedding: rope_scaling yarn (unsupported)": Row(
+        "ch13",
+        lambda b: b.RotaryEmbedding(4, scaling={"rope_type": "yarn", "factor": 4.0}),
+        ValueError,
+        r"^rope_scaling\b",
+    ),
+    "RotaryEmbedding: llama3 scaling without its numbers": Row(
+        "ch13",
+        lambda b: b.RotaryEmbedding(4, scaling={"rope_type": "llama3", "factor": 8.0}),
+        ValueError,
+        r"^rope_scaling\b",
+    ),
+    "GPTConfig: n_kv_heads not dividing n_heads": Row(
+        "ch13",
+        lambda b: b.GPTConfig(vocab_size=V, n_heads=4, n_kv_heads=3),
+        ValueError,
+        r"^n_kv_heads\b",
+    ),
+    "GPTConfig: rope_scaling with learned positions": Row(
+        "ch13",
+        lambda b: b.GPTConfig(vocab_size=V, rope_scaling={"rope_type": "linear", "factor": 2}),
+        ValueError,
+        r"^rope_scaling\b",
+    ),
+    "GPTConfig: norm_eps = 0": Row(
+        "ch14", lambda b: b.GPTConfig(vocab_size=V, norm_eps=0.0), ValueError, r"^norm_eps\b"
+    ),
+    "GPTConfig: qkv_bias not a bool": Row(
+        "ch13", lambda b: b.GPTConfig(vocab_size=V, qkv_bias="yes"), ValueError, r"^qkv_bias\b"
+    ),
     "RotaryEmbedding: unknown layout": Row(
         "ch13", lambda b: b.RotaryEmbedding(4, "neox"), ValueError, r"^layout\b"
     ),

@@ -76,10 +76,12 @@ def test_cached_decoding_equals_full_recomputation_at_every_step(
 @given(data=st.data(), rng=rngs, B=batch_sizes, T0=st.integers(1, 12), steps=st.integers(1, 6))
 def test_cached_decoding_of_llama_style_and_post_norm_models(data, rng: SeededRng, B, T0, steps):
     """The same, for the options of chapters 13 and 14: RoPE (q and k rotated at their absolute
-    positions before they enter the cache), RMSNorm, SwiGLU, post-norm."""
+    positions before they enter the cache), RMSNorm, SwiGLU, post-norm, grouped-query attention
+    (the cache holds the n_kv_heads K/V heads only)."""
     h, c = data.draw(even_heads_and_width(), label="n_heads, d_model")
     options = {
         "n_heads": h,
+        "n_kv_heads": data.draw(st.sampled_from([d for d in range(1, h + 1) if h % d == 0])),
         "d_model": c,
         "pos_emb": data.draw(st.sampled_from(["learned", "rope"]), label="pos_emb"),
         "rope_layout": data.draw(rope_layouts, label="rope_layout"),
@@ -88,6 +90,7 @@ def test_cached_decoding_of_llama_style_and_post_norm_models(data, rng: SeededRn
         "norm_position": data.draw(st.sampled_from(["pre", "post"]), label="norm_position"),
     }
     config = data.draw(gpt_configs(**options), label="config")
+    c_kv = options["n_kv_heads"]
     numpy_model, torch_model = twin_models(config, rng)
     block = config["block_size"]
     idx = rng.ids(config["vocab_size"], (B, T0))
@@ -100,6 +103,7 @@ def test_cached_decoding_of_llama_style_and_post_norm_models(data, rng: SeededRn
         what = f"next-token logits at step {step} ({options}, T={idx.shape[1]})"
         assert_close(f"NumPy, cached vs recomputed: {what}", cached, full, np.float64)
         assert_close(f"NumPy cached vs torch cached: {what}", cached, cached_t)
+        assert cache.layers[0].k.shape[1] == cache_t.layers[0].k.shape[1] == c_kv
         idx = np.concatenate([idx, rng.ids(config["vocab_size"], (B, 1))], axis=1)
 
 

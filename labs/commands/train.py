@@ -104,6 +104,13 @@ ARCHS: dict[str, dict] = {
 }
 
 
+def _kv_heads(text: str) -> int:
+    """``--n-kv-heads``: a positive int (that it divides --n-heads is checked with the rest)."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return int(text)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``train`` command's options (defaults: nanoGPT's CPU baby GPT)."""
     p.add_argument(
@@ -172,6 +179,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--block-size", type=int, default=64, help="context length T")
     g.add_argument("--n-layers", type=int, default=4, help="transformer blocks")
     g.add_argument("--n-heads", type=int, default=4, help="attention heads per block")
+    g.add_argument(
+        "--n-kv-heads",
+        type=_kv_heads,
+        default=None,
+        help="llama: key/value heads, dividing --n-heads (grouped-query attention; 1: "
+        "multi-query; default: --n-heads)",
+    )
     g.add_argument("--d-model", type=int, default=128, help="width C of the residual stream")
     g.add_argument("--dropout", type=float, default=0.0, help="dropout probability")
     g.add_argument(
@@ -292,6 +306,10 @@ def _check_args(args: argparse.Namespace) -> None:
     # floor, a negative or NaN --grad-clip silently meant "no clipping", and torch's
     # AdamW takes an infinite --lr
     check_optimizer_options(args)
+    if args.n_kv_heads is not None and (args.arch != "llama" or args.n_heads % args.n_kv_heads):
+        raise UserError(
+            f"--n-kv-heads {args.n_kv_heads}: needs --arch llama and to divide --n-heads"
+        )
     if not args.fast and args.backend == "torch":
         raise UserError(
             "--no-fast: the torch backend runs PyTorch's own kernels; running the chapters' "
@@ -392,6 +410,7 @@ def _model_config(args: argparse.Namespace, vocab_size: int) -> dict:
         "bias": args.bias,
         "gelu_approximate": args.gelu,
         "d_ff": args.d_ff,
+        "n_kv_heads": args.n_kv_heads,
     }
     model_config.update(ARCHS[args.arch])
     if args.arch == "llama":
