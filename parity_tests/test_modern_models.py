@@ -41,7 +41,15 @@ FAMILIES = {
                    hidden_size=32, head_dim=6, rope_theta=1000000.0, rms_norm_eps=1e-5,
                    sliding_window=None, tie_word_embeddings=False)),
 }  # fmt: skip
-SMALL = dict(vocab_size=97, intermediate_size=40, num_hidden_layers=2, max_position_embeddings=32)
+SMALL = dict(
+    vocab_size=97,
+    intermediate_size=40,
+    num_hidden_layers=2,
+    max_position_embeddings=32,
+    bos_token_id=None,
+    eos_token_id=None,
+    pad_token_id=None,
+)  # no EOS suppressed
 
 
 def hf_model(family: str):
@@ -106,3 +114,42 @@ def test_a_modern_family_imports_exactly_and_exports_bitwise(family):
         exported.pop("model_type"), **{k: v for k, v in exported.items() if k != "rope_scaling"}
     )
     assert from_llama(transformers.AutoModelForCausalLM.from_config(reloaded))[0] == model_config
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_modern_family_generates_what_transformers_generates(family):
+    """16 greedy tokens: HF's ``generate`` (its KV cache; RoPE and RMSNorm in float64) and
+    both twins' ``generate(temperature=0)``, cached and not, on an import in the
+    "interleaved" layout (q and k rows of every query and key/value head permuted)."""
+    import numpy_impl.sampling as NS
+    import torch_impl.sampling as TS
+    from labs.plumbing.backends import make_backend
+
+    hf = hf_model(family)
+    with torch.no_grad():  # blocks over the embedding: a tied head would repeat the token
+        for name, p in hf.named_parameters():
+            if name.endswith(("o_proj.weight", "down_proj.weight")):
+                p.mul_(8.0)
+            if name.endswith("proj.bias"):  # Qwen2's v bias, the same for every token
+                p.mul_(0.1)
+    model_config, state = from_llama(hf, rope_layout="interleaved")
+    prompts = SeededRng(8).ids(SMALL["vocab_size"], (3, 5)).astype(np.int64)
+    with torch.no_grad():
+        expected = in_float64(hf, model_config).generate(
+            torch.from_numpy(prompts), attention_mask=torch.ones(prompts.shape, dtype=torch.long),
+            do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=0,
+        ).numpy()  # fmt: skip
+    assert len(np.unique(expected[:, 5:])) > 3, "a degenerate model would prove little"
+    for backend in ("numpy", "torch"):
+        b = make_backend(backend, model_config, dtype="float64")
+        b.load_state_dict(state)
+        b.model.eval()
+        for use_cache in (False, True):
+            if backend == "numpy":
+                got = NS.generate(b.model, prompts, 16, temperature=0.0, use_cache=use_cache)
+            else:
+                with torch.no_grad():
+                    got = TS.generate(b.model, torch.from_numpy(prompts), 16, temperature=0.0,
+                                      use_cache=use_cache).numpy()  # fmt: skip
+            what = f"{family}, {backend}, use_cache={use_cache}"
+            np.testing.assert_array_equal(got, expected, err_msg=what)

@@ -908,11 +908,9 @@ def test_imported_llama_samples_what_hf_generate_gives_and_exports(
 def test_a_llama_that_does_not_fit_is_refused_naming_the_field(llama_dir, tmp_path, capsys):
     directory, _ = llama_dir
     for field, value, says in (
-        ("num_key_value_heads", 1, "num_key_value_heads"),
-        ("rms_norm_eps", 1e-6, "rms_norm_eps"),
+        ("mlp_bias", True, "mlp_bias"),
         ("hidden_act", "gelu", "hidden_act"),
-        # once imported silently, the scaling ignored, or the second base taken
-        ("rope_scaling", {"rope_type": "linear", "factor": 2.0}, "rope_scaling: this GPT"),
+        ("rope_scaling", {"rope_type": "yarn", "factor": 2.0}, "rope_scaling: expected None or"),
         ("rope_theta", 500000.0, "rope_theta: the config gives two RoPE bases"),
     ):
         copy = tmp_path / field

@@ -142,7 +142,7 @@ def _rope(hf_config) -> tuple[float, dict | None]:
                 None if kind == "default" else check_rope_scaling({"rope_type": kind, **rest})
             )
         except ValueError as e:
-            raise ValueError(f"{name}: {e}") from None
+            raise ValueError(f"{name}: {str(e).removeprefix('rope_scaling: ')}") from None
         if "rope_theta" in params:
             thetas[f"{name}.rope_theta"] = params["rope_theta"]
     if _has(hf_config, "rope_theta"):
