@@ -1091,3 +1091,41 @@ def test_a_killed_import_leaves_nothing_the_next_import_keeps(sig, gpt2_dirs, tm
     status, _, err = cli(capsys, "import", "gpt2", directory, "--out", tmp_path / "run")
     assert status == 0, err
     assert not left.exists() and live.exists() and (tmp_path / "run" / "config.json").is_file()
+
+
+@pytest.mark.parametrize("family", ["qwen2.5-0.5b", "llama-3.2-1b"])
+def test_a_gqa_family_imports_samples_and_exports_from_the_command_line(
+    family, hf_tokenizer, tmp_path, capsys
+):
+    """``labs import llama`` of a Qwen2 (q/k/v biases) or Llama 3.2 (llama3 RoPE scaling,
+    tied) directory with grouped-query heads: ``sample`` gives HF's greedy text in both
+    backends, and ``export`` gives a directory transformers loads with the same logits."""
+    from parity_tests.test_modern_models import FAMILIES, SMALL
+
+    cls, fields = FAMILIES[family]
+    config = getattr(transformers, cls)(**{**SMALL, **fields, "vocab_size": len(hf_tokenizer)})
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config).eval()
+    randomize_(model, SeededRng(44))  # not degenerate: > 3 tokens
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            p.mul_(0.1 if name.endswith("proj.bias") else 1.0)  # as test_modern_models
+            p.mul_(8.0 if name.endswith(("o_proj.weight", "down_proj.weight")) else 1.0)
+    zero_rows(model, ascii_only_rows(hf_tokenizer))
+    model.save_pretrained(tmp_path / "hf")
+    hf_tokenizer.save_pretrained(tmp_path / "hf")
+    status, _, err = cli(capsys, "import", "llama", tmp_path / "hf", "--out", tmp_path / "run")
+    assert status == 0, err
+    expected = hf_generate(model, hf_tokenizer)
+    for backend in ("numpy", "torch"):
+        status, out, err = cli(capsys, "sample", "--checkpoint", tmp_path / "run", "--backend",
+                               backend, "--prompt", PROMPT, "--max-new-tokens", NEW,
+                               "--temperature", 0)  # fmt: skip
+        assert status == 0 and out == expected + "\n", (backend, err)
+    status, _, err = cli(capsys, "export", tmp_path / "run", "--to", "hf", "--out", tmp_path / "x")
+    assert status == 0, err
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "x").eval()
+    assert type(reloaded) is type(model)
+    x = SeededRng(5).ids(len(hf_tokenizer), (2, 32))
+    assert_close(f"{family}: reloaded export vs the original", hf_logits(reloaded, x),
+                 hf_logits(model, x), np.float32, tol=INTEROP_FLOAT32, scale_atol=True)  # fmt: skip

@@ -103,9 +103,9 @@ def import_gpt2(directory: str | Path) -> Imported:
 
 
 def import_llama(directory: str | Path, rope_layout: str = "half") -> Imported:
-    """A Hugging Face Llama directory whose config this GPT can run (no grouped-query
-    attention, the plain RoPE, RMSNorm eps 1e-5, ...: ``from_llama_config`` names the
-    field that does not fit) and whose tokenizer is byte-level BPE.
+    """A Hugging Face Llama, Mistral or Qwen2 directory whose config this GPT can run
+    (``from_llama_config`` names the field that does not fit) and whose tokenizer is
+    byte-level BPE.
 
     Raises:
         as :func:`import_gpt2`.

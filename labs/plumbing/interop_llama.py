@@ -26,14 +26,14 @@ And the RoPE layout: HF rotates the feature pairs (i, i + d_k/2) of each head
 (``rotate_half``, the "half" layout), Meta's checkpoints and this project's
 default the pairs (2i, 2i + 1) ("interleaved"). The two are the same model up
 to a fixed permutation of each head's q and k rows
-(:func:`numpy_impl.rope.permute_qkv_for_rope`, the ``permute`` of HF's
+(:func:`numpy_impl.rope.rope_permutation`, the ``permute`` of HF's
 convert_llama_weights_to_hf.py), applied here on the way in and out.
 
-The architectures agree when Llama's config asks for what this project builds:
-as many key/value heads as query heads (no grouped-query attention), the
-default RoPE (no ``rope_scaling``), ``head_dim = hidden_size /
-num_attention_heads``, SiLU, no biases, RMSNorm epsilon 1e-5 (Llama 2's; note
-``LlamaConfig``'s default is 1e-6) and no attention dropout.
+With grouped-query attention ``qkv_proj`` has ``(H + 2 H_kv) d_k`` rows. The
+same layout serves Mistral (``sliding_window`` null) and Qwen2 (q, k, v biases:
+``qkv_bias``; exported as ``Qwen2ForCausalLM``). The architectures agree for
+any ``num_key_value_heads``, ``head_dim``, ``rms_norm_eps``, the plain, linear
+or llama3 RoPE, SiLU, no other biases and no attention dropout;
 :func:`from_llama_config` refuses the rest, naming the field.
 """
 
