@@ -24,6 +24,7 @@ import numpy_impl.sampling as NS
 import torch_impl as T
 import torch_impl.sampling as TS
 from parity_tests.harness import copy_weights, randomize_, tensor
+from parity_tests.registry import ROPE_SCALINGS
 from parity_tests.strategies import (
     SeededRng,
     batch_sizes,
@@ -76,8 +77,9 @@ def test_cached_decoding_equals_full_recomputation_at_every_step(
 @given(data=st.data(), rng=rngs, B=batch_sizes, T0=st.integers(1, 12), steps=st.integers(1, 6))
 def test_cached_decoding_of_llama_style_and_post_norm_models(data, rng: SeededRng, B, T0, steps):
     """The same, for the options of chapters 13 and 14: RoPE (q and k rotated at their absolute
-    positions before they enter the cache), RMSNorm, SwiGLU, post-norm, grouped-query attention
-    (the cache holds the n_kv_heads K/V heads only)."""
+    positions before they enter the cache), RMSNorm, SwiGLU, post-norm, and a modern decoder's
+    config: grouped-query attention (the cache holds the n_kv_heads K/V heads only), an
+    explicit head_dim, q/k/v biases, the norms' eps, RoPE scaling."""
     h, c = data.draw(even_heads_and_width(), label="n_heads, d_model")
     options = {
         "n_heads": h,
@@ -88,7 +90,12 @@ def test_cached_decoding_of_llama_style_and_post_norm_models(data, rng: SeededRn
         "norm": data.draw(st.sampled_from(["layernorm", "rmsnorm"]), label="norm"),
         "ffn": data.draw(st.sampled_from(["gelu", "relu", "swiglu"]), label="ffn"),
         "norm_position": data.draw(st.sampled_from(["pre", "post"]), label="norm_position"),
+        "head_dim": data.draw(st.sampled_from([None, 2, 4]), label="head_dim"),
+        "qkv_bias": data.draw(st.sampled_from([None, True, False]), label="qkv_bias"),
+        "norm_eps": data.draw(st.sampled_from([1e-5, 1e-6]), label="norm_eps"),
     }
+    if options["pos_emb"] == "rope":
+        options["rope_scaling"] = data.draw(st.sampled_from(ROPE_SCALINGS), label="rope_scaling")
     config = data.draw(gpt_configs(**options), label="config")
     c_kv = options["n_kv_heads"]
     numpy_model, torch_model = twin_models(config, rng)

@@ -43,17 +43,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=int, default=3, help="runs per measurement (best kept)")
     p.add_argument("--threads", type=int, default=1, help="torch threads")
     p.add_argument("--seed", type=int, default=0, help="weights and prompt")
+    p.add_argument(
+        "--n-kv-heads", type=int, default=None, help="key/value heads of the 4 (GQA; 1: MQA)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object, no table")
 
 
-def _models(block_size: int, seed: int):
+def _models(block_size: int, seed: int, n_kv_heads=None):
     """(NumPy GPT, torch GPT), float32, the same random weights."""
     import torch
 
     import numpy_impl as N
     import torch_impl as T
 
-    config = {"vocab_size": VOCAB, "block_size": block_size}  # other fields: defaults
+    config = {"vocab_size": VOCAB, "block_size": block_size, "n_kv_heads": n_kv_heads}
     numpy_model = N.GPT(N.GPTConfig(**config), seed=seed, dtype=np.float32)
     torch_model = T.GPT(T.GPTConfig(**config), dtype=torch.float32)
     torch_model.load_state_dict(
@@ -97,9 +100,9 @@ def measure_generation(
     }
 
 
-def run_part(block_size: int, prompt_len: int, new_tokens: int, repeats: int, seed: int) -> dict:
-    """Both backends, cache off and on; speedups and whether the tokens agree."""
-    models = dict(zip(("numpy", "torch"), _models(block_size, seed), strict=True))
+def run_part(block_size, prompt_len, new_tokens, repeats, seed, n_kv_heads=None) -> dict:
+    """Both backends, cache off and on; speedups, whether the tokens agree, the cache's bytes."""
+    models = dict(zip(("numpy", "torch"), _models(block_size, seed, n_kv_heads), strict=True))
     prompt = np.random.default_rng(seed).integers(0, VOCAB, (1, prompt_len), dtype=np.int64)
     runs = [
         measure_generation(name, model, prompt, new_tokens, use_cache, repeats)
@@ -108,6 +111,9 @@ def run_part(block_size: int, prompt_len: int, new_tokens: int, repeats: int, se
     ]
     by = {(r["backend"], r["use_cache"]): r for r in runs}
     part = {"block_size": block_size, "prompt_len": prompt_len, "new_tokens": new_tokens}
+    cache = models["numpy"].new_kv_cache()
+    models["numpy"](prompt, kv_cache=cache)  # the buffers: block_size positions of H_kv heads
+    part["kv_cache_bytes"] = sum(layer.k.nbytes + layer.v.nbytes for layer in cache.layers)
     for name in models:
         off, on = by[name, False], by[name, True]
         part[f"{name}_speedup"] = on["tokens_per_s"] / off["tokens_per_s"]
@@ -123,6 +129,8 @@ def main(args: argparse.Namespace) -> int:
         raise UserError("every size, --repeats and --threads must be >= 1")
     if args.prompt_len > args.long_block_size:
         raise UserError("--prompt-len must not exceed --long-block-size")
+    if args.n_kv_heads is not None and (args.n_kv_heads < 1 or 4 % args.n_kv_heads):
+        raise UserError(f"--n-kv-heads {args.n_kv_heads}: must divide the model's 4 heads")
     import torch
 
     torch.set_num_threads(args.threads)
@@ -130,11 +138,10 @@ def main(args: argparse.Namespace) -> int:
     from numpy_impl.gpt import GPTConfig
 
     default_block = GPTConfig(vocab_size=VOCAB).block_size
+    common = (args.repeats, args.seed, args.n_kv_heads)
     parts = [
-        run_part(default_block, args.prompt_len, args.new_tokens, args.repeats, args.seed),
-        run_part(
-            args.long_block_size, args.prompt_len, args.long_new_tokens, args.repeats, args.seed
-        ),
+        run_part(default_block, args.prompt_len, args.new_tokens, *common),
+        run_part(args.long_block_size, args.prompt_len, args.long_new_tokens, *common),
     ]
     target_met = parts[1]["numpy_speedup"] >= TARGET_SPEEDUP and parts[1]["numpy_identical"]
     summary = {
@@ -147,8 +154,9 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(summary))
         return 0
     print(
-        f"greedy generation, batch 1, prompt {args.prompt_len}, 4 layers, 4 heads, d_model 128, "
-        f"float32, torch threads {args.threads} (best of {args.repeats})"
+        f"greedy generation, batch 1, prompt {args.prompt_len}, 4 layers, 4 heads "
+        f"({args.n_kv_heads or 4} K/V), d_model 128, float32, torch threads {args.threads} "
+        f"(best of {args.repeats})"
     )
     header = f"{'block_size':>10} {'new':>5}  {'backend':<7}{'no cache':>14}{'KV cache':>14}"
     header += f"{'speedup':>9}  same tokens"
@@ -165,6 +173,7 @@ def main(args: argparse.Namespace) -> int:
             )
         agree = "yes" if part["backends_agree"] else "no (float32 near-ties)"
         print(f"{'':>18}NumPy and torch tokens identical: {agree}")
+        print(f"{'':>18}KV cache: {part['kv_cache_bytes'] / 1024:,.0f} KiB (NumPy buffers)")
     verdict = "reached" if target_met else "not reached with these settings"
     print(
         f"\nKV cache speedup, NumPy, block_size {args.long_block_size}, "
