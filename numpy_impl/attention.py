@@ -2,6 +2,7 @@
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V           (Vaswani et al. 2017, eq. 1)
     MultiHead(x) = Concat(head_1 .. head_H) W_O,  head_h = Attention(x W_Q^h, x W_K^h, x W_V^h)
+    grouped-query: head h uses K/V head h // (H / H_kv)   (Ainslie et al. 2023, GQA; H_kv = 1: MQA)
 
 :class:`SelfAttention` serves every model: causal (GPT), bidirectional with padding (encoder)
 and cross-attention (``kv``: the encoder's output). ``multihead_attention.py`` puts it behind
@@ -55,6 +56,17 @@ def merge_heads(x: np.ndarray) -> np.ndarray:
     B, H, T, d_k = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, T, H * d_k)  # (B, T, C)
     ### END SOLUTION
+
+
+def repeat_kv(x: np.ndarray, n_rep: int) -> np.ndarray:
+    """``(B, H_kv, S, d)`` -> ``(B, H_kv n_rep, S, d)``: each K/V head serves n_rep query heads."""
+    return x if n_rep == 1 else np.repeat(x, n_rep, axis=1)  # heads g n_rep .. (g+1) n_rep - 1
+
+
+def repeat_kv_backward(dx: np.ndarray, n_rep: int) -> np.ndarray:
+    """``(B, H_kv n_rep, S, d)`` -> ``(B, H_kv, S, d)``: a shared head sums its group's grads."""
+    B, H, S, d = dx.shape
+    return dx if n_rep == 1 else dx.reshape(B, H // n_rep, n_rep, S, d).sum(axis=2)
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
@@ -174,12 +186,16 @@ def scaled_dot_product_attention_backward(
 class SelfAttention(Module):
     """Multi-head attention with one packed q/k/v projection (Vaswani et al. 2017, sec. 3.2.2).
 
-    ``qkv_proj`` ``(3 d_model, d_model)`` stacks W_Q, W_K, W_V (nanoGPT's ``c_attn``,
+    ``qkv_proj`` ``((H + 2 H_kv) d_k, d_model)`` stacks W_Q, W_K, W_V (nanoGPT's ``c_attn``,
     ``nn.MultiheadAttention``'s ``in_proj_weight``). Self-attention: q, k, v =
     split(qkv_proj(x)), one matrix product. Cross-attention (``kv`` given): q from x with the
-    first rows, k and v from kv with the other two. ``n_heads`` heads of ``d_model / n_heads``.
+    first rows, k and v from kv with the others. ``n_heads`` H query heads of ``head_dim`` d_k
+    (default ``d_model / n_heads``); ``n_kv_heads`` H_kv key/value heads (default H; H_kv must
+    divide H), each shared by a group of H / H_kv query heads (GQA); the KV cache holds H_kv.
+    ``qkv_bias`` (default ``bias``): biases of q, k, v (Qwen2); ``bias``: of ``out_proj``.
 
-    rope: None or a RoPE layout, ``"interleaved"`` or ``"half"`` (``numpy_impl/rope.py``).
+    rope: None or a RoPE layout, ``"interleaved"`` or ``"half"`` (``numpy_impl/rope.py``);
+    rope_base, rope_scaling: its frequencies.
     attn_impl: ``"explicit"`` (the formula) or ``"flash"`` (the same by tiles of ``flash_tile``,
     ``numpy_impl/flash_attention.py``); flash gives no weights and no dropout, so with
     ``need_weights`` or dropout in training the formula runs. dropout: on the probabilities
@@ -199,24 +215,31 @@ class SelfAttention(Module):
         self,
         d_model,
         n_heads,
+        n_kv_heads=None,
         bias=True,
         dropout=0.0,
         rope=None,
         rope_base=10000.0,
+        rope_scaling=None,
+        head_dim=None,
+        qkv_bias=None,
         *,
         attn_impl="explicit",
         dtype=np.float32,
         rng=None,
     ):
-        check_sizes(d_model, n_heads)
+        self.n_kv_heads, self.d_k = check_sizes(d_model, n_heads, n_kv_heads, head_dim)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout: must lie in [0, 1), got {dropout}")
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.dropout = dropout
-        self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias, dtype=dtype, rng=rng)
-        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
+        self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
+        qkv_bias = bias if qkv_bias is None else qkv_bias
+        d_qkv = (n_heads + 2 * self.n_kv_heads) * self.d_k  # q, k, v rows
+        self.qkv_proj = Linear(d_model, d_qkv, bias=qkv_bias, dtype=dtype, rng=rng)
+        self.out_proj = Linear(n_heads * self.d_k, d_model, bias=bias, dtype=dtype, rng=rng)
         self.resid_dropout = Dropout(dropout)
-        self.rope = None if rope is None else RotaryEmbedding(self.d_k, rope, rope_base)
+        self.rope = None
+        if rope is not None:
+            self.rope = RotaryEmbedding(self.d_k, rope, rope_base, rope_scaling)
         self._rng = np.random.default_rng()  # the GPT replaces it with its own (dropout masks)
         self.attn_impl = attn_impl
         self.flash_tile = FLASH_TILE  # queries and keys per tile with attn_impl="flash"
@@ -256,7 +279,7 @@ class SelfAttention(Module):
         ### BEGIN SOLUTION ch04
         ### TODO: q, k, v = self.project(x, kv); with RoPE (chapter 13) q, k = self.rope(q, k,
         ###   start_pos); then y, _ = self.attend(...) (y is (B, T, C)) and resid_dropout
-        q, k, v = self.project(x, kv)  # (B, H, T, d_k), (B, H, S, d_k), (B, H, S, d_k)
+        q, k, v = self.project(x, kv)  # (B, H, T, d_k), (B, H_kv, S, d_k), (B, H_kv, S, d_k)
         if self.rope is not None:  # positions enter here, by rotating q and k (never v)
             q, k = self.rope(q, k, start_pos)
         y, _ = self.attend(q, k, v, attn_mask, is_causal, start_pos, kv_cache)  # (B, T, C)
@@ -268,22 +291,26 @@ class SelfAttention(Module):
         self._inputs = (x, kv)
         if kv is None:
             ### BEGIN SOLUTION ch04
-            ### TODO: one projection qkv_proj(x) (B, T, 3C), cut in three (q, k, v in that order),
-            ###   each split into heads: (B, H, T, d_k)
-            q, k, v = np.split(self.qkv_proj(x), 3, axis=-1)  # (B, T, 3C) -> 3 x (B, T, C)
+            ### TODO: one projection qkv_proj(x) (B, T, (H + 2 H_kv) d_k), cut after the
+            ###   H d_k q features and the H_kv d_k k features (then v); split into heads below
+            q, k, v = np.split(self.qkv_proj(x), self._qkv_cuts(), axis=-1)  # (B, T, H d_k), ...
             ### END SOLUTION
         else:
             ### BEGIN SOLUTION ch16
             ### TODO: the rows of qkv_proj.weight (and bias) hold W_q, W_k, W_v: q = linear(x, W_q,
-            ###   b_q) (B, T, C); k, v from linear(kv, W_kv, b_kv) (B, S, 2C), cut in two
-            C = self.d_model
+            ###   b_q) (B, T, H d_k); k, v from linear(kv, W_kv, b_kv) (B, S, 2 H_kv d_k), halved
+            Q = self._qkv_cuts()[0]  # H d_k rows of W_q
             W, b = self.qkv_proj.weight.data, self.qkv_proj.bias
-            b_q, b_kv = (None, None) if b is None else (b.data[:C], b.data[C:])
-            q = linear(x, W[:C], b_q)  # (B, T, C) -> (B, T, C)
-            k, v = np.split(linear(kv, W[C:], b_kv), 2, axis=-1)  # (B, S, 2C) -> 2 x (B, S, C)
+            b_q, b_kv = (None, None) if b is None else (b.data[:Q], b.data[Q:])
+            q = linear(x, W[:Q], b_q)  # (B, T, C) -> (B, T, H d_k)
+            k, v = np.split(linear(kv, W[Q:], b_kv), 2, axis=-1)  # (B, S, 2 H_kv d_k) -> 2 x
             ### END SOLUTION
-        H = self.n_heads
-        return split_heads(q, H), split_heads(k, H), split_heads(v, H)
+        H, H_kv = self.n_heads, self.n_kv_heads
+        return split_heads(q, H), split_heads(k, H_kv), split_heads(v, H_kv)
+
+    def _qkv_cuts(self) -> list[int]:
+        """Where qkv_proj's output splits into q, k, v: after H d_k, then H_kv d_k features."""
+        return [self.n_heads * self.d_k, (self.n_heads + self.n_kv_heads) * self.d_k]
 
     def attend(
         self,
@@ -302,6 +329,8 @@ class SelfAttention(Module):
         """
         if kv_cache is not None:  # decoding (chapter 12): the cached keys and values join these
             k, v, attn_mask, is_causal = self.use_cache(k, v, start_pos, kv_cache)
+        n_rep = self.n_heads // self.n_kv_heads  # query heads per K/V head
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H_kv, S, d_k) -> (B, H, S, d_k)
         p = self.dropout if self.training else 0.0
         if self.attn_impl == "flash" and not need_weights and p == 0.0:  # the same, by tiles
             y, self._cache = flash_attention(
@@ -339,15 +368,20 @@ class SelfAttention(Module):
         if not isinstance(self._cache, AttentionCache):  # the forward ran flash's tiles
             cache, self._cache = self._cache, None
             dy = split_heads(self.out_proj.backward(dy), self.n_heads)  # (B, H, T, d_k)
-            return flash_attention_backward(dy, cache)
+            return self.repeat_backward(*flash_attention_backward(dy, cache))
         ### BEGIN SOLUTION ch04
         ### TODO: out_proj's backward, split the gradient into heads, then the attention's
         ###   backward with self._cache (and forget the cache)
         dy = split_heads(self.out_proj.backward(dy), self.n_heads)  # (B, T, C) -> (B, H, T, d_k)
         dq, dk, dv = scaled_dot_product_attention_backward(dy, self._cache)
         self._cache = None
-        return dq, dk, dv
+        return self.repeat_backward(dq, dk, dv)
         ### END SOLUTION
+
+    def repeat_backward(self, dq, dk, dv):
+        """dq, dk, dv over H heads -> dq, and dk, dv summed over each group: H_kv heads."""
+        n_rep = self.n_heads // self.n_kv_heads
+        return dq, repeat_kv_backward(dk, n_rep), repeat_kv_backward(dv, n_rep)
 
     def project_backward(self, dq: np.ndarray, dk: np.ndarray, dv: np.ndarray):
         """The inverse of :meth:`project`: dx, or ``(dx, dkv)`` for cross-attention."""
@@ -356,24 +390,24 @@ class SelfAttention(Module):
         if kv is None:
             ### BEGIN SOLUTION ch04
             ### TODO: merge the heads of dq, dk, dv and put them side by side (q, k, v), the
-            ###   layout qkv_proj produced, (B, T, 3C); qkv_proj's backward gives dx
+            ###   layout qkv_proj produced, (B, T, (H + 2 H_kv) d_k); qkv_proj's backward gives dx
             dqkv = np.concatenate([merge_heads(dq), merge_heads(dk), merge_heads(dv)], axis=-1)
-            return self.qkv_proj.backward(dqkv)  # (B, T, 3C) -> (B, T, C)
+            return self.qkv_proj.backward(dqkv)  # (B, T, (H + 2 H_kv) d_k) -> (B, T, C)
             ### END SOLUTION
         ### BEGIN SOLUTION ch16
         ### TODO: linear_backward for the q rows (input x) and for the k, v rows (input kv);
         ###   ADD the weight (and bias) gradients into the matching rows of qkv_proj's .grad
-        C = self.d_model
+        Q = self._qkv_cuts()[0]  # H d_k rows of W_q
         W, b = self.qkv_proj.weight, self.qkv_proj.bias
-        dkv_out = np.concatenate([merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, S, 2C)
-        b_q, b_kv = (None, None) if b is None else (b.data[:C], b.data[C:])
-        dx, dW_q, db_q = linear_backward(merge_heads(dq), x, W.data[:C], b_q)  # x: (B, T, C)
-        dkv, dW_kv, db_kv = linear_backward(dkv_out, kv, W.data[C:], b_kv)  # kv: (B, S, C)
-        W.grad[:C] += dW_q  # (C, C)
-        W.grad[C:] += dW_kv  # (2C, C)
+        dkv_out = np.concatenate([merge_heads(dk), merge_heads(dv)], axis=-1)  # (B, S, 2 H_kv d_k)
+        b_q, b_kv = (None, None) if b is None else (b.data[:Q], b.data[Q:])
+        dx, dW_q, db_q = linear_backward(merge_heads(dq), x, W.data[:Q], b_q)  # x: (B, T, C)
+        dkv, dW_kv, db_kv = linear_backward(dkv_out, kv, W.data[Q:], b_kv)  # kv: (B, S, C)
+        W.grad[:Q] += dW_q  # (H d_k, C)
+        W.grad[Q:] += dW_kv  # (2 H_kv d_k, C)
         if b is not None:
-            b.grad[:C] += db_q
-            b.grad[C:] += db_kv
+            b.grad[:Q] += db_q
+            b.grad[Q:] += db_kv
         return dx, dkv
         ### END SOLUTION
 
@@ -384,6 +418,6 @@ class SelfAttention(Module):
         Query ``start_pos + i`` sees keys ``0 .. start_pos + i``. With RoPE, k was rotated by
         its absolute positions before caching, so cached keys stay valid.
         """
-        k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
+        k, v = kv_cache.update(k, v, start_pos)  # (B, H_kv, start_pos + T, d_k), cached + new
         attn_mask, is_causal = cached_attn_mask(k.shape[-2] - start_pos, start_pos)
         return k, v, attn_mask, is_causal

@@ -38,8 +38,8 @@ class Block(Module):
     Options: ``norm`` ``"layernorm"`` or ``"rmsnorm"`` (Zhang & Sennrich 2019; no bias);
     ``ffn`` ``"gelu"``, ``"relu"`` or ``"swiglu"`` (Shazeer 2020); ``norm_position`` ``"pre"``
     or ``"post"``; ``d_ff`` default ``4 * d_model`` (SwiGLU: 2/3 of that, rounded); the rest
-    as in :class:`~numpy_impl.attention.SelfAttention` and the FFNs. The sub-modules are
-    ``ln1``, ``attn``, ``ln2``, ``ffn`` whatever the options, so state-dict names stay.
+    as in :class:`~numpy_impl.attention.SelfAttention` and the FFNs; ``norm_eps``: both norms'.
+    The sub-modules are ``ln1``, ``attn``, ``ln2``, ``ffn`` whatever the options.
     x ``(B, T, C)`` -> ``(B, T, C)``. Raises ValueError: an unknown option (named), or the
     sub-modules' errors.
     """
@@ -57,6 +57,11 @@ class Block(Module):
         norm_position="pre",
         rope=None,
         rope_base=10000.0,
+        n_kv_heads=None,
+        rope_scaling=None,
+        head_dim=None,
+        qkv_bias=None,
+        norm_eps=1e-5,
         *,
         attn_impl="explicit",
         dtype=np.float32,
@@ -67,13 +72,13 @@ class Block(Module):
 
         def make_norm():
             if norm == "rmsnorm":
-                return RMSNorm(d_model, dtype=dtype)
-            return LayerNorm(d_model, bias=bias, dtype=dtype)
+                return RMSNorm(d_model, norm_eps, dtype=dtype)
+            return LayerNorm(d_model, norm_eps, bias, dtype=dtype)
 
         self.ln1 = make_norm()
         self.attn = SelfAttention(
-            d_model, n_heads, bias, dropout, rope, rope_base, attn_impl=attn_impl, dtype=dtype,
-            rng=rng,
+            d_model, n_heads, n_kv_heads, bias, dropout, rope, rope_base, rope_scaling, head_dim,
+            qkv_bias, attn_impl=attn_impl, dtype=dtype, rng=rng,
         )  # fmt: skip
         self.ln2 = make_norm()
         if ffn == "swiglu":

@@ -30,6 +30,7 @@ from .attention import (
     SelfAttention,
     attention_inputs,
     merge_heads,
+    repeat_kv,
     split_heads,
 )
 from .embedding import Embedding
@@ -254,6 +255,8 @@ class FastSelfAttention(SelfAttention):
                need_weights=False):  # fmt: skip
         if kv_cache is not None:
             k, v, attn_mask, is_causal = self.use_cache(k, v, start_pos, kv_cache)
+        n_rep = self.n_heads // self.n_kv_heads
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H_kv, S, d_k) -> (B, H, S, d_k)
         p = self.dropout if self.training else 0.0
         tiles = self.attn_impl == "flash" and p == 0.0 and not need_weights
         if tiles and k.shape[-2] > self.flash_tile:
@@ -273,7 +276,7 @@ class FastSelfAttention(SelfAttention):
             return super().attend_backward(dy)  # the tiles' backward, or the error of no cache
         cache, self._cache = self._cache, None
         dy = split_heads(self.out_proj.backward(dy), self.n_heads)  # (B, T, C) -> (B, H, T, d_k)
-        return attention_backward(dy, cache)
+        return self.repeat_backward(*attention_backward(dy, cache))
 
 
 #: plain layer -> its fast form: what :func:`accelerate` swaps

@@ -3,7 +3,7 @@
 A causal model's keys and values at position t depend only on tokens 0..t, so each
 attention layer keeps them and computes q, k, v for the new token only: O(T) work per
 step instead of O(T^2) (Pope et al. 2022, sec. 2; Hugging Face's ``past_key_values``).
-Buffers ``(B, n_heads, max_len, d_k)`` are allocated once and filled in place.
+Buffers ``(B, n_kv_heads, max_len, d_k)`` (the K/V heads only) are allocated once, filled in place.
 Twin of ``torch_impl/kv_cache.py``. Inference only: no backward.
 """
 

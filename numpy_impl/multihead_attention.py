@@ -33,6 +33,7 @@ class MultiHeadAttention(SelfAttention):
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout: must lie in [0, 1), got {dropout}")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.n_kv_heads = n_heads
         self.dropout = dropout
         self.q_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)
         self.k_proj = Linear(d_model, d_model, bias=bias, dtype=dtype, rng=rng)

@@ -42,6 +42,15 @@ def check_keys(what: str, present: set[str], wanted: set[str]) -> None:
         )
 
 
+def check_tied_head(state: Mapping[str, np.ndarray], embedding: str, head: str) -> None:
+    """Raise ValueError if ``state`` holds a ``head`` other than ``embedding`` (tied weights)."""
+    if head in state and not np.array_equal(np.asarray(state[head]), np.asarray(state[embedding])):
+        raise ValueError(
+            f"{head}: the config ties it to {embedding}, but the weights hold a different one "
+            "(transformers loads such a file untied: set tie_word_embeddings false)"
+        )
+
+
 def gpt2_key_table(
     n_layers: int, tied: bool = True, bias: bool = True
 ) -> list[tuple[str, str, bool]]:
@@ -91,6 +100,7 @@ def from_gpt2_state(
     table = gpt2_key_table(n_layers, tied, bias)
     present = {k for k in hf_state if not k.endswith(BUFFER_SUFFIXES)}
     if tied:
+        check_tied_head(hf_state, "transformer.wte.weight", "lm_head.weight")
         present.discard("lm_head.weight")  # the same tensor as wte
     check_keys("GPT-2 state dict", present, {theirs for _, theirs, _ in table})
     state = {}

@@ -8,15 +8,68 @@ Position p rotates plane i of each q and k (never v) by the angle p theta_i (RoF
 so the score of query i and key j depends on the positions only through i - j. Two layouts
 pick plane i's features: ``"interleaved"`` (2i, 2i + 1), RoFormer, Meta's Llama, GPT-J; ``"half"``
 (i, i + d_k/2), GPT-NeoX, Hugging Face Llama. They differ by a fixed :func:`rope_permutation`.
+``scaling`` stretches the frequencies for contexts longer than training (:func:`rope_frequencies`).
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from .module import Module
 
 ROPE_LAYOUTS = ("interleaved", "half")
+#: ``rope_scaling["rope_type"]`` -> its numbers (the keys of Hugging Face's config.json)
+ROPE_SCALINGS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
+
+
+def check_rope_scaling(scaling) -> dict | None:
+    """None, or ``{"rope_type": "linear" | "llama3", "factor": ..., ...}`` as a dict of floats.
+
+    Raises ValueError naming ``rope_scaling``: another type (yarn, dynamic...), a missing, extra
+    or non-positive number, or llama3's low_freq_factor not below its high_freq_factor.
+    """
+    if scaling is None:
+        return None
+    kind = scaling.get("rope_type") if isinstance(scaling, dict) else None
+    if kind not in ROPE_SCALINGS:
+        raise ValueError(
+            f"rope_scaling: expected None or a dict with rope_type in {tuple(ROPE_SCALINGS)}, "
+            f"got {scaling!r}"
+        )
+    keys, got = ROPE_SCALINGS[kind], {k: v for k, v in scaling.items() if k != "rope_type"}
+    ok = set(got) == set(keys) and all(
+        not isinstance(v, bool) and isinstance(v, int | float) and 0 < v < math.inf
+        for v in got.values()
+    )
+    if ok and kind == "llama3":
+        ok = got["low_freq_factor"] < got["high_freq_factor"]
+    if not ok:
+        raise ValueError(f"rope_scaling: {kind!r} takes the positive numbers {keys}, got {got}")
+    return {"rope_type": kind, **{k: float(got[k]) for k in keys}}
+
+
+def rope_frequencies(d_k: int, base: float = 10000.0, scaling: dict | None = None) -> np.ndarray:
+    """theta_i = base^(-2i / d_k) ``(d_k/2,)``, float64, scaled by a checked ``scaling``:
+
+    linear: theta_i / factor                  (position interpolation, Chen et al. 2023)
+    llama3: with wavelength w_i = 2 pi / theta_i and L = original_max_position_embeddings,
+        s = clip((L / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor), 0, 1)
+        theta_i' = (1 - s) theta_i / factor + s theta_i   (Llama 3.1: long waves slowed)
+    """
+    theta = base ** (-np.arange(0, d_k, 2, dtype=np.float64) / d_k)  # (d_k/2,)
+    if scaling is None:
+        return theta
+    if scaling["rope_type"] == "linear":
+        return theta / scaling["factor"]
+    lo, hi = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    wavelength = 2 * math.pi / theta  # (d_k/2,)
+    s = np.clip((scaling["original_max_position_embeddings"] / wavelength - lo) / (hi - lo), 0, 1)
+    return (1 - s) * theta / scaling["factor"] + s * theta
 
 
 def _check_layout(layout: str, name: str = "layout") -> None:
@@ -49,9 +102,9 @@ def _pairs(x: np.ndarray, layout: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def rope_cos_sin(
-    T: int, d_k: int, start_pos: int = 0, base: float = 10000.0, *, dtype=np.float32
+    T: int, d_k: int, start_pos: int = 0, base: float = 10000.0, scaling=None, *, dtype=np.float32
 ) -> tuple[np.ndarray, np.ndarray]:
-    """cos and sin ``(T, d_k/2)`` of the angles ``(start_pos + t) * base^(-2i / d_k)`` (eq. 15).
+    """cos and sin ``(T, d_k/2)`` of the angles ``(start_pos + t) * theta_i`` (eq. 15).
 
     A KV cache passes its cached length as start_pos. Raises TypeError: non-integer
     ``start_pos``; ValueError: odd or non-positive ``d_k``, ``start_pos`` outside ``[0, 2**53)``.
@@ -59,10 +112,9 @@ def rope_cos_sin(
     _check_head_dim(d_k)
     start_pos = _check_start_pos(start_pos)
     ### BEGIN SOLUTION ch13
-    ### TODO: theta_i = base^(-2i / d_k) for i = 0 .. d_k/2 - 1; angles (T, d_k/2) = outer
-    ###   product of the positions start_pos .. start_pos + T - 1 and theta, in float64;
-    ###   return their cos and sin cast to dtype
-    theta = base ** (-np.arange(0, d_k, 2, dtype=np.float64) / d_k)  # (d_k/2,)
+    ### TODO: angles (T, d_k/2) = outer product of the positions start_pos .. start_pos + T - 1
+    ###   and theta = rope_frequencies(...), in float64; return their cos and sin cast to dtype
+    theta = rope_frequencies(d_k, base, scaling)  # (d_k/2,)
     positions = np.arange(start_pos, start_pos + T, dtype=np.float64)  # (T,)
     angles = np.outer(positions, theta)  # (T, d_k/2): angle of plane i at each position
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)
@@ -136,18 +188,19 @@ class RotaryEmbedding(Module):
 
     No parameters. Shapes: forward q, k ``(..., T, d_k)``, start_pos -> rotated q, k (row t at
     position ``start_pos + t``); backward dq, dk -> dq, dk. Cache: cos, sin ``(T, d_k/2)``.
-    Raises ValueError: odd ``d_k``, unknown layout, ``base <= 1``, q or k not ``(..., T, d_k)``
-    or of different T, a negative ``start_pos``; TypeError: a non-integer ``start_pos``.
+    Raises ValueError: odd ``d_k``, unknown layout, ``base <= 1``, a bad ``scaling``, q or k not
+    ``(..., T, d_k)`` or of different T, a negative ``start_pos``; TypeError: non-integer start_pos.
     """
 
     _caches = ("_cos", "_sin")  # what backward reads; dropped under no_grad()
 
-    def __init__(self, d_k, layout="interleaved", base=10000.0):
+    def __init__(self, d_k, layout="interleaved", base=10000.0, scaling=None):
         _check_head_dim(d_k)
         _check_layout(layout)
         if not base > 1.0:
             raise ValueError(f"base: expected a frequency base > 1, got {base!r}")
         self.d_k, self.layout, self.base = int(d_k), layout, float(base)
+        self.scaling = check_rope_scaling(scaling)
         self._cos = self._sin = None
 
     def forward(self, q: np.ndarray, k: np.ndarray, start_pos: int = 0):
@@ -160,7 +213,8 @@ class RotaryEmbedding(Module):
             raise ValueError(
                 f"k: expected the same length T as q ({q.shape[-2]}), got {tuple(k.shape)}"
             )
-        cos, sin = rope_cos_sin(q.shape[-2], self.d_k, start_pos, self.base, dtype=q.dtype)
+        T = q.shape[-2]
+        cos, sin = rope_cos_sin(T, self.d_k, start_pos, self.base, self.scaling, dtype=q.dtype)
         self._cos, self._sin = cos, sin
         return apply_rope(q, cos, sin, self.layout), apply_rope(k, cos, sin, self.layout)
 

@@ -58,9 +58,13 @@ class DecoderBlock(Module):
         rng=None,
     ):
         self.ln1 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.self_attn = SelfAttention(d_model, n_heads, bias, dropout, dtype=dtype, rng=rng)
+        self.self_attn = SelfAttention(
+            d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype, rng=rng
+        )
         self.ln2 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.cross_attn = SelfAttention(d_model, n_heads, bias, dropout, dtype=dtype, rng=rng)
+        self.cross_attn = SelfAttention(
+            d_model, n_heads, bias=bias, dropout=dropout, dtype=dtype, rng=rng
+        )
         self.ln3 = LayerNorm(d_model, bias=bias, dtype=dtype)
         self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype=dtype, rng=rng)
 

@@ -69,6 +69,19 @@ def write_atomically(path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _keeps_ids(post) -> bool:
+    """Whether a ``post_processor`` leaves the ids of one text as they are: none, a
+    ``ByteLevel`` one (offsets only), a ``TemplateProcessing`` of the text alone (no BOS),
+    or a ``Sequence`` of these."""
+    kind = post.get("type") if isinstance(post, dict) else post
+    if kind == "Sequence":
+        return all(_keeps_ids(p) for p in post.get("processors") or [])
+    if kind == "TemplateProcessing":  # "$A" alone: [{"Sequence": {"id": "A", ...}}]
+        single = post.get("single")
+        return isinstance(single, list) and [list(p) for p in single] == [["Sequence"]]
+    return kind in (None, "ByteLevel")
+
+
 def parse_tokenizer_json(
     text: str,
 ) -> tuple[dict[bytes, int], list[tuple[bytes, bytes]], dict[str, int], str | None]:
@@ -78,7 +91,9 @@ def parse_tokenizer_json(
     (``use_regex`` true: GPT-2's pattern, false: none); a ``ByteLevel`` decoder
     or none; a ``BPE`` model without dropout, subword prefix/suffix, byte
     fallback or ``ignore_merges``; merges as ``"a b"`` strings or ``[a, b]``
-    pairs. ``added_tokens`` become special tokens.
+    pairs; no truncation; a post-processor that adds no token (:func:`_keeps_ids`).
+    ``added_tokens`` become special tokens: each must be special, without
+    ``lstrip``, ``rstrip`` or ``single_word``.
 
     Returns:
         ``(vocab, merges, special_tokens, pattern)``: the arguments of
@@ -123,6 +138,18 @@ def parse_tokenizer_json(
     dec = doc.get("decoder")
     if dec is not None and (not isinstance(dec, dict) or dec.get("type") != "ByteLevel"):
         raise unsupported("decoder", dec)
+    post = doc.get("post_processor")
+    if not _keeps_ids(post):
+        raise unsupported("post_processor", post)  # a TemplateProcessing adds BOS, say
+    if doc.get("truncation") is not None:
+        raise unsupported("truncation", doc["truncation"])
+    for t in doc.get("added_tokens") or []:
+        if (
+            not isinstance(t, dict)
+            or not t.get("special")
+            or any(t.get(flag) for flag in ("lstrip", "rstrip", "single_word"))
+        ):
+            raise unsupported("added_tokens", t)  # HF matches these otherwise than specials
     pattern = GPT2_SPLIT_PATTERN if pre.get("use_regex", True) else None
     # A hand-edited file can hold anything: a wrong structure is a ValueError naming
     # the field (as the torch twin's, where HF's parser rejects it), not a KeyError.

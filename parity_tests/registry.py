@@ -954,6 +954,60 @@ register(
 )
 
 
+# grouped-query attention (Ainslie et al. 2023): MHA (H_kv = H), GQA, MQA (H_kv = 1), with an
+# explicit head_dim, q/k/v biases apart from out_proj's, and RoPE scaled or not
+ROPE_SCALINGS = (
+    None,
+    {"rope_type": "linear", "factor": 4.0},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 16},
+)  # fmt: skip
+KV_HEADS = {"MHA": lambda H: H, "GQA": lambda H: H // 2, "MQA": lambda H: 1}
+
+
+def _gqa_config(kind: str) -> st.SearchStrategy:
+    return st.fixed_dictionaries(
+        {
+            "bt": bt,
+            "hc": st.tuples(st.sampled_from((4, 6)), st.integers(3, 12)),  # (H, d_model)
+            "head_dim": st.sampled_from((2, 4)),
+            "n_kv": st.just(KV_HEADS[kind]),
+            "bias": st.booleans(),
+            "qkv_bias": st.booleans(),
+            "layout": rope_layouts,
+            "scaling": st.sampled_from(ROPE_SCALINGS),
+            "start_pos": st.one_of(st.just(0), start_positions),
+        }
+    )
+
+
+def _gqa_args(c: dict) -> tuple:
+    H = c["hc"][0]
+    return (_width(c), H, c["n_kv"](H), c["bias"], 0.0, c["layout"], 10000.0, c["scaling"],
+            c["head_dim"], c["qkv_bias"])  # fmt: skip
+
+
+register(
+    *[
+        Pair(
+            f"SelfAttention[{kind}]",
+            "ch13",
+            _gqa_config(kind),
+            lambda c, dt: _tiled(
+                N.SelfAttention(*_gqa_args(c), attn_impl=_numpy_impl(c), dtype=dt)
+            ),
+            lambda c, dt: T.SelfAttention(*_gqa_args(c), attn_impl=c["impl"], dtype=dt),
+            lambda c, rng, dt: (
+                {"x": _attention_x(c, rng, dt)},
+                {"is_causal": True, "start_pos": c["start_pos"]},
+            ),
+            impls=ATTN_IMPLS,
+        )
+        for kind in KV_HEADS
+    ]
+)
+
+
 # ch14: RMSNorm, SiLU, SwiGLU, the block's options (causal and bidirectional) --------------------
 register(
     Pair(

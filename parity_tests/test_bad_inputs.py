@@ -109,6 +109,14 @@ def bpe_json_with(**fields) -> str:
     return json.dumps({**json.loads(_bpe("numpy").to_json()), **fields})
 
 
+ADDED = {"id": 300, "content": "<|x|>", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}  # fmt: skip
+_BOS = {"id": "<|x|>", "ids": [300], "tokens": ["<|x|>"]}
+TEMPLATE_BOS = {"type": "TemplateProcessing", "pair": [], "special_tokens": {"<|x|>": _BOS},
+                "single": [{"SpecialToken": {"id": "<|x|>", "type_id": 0}},
+                           {"Sequence": {"id": "A", "type_id": 0}}]}  # fmt: skip
+
+
 @dataclass(frozen=True)
 class Row:
     chapter: str
@@ -733,6 +741,27 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^tokenizer.json\b",
     ),
+    # HF's tokenizers encodes these otherwise: refused, not silently different ids
+    "BPETokenizer.from_json: a post-processor that prepends BOS": Row(
+        "ch11",
+        lambda b: b.BPETokenizer.from_json(bpe_json_with(post_processor=TEMPLATE_BOS)),
+        ValueError,
+        r"^tokenizer.json: post_processor\b",
+    ),
+    "BPETokenizer.from_json: an added token that is not special": Row(
+        "ch11",
+        lambda b: b.BPETokenizer.from_json(
+            bpe_json_with(added_tokens=[ADDED | {"special": False}])
+        ),
+        ValueError,
+        r"^tokenizer.json: added_tokens\b",
+    ),
+    "BPETokenizer.from_json: a special token with lstrip": Row(
+        "ch11",
+        lambda b: b.BPETokenizer.from_json(bpe_json_with(added_tokens=[ADDED | {"lstrip": True}])),
+        ValueError,
+        r"^tokenizer.json: added_tokens\b",
+    ),
     # -- ch12: FlashAttention, the KV cache ------------------------------------------------------
     "flash_attention: tile_q = 0": Row(
         "ch12",
@@ -812,6 +841,46 @@ ROWS: dict[str, Row] = {
         lambda b: b.GPTConfig(vocab_size=V, d_model=6, n_heads=2, pos_emb="rope"),
         ValueError,
         r"^d_model=6, n_heads=2\b.*even",
+    ),
+    # grouped-query attention and the rest of a modern decoder's config; what stays unsupported
+    "SelfAttention: n_kv_heads not dividing n_heads": Row(
+        "ch13", lambda b: b.SelfAttention(C, 4, 3), ValueError, r"^n_kv_heads=3 must divide"
+    ),
+    "SelfAttention: n_kv_heads = 0": Row(
+        "ch13", lambda b: b.SelfAttention(C, H, 0), ValueError, r"^n_kv_heads\b"
+    ),
+    "SelfAttention: head_dim = 0": Row(
+        "ch13", lambda b: b.SelfAttention(C, H, head_dim=0), ValueError, r"^head_dim\b"
+    ),
+    "RotaryEmbedding: rope_scaling yarn (unsupported)": Row(
+        "ch13",
+        lambda b: b.RotaryEmbedding(4, scaling={"rope_type": "yarn", "factor": 4.0}),
+        ValueError,
+        r"^rope_scaling\b",
+    ),
+    "RotaryEmbedding: llama3 scaling without its numbers": Row(
+        "ch13",
+        lambda b: b.RotaryEmbedding(4, scaling={"rope_type": "llama3", "factor": 8.0}),
+        ValueError,
+        r"^rope_scaling\b",
+    ),
+    "GPTConfig: n_kv_heads not dividing n_heads": Row(
+        "ch13",
+        lambda b: b.GPTConfig(vocab_size=V, n_heads=4, n_kv_heads=3),
+        ValueError,
+        r"^n_kv_heads\b",
+    ),
+    "GPTConfig: rope_scaling with learned positions": Row(
+        "ch13",
+        lambda b: b.GPTConfig(vocab_size=V, rope_scaling={"rope_type": "linear", "factor": 2}),
+        ValueError,
+        r"^rope_scaling\b",
+    ),
+    "GPTConfig: norm_eps = 0": Row(
+        "ch14", lambda b: b.GPTConfig(vocab_size=V, norm_eps=0.0), ValueError, r"^norm_eps\b"
+    ),
+    "GPTConfig: qkv_bias not a bool": Row(
+        "ch13", lambda b: b.GPTConfig(vocab_size=V, qkv_bias="yes"), ValueError, r"^qkv_bias\b"
     ),
     "RotaryEmbedding: unknown layout": Row(
         "ch13", lambda b: b.RotaryEmbedding(4, "neox"), ValueError, r"^layout\b"

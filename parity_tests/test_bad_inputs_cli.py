@@ -144,6 +144,12 @@ ROWS: dict[str, Row] = {
         lambda b: train(b, "--out", str(files() / "a-file")), UserError, r"^--out\b"
     ),
     "train: negative --seed": Row(lambda b: train(b, "--seed", "-1"), UserError, r"^--seed\b"),
+    "train: --n-kv-heads not dividing --n-heads": Row(
+        lambda b: train(b, "--arch", "llama", "--n-kv-heads", "3"), UserError, r"^--n-kv-heads 3\b"
+    ),
+    "train: --n-kv-heads with the gpt2 arch": Row(
+        lambda b: train(b, "--n-kv-heads", "1"), UserError, r"^--n-kv-heads 1\b.*--arch llama"
+    ),
     "train: --batch-size 0": Row(
         lambda b: train(b, "--batch-size", "0"), UserError, r"^--batch-size\b"
     ),

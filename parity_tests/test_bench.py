@@ -175,3 +175,14 @@ def test_gpu_check_dry_run_on_cpu():
     )  # fmt: skip
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert "gpu_check: all stages passed" in r.stdout and "numpy-flash" in r.stdout
+
+
+def test_bench_generate_kv_cache_shrinks_by_n_heads_over_n_kv_heads():
+    """Grouped-query attention: the cache holds n_kv_heads of the 4 heads (MQA: a quarter)."""
+    args = ("bench-generate", "--prompt-len", "3", "--new-tokens", "2", "--long-block-size", "8",
+            "--long-new-tokens", "2", "--repeats", "1")  # fmt: skip
+    sizes = {kv: [row["kv_cache_bytes"] for row in run_json(*args, "--n-kv-heads", str(kv))["runs"]]
+             for kv in (4, 2, 1)}  # fmt: skip
+    assert sizes[4] == [2 * s for s in sizes[2]] == [4 * s for s in sizes[1]], sizes
+    with contextlib.redirect_stderr(io.StringIO()):
+        assert main([*args, "--n-kv-heads", "3"]) != 0  # 3 does not divide 4

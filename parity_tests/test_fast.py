@@ -155,11 +155,15 @@ def forward_backward(model, x):
     B=batch_sizes,
     T=lengths,
     attn_impl=st.sampled_from(["explicit", "flash"]),
+    kv=st.integers(0, 5),
     rng=rngs,
 )
-def test_an_accelerated_gpt_is_the_plain_gpt(config, B, T, attn_impl, rng):
+def test_an_accelerated_gpt_is_the_plain_gpt(config, B, T, attn_impl, kv, rng):
     """accelerate() swaps every layer with a fast form; outputs, the input's gradient and
-    every parameter's gradient stay the formulas' (flash tiles where the keys outgrow one)."""
+    every parameter's gradient stay the formulas' (flash tiles where the keys outgrow one),
+    with grouped-query attention too (n_kv_heads: any divisor of n_heads)."""
+    divisors = [d for d in range(1, config["n_heads"] + 1) if config["n_heads"] % d == 0]
+    config = {**config, "n_kv_heads": divisors[kv % len(divisors)]}
 
     def build():
         return N.GPT(N.GPTConfig(**config), seed=0, attn_impl=attn_impl, dtype=np.float64)

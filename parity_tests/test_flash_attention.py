@@ -168,17 +168,20 @@ def test_flash_fully_masked_rows_give_zeros_and_zero_gradients():
 
 
 # -- the GPT's attention by tiles: attn_impl="flash" ------------------------------------------
-def _attention_pair(attn_impl: str, dropout: float = 0.0):
+def _attention_pair(attn_impl: str, dropout: float = 0.0, n_heads: int = 2, n_kv_heads=None):
     rng = SeededRng(3)
-    layer = N.SelfAttention(8, 2, dropout=dropout, attn_impl=attn_impl, dtype=np.float64)
+    layer = N.SelfAttention(
+        8, n_heads, n_kv_heads, dropout=dropout, attn_impl=attn_impl, dtype=np.float64
+    )
     layer.flash_tile = 4  # T = 6: two tiles (at the default 128 the explicit formula runs)
     return layer, rng.normal((2, 6, 8))
 
 
-def test_flash_self_attention_is_the_explicit_one():
+@pytest.mark.parametrize("heads", [(2, None), (4, 2), (4, 1)])  # MHA, GQA, MQA
+def test_flash_self_attention_is_the_explicit_one(heads):
     """Same weights, same x: the tiles give the explicit formula's output and gradients."""
-    flash, x = _attention_pair("flash")
-    explicit, _ = _attention_pair("explicit")
+    flash, x = _attention_pair("flash", 0.0, *heads)
+    explicit, _ = _attention_pair("explicit", 0.0, *heads)
     explicit.load_state_dict(flash.state_dict())
     dout = SeededRng(4).normal(x.shape)
     outs = []

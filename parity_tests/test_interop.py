@@ -386,17 +386,14 @@ def test_llama_configs_round_trip_and_unsupported_settings_are_named():
         == 500.0
     )
     for change, name in (
-        ({"num_key_value_heads": 1}, "num_key_value_heads"),  # grouped-query attention
         (
-            {"rope_parameters": {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}},
+            {"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}},
             "rope_parameters",
         ),  # fmt: skip
         ({"attention_bias": True}, "attention_bias"),
         ({"mlp_bias": True}, "mlp_bias"),
         ({"hidden_act": "gelu"}, "hidden_act"),
-        ({"rms_norm_eps": 1e-6}, "rms_norm_eps"),
         ({"attention_dropout": 0.1}, "attention_dropout"),
-        ({"head_dim": 16}, "head_dim"),
     ):
         with pytest.raises(ValueError, match=f"^{name}"):
             from_llama_config(transformers.LlamaConfig(**{**LLAMA_SMALL, **change}))
@@ -405,6 +402,10 @@ def test_llama_configs_round_trip_and_unsupported_settings_are_named():
     assert from_llama_config({**old, "rope_theta": 10000.0, "rope_scaling": None}) == ours
     with pytest.raises(ValueError, match="^rope_scaling"):
         from_llama_config({**old, "rope_theta": 1e4, "rope_scaling": {"type": "linear"}})
+    with pytest.raises(ValueError, match="^rms_norm_eps"):
+        from_llama_config({**old, "rms_norm_eps": "1e-6"})
+    with pytest.raises(ValueError, match="^sliding_window"):  # Mistral v0.1's window
+        from_llama_config({**old, "model_type": "mistral", "sliding_window": 4096})
     with pytest.raises(ValueError, match="^rope_layout"):
         from_llama_config(config, rope_layout="neox")
     for change, name in (

@@ -24,6 +24,7 @@ import numpy_impl.sampling as NS
 import torch_impl as T
 import torch_impl.sampling as TS
 from parity_tests.harness import copy_weights, randomize_, tensor
+from parity_tests.registry import ROPE_SCALINGS
 from parity_tests.strategies import (
     SeededRng,
     batch_sizes,
@@ -76,18 +77,27 @@ def test_cached_decoding_equals_full_recomputation_at_every_step(
 @given(data=st.data(), rng=rngs, B=batch_sizes, T0=st.integers(1, 12), steps=st.integers(1, 6))
 def test_cached_decoding_of_llama_style_and_post_norm_models(data, rng: SeededRng, B, T0, steps):
     """The same, for the options of chapters 13 and 14: RoPE (q and k rotated at their absolute
-    positions before they enter the cache), RMSNorm, SwiGLU, post-norm."""
+    positions before they enter the cache), RMSNorm, SwiGLU, post-norm, and a modern decoder's
+    config: grouped-query attention (the cache holds the n_kv_heads K/V heads only), an
+    explicit head_dim, q/k/v biases, the norms' eps, RoPE scaling."""
     h, c = data.draw(even_heads_and_width(), label="n_heads, d_model")
     options = {
         "n_heads": h,
+        "n_kv_heads": data.draw(st.sampled_from([d for d in range(1, h + 1) if h % d == 0])),
         "d_model": c,
         "pos_emb": data.draw(st.sampled_from(["learned", "rope"]), label="pos_emb"),
         "rope_layout": data.draw(rope_layouts, label="rope_layout"),
         "norm": data.draw(st.sampled_from(["layernorm", "rmsnorm"]), label="norm"),
         "ffn": data.draw(st.sampled_from(["gelu", "relu", "swiglu"]), label="ffn"),
         "norm_position": data.draw(st.sampled_from(["pre", "post"]), label="norm_position"),
+        "head_dim": data.draw(st.sampled_from([None, 2, 4]), label="head_dim"),
+        "qkv_bias": data.draw(st.sampled_from([None, True, False]), label="qkv_bias"),
+        "norm_eps": data.draw(st.sampled_from([1e-5, 1e-6]), label="norm_eps"),
     }
+    if options["pos_emb"] == "rope":
+        options["rope_scaling"] = data.draw(st.sampled_from(ROPE_SCALINGS), label="rope_scaling")
     config = data.draw(gpt_configs(**options), label="config")
+    c_kv = options["n_kv_heads"]
     numpy_model, torch_model = twin_models(config, rng)
     block = config["block_size"]
     idx = rng.ids(config["vocab_size"], (B, T0))
@@ -100,6 +110,7 @@ def test_cached_decoding_of_llama_style_and_post_norm_models(data, rng: SeededRn
         what = f"next-token logits at step {step} ({options}, T={idx.shape[1]})"
         assert_close(f"NumPy, cached vs recomputed: {what}", cached, full, np.float64)
         assert_close(f"NumPy cached vs torch cached: {what}", cached, cached_t)
+        assert cache.layers[0].k.shape[1] == cache_t.layers[0].k.shape[1] == c_kv
         idx = np.concatenate([idx, rng.ids(config["vocab_size"], (B, 1))], axis=1)
 
 

@@ -310,3 +310,31 @@ def test_values_are_not_rotated(layout, rng, B, hc, pos):
             torch_mod(tensor(x), is_causal=True, start_pos=pos),
             without(x, is_causal=True),
         )
+
+
+SCALINGS = [
+    {"rope_type": "linear", "factor": 4.0},
+    {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+     "original_max_position_embeddings": 64},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("scaling", SCALINGS, ids=lambda s: s["rope_type"])
+def test_rope_scaling_is_transformers_and_the_same_in_both_twins(scaling):
+    """The scaled frequencies of both twins agree (float64), and are those of
+    transformers' rope utilities (computed there in float32)."""
+    from numpy_impl.rope import check_rope_scaling, rope_frequencies
+    from torch_impl.rope import rope_frequencies as torch_frequencies
+
+    ours = rope_frequencies(64, 500000.0, check_rope_scaling(scaling))
+    theirs_t = torch_frequencies(64, 500000.0, check_rope_scaling(scaling)).numpy()
+    assert_close("rope frequencies, NumPy vs torch", ours, theirs_t, np.float64)
+    hf = pytest.importorskip("transformers")
+    from transformers import modeling_rope_utils as R
+
+    config = hf.LlamaConfig(
+        hidden_size=256, num_attention_heads=4, rope_parameters={**scaling, "rope_theta": 500000.0}
+    )
+    init = R.ROPE_INIT_FUNCTIONS[scaling["rope_type"]]
+    theirs = init(config)[0].double().numpy()  # computed in float32: float32's tolerance
+    assert_close("rope frequencies vs transformers", ours, theirs, np.float32)

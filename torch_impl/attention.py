@@ -77,6 +77,11 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).contiguous().view(B, T, H * d_k)  # (B, T, C)
 
 
+def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
+    """``(B, H_kv, S, d)`` -> ``(B, H_kv n_rep, S, d)``: each K/V head serves n_rep query heads."""
+    return x if n_rep == 1 else x.repeat_interleave(n_rep, dim=1)
+
+
 def softmax(scores: torch.Tensor) -> torch.Tensor:
     """softmax over the last axis; a row that is all ``-inf`` gives zeros, not NaN.
 
@@ -188,12 +193,12 @@ def fused_attention(
 class SelfAttention(nn.Module):
     """Multi-head attention with one packed q/k/v projection (Vaswani et al. 2017, sec. 3.2.2).
 
-    Twin of ``numpy_impl.attention.SelfAttention``: ``qkv_proj`` ``(3 d_model, d_model)``
-    holds W_Q, W_K, W_V stacked; self-attention projects x once, cross-attention
-    (``kv`` given) applies the first block of rows to x and the other two to kv.
+    Twin of ``numpy_impl.attention.SelfAttention``: ``qkv_proj`` ``((H + 2 H_kv) d_k, d_model)``
+    holds W_Q, W_K, W_V stacked; each K/V head serves H / H_kv query heads (GQA).
 
     Args:
-        d_model, n_heads, bias, dropout, rope, rope_base: as the NumPy twin.
+        d_model, n_heads, n_kv_heads, bias, dropout, rope, rope_base, rope_scaling, head_dim,
+            qkv_bias: as the NumPy twin.
         attn_impl: ``"sdpa"`` or ``"explicit"`` (PyTorch only; can be reassigned later).
         dtype: parameter dtype (PyTorch only; None: torch's default).
 
@@ -209,24 +214,31 @@ class SelfAttention(nn.Module):
         self,
         d_model: int,
         n_heads: int,
+        n_kv_heads: int | None = None,
         bias: bool = True,
         dropout: float = 0.0,
         rope: str | None = None,
         rope_base: float = 10000.0,
+        rope_scaling: dict | None = None,
+        head_dim: int | None = None,
+        qkv_bias: bool | None = None,
         *,
         attn_impl: str = "sdpa",
         dtype: torch.dtype | None = None,
     ):
         super().__init__()
-        check_sizes(d_model, n_heads)
+        self.n_kv_heads, self.d_k = check_sizes(d_model, n_heads, n_kv_heads, head_dim)
         check_probability(dropout, "dropout")
-        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
-        self.dropout = dropout
+        self.d_model, self.n_heads, self.dropout = d_model, n_heads, dropout
         self.attn_impl = attn_impl
-        self.qkv_proj = Linear(d_model, 3 * d_model, bias=bias, dtype=dtype)
-        self.out_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)
+        qkv_bias = bias if qkv_bias is None else qkv_bias
+        d_qkv = (n_heads + 2 * self.n_kv_heads) * self.d_k
+        self.qkv_proj = Linear(d_model, d_qkv, bias=qkv_bias, dtype=dtype)
+        self.out_proj = Linear(n_heads * self.d_k, d_model, bias=bias, dtype=dtype)
         self.resid_dropout = Dropout(dropout)
-        self.rope = None if rope is None else RotaryEmbedding(self.d_k, rope, rope_base)
+        self.rope = None
+        if rope is not None:
+            self.rope = RotaryEmbedding(self.d_k, rope, rope_base, rope_scaling)
 
     @property
     def attn_impl(self) -> str:
@@ -250,7 +262,7 @@ class SelfAttention(nn.Module):
     ) -> torch.Tensor:
         dtype, rope = self.qkv_proj.weight.dtype, self.rope is not None
         check_layer_inputs(x, kv, attn_mask, kv_cache, self.d_model, dtype, rope)
-        q, k, v = self.project(x, kv)  # (B, H, T, d_k), (B, H, S, d_k), (B, H, S, d_k)
+        q, k, v = self.project(x, kv)  # (B, H, T, d_k), (B, H_kv, S, d_k), (B, H_kv, S, d_k)
         if self.rope is not None:  # positions enter here, by rotating q and k (never v)
             q, k = self.rope(q, k, start_pos)
         y, _ = self.attend(q, k, v, attn_mask, is_causal, start_pos, kv_cache)  # (B, T, C)
@@ -258,16 +270,16 @@ class SelfAttention(nn.Module):
 
     def project(self, x: torch.Tensor, kv: torch.Tensor | None = None):
         """q from x; k, v from x (self-attention) or from kv (cross-attention); split in heads."""
+        H, H_kv, d_k = self.n_heads, self.n_kv_heads, self.d_k
         if kv is None:
-            q, k, v = self.qkv_proj(x).split(self.d_model, dim=-1)  # (B, T, 3C) -> 3 x (B, T, C)
+            q, k, v = self.qkv_proj(x).split([H * d_k, H_kv * d_k, H_kv * d_k], dim=-1)
         else:
-            C = self.d_model
             W, b = self.qkv_proj.weight, self.qkv_proj.bias
-            b_q, b_kv = (None, None) if b is None else (b[:C], b[C:])
-            q = linear(x, W[:C], b_q)  # (B, T, C) -> (B, T, C)
-            k, v = linear(kv, W[C:], b_kv).split(C, dim=-1)  # (B, S, 2C) -> 2 x (B, S, C)
-        H = self.n_heads
-        return split_heads(q, H), split_heads(k, H), split_heads(v, H)
+            Q = H * d_k  # rows of W_q
+            b_q, b_kv = (None, None) if b is None else (b[:Q], b[Q:])
+            q = linear(x, W[:Q], b_q)  # (B, T, C) -> (B, T, H d_k)
+            k, v = linear(kv, W[Q:], b_kv).chunk(2, dim=-1)  # (B, S, 2 H_kv d_k) -> 2 x
+        return split_heads(q, H), split_heads(k, H_kv), split_heads(v, H_kv)
 
     def attend(
         self,
@@ -283,6 +295,8 @@ class SelfAttention(nn.Module):
         """Attention over heads, heads joined, ``out_proj``: ``((B, T, C), weights or None)``."""
         if kv_cache is not None:  # decoding (chapter 12): the cached keys and values join these
             k, v, attn_mask, is_causal = self.use_cache(k, v, start_pos, kv_cache)
+        n_rep = self.n_heads // self.n_kv_heads
+        k, v = repeat_kv(k, n_rep), repeat_kv(v, n_rep)  # (B, H_kv, S, d_k) -> (B, H, S, d_k)
         p = self.dropout if self.training else 0.0
         impl = "explicit" if need_weights else self.attn_impl  # the fused kernel has no weights
         y = scaled_dot_product_attention(
@@ -294,9 +308,12 @@ class SelfAttention(nn.Module):
     # -- decoding with a KV cache (chapter 12) ---------------------------------------------
     def use_cache(self, k, v, start_pos: int, kv_cache):
         """Store this step's keys and values in ``kv_cache``; return all of them and the mask."""
-        k, v = kv_cache.update(k, v, start_pos)  # (B, H, start_pos + T, d_k), cached + new
+        k, v = kv_cache.update(k, v, start_pos)  # (B, H_kv, start_pos + T, d_k), cached + new
         attn_mask, is_causal = cached_attn_mask(k.shape[-2] - start_pos, start_pos, device=k.device)
         return k, v, attn_mask, is_causal
 
     def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, n_heads={self.n_heads}, attn_impl={self.attn_impl!r}"
+        return (
+            f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+            f"attn_impl={self.attn_impl!r}"
+        )

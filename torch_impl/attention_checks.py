@@ -55,13 +55,22 @@ def check_scale(scale) -> None:
         raise ValueError(f"scale: expected a finite number > 0 or None, got {scale!r}")
 
 
-def check_sizes(d_model, n_heads) -> None:
-    """Raise ``ValueError`` unless d_model and n_heads are positive and n_heads divides d_model."""
-    for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+def check_sizes(d_model, n_heads, n_kv_heads=None, head_dim=None) -> tuple[int, int]:
+    """Positive sizes; n_kv_heads divides n_heads; head_dim None needs n_heads | d_model.
+
+    Returns ``(n_kv_heads, head_dim)`` with the defaults filled in (n_heads, d_model / n_heads).
+    Raises ``ValueError`` naming the offending argument.
+    """
+    n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+    sizes = (("d_model", d_model), ("n_heads", n_heads), ("n_kv_heads", n_kv_heads))
+    for name, value in (*sizes, ("head_dim", 1 if head_dim is None else head_dim)):
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-    if d_model % n_heads:
+    if head_dim is None and d_model % n_heads:
         raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+    if n_heads % n_kv_heads:
+        raise ValueError(f"n_kv_heads={n_kv_heads} must divide n_heads={n_heads}")
+    return int(n_kv_heads), int(d_model // n_heads if head_dim is None else head_dim)
 
 
 def check_layer_inputs(x, kv, attn_mask, kv_cache, d_model: int, dtype, rope: bool) -> None:

@@ -47,6 +47,8 @@ class Block(nn.Module):
         norm_position: ``"pre"`` (default) or ``"post"``.
         rope: None or a RoPE layout (``"interleaved"``, ``"half"``) for the attention.
         rope_base: RoPE's frequency base.
+        n_kv_heads, rope_scaling, head_dim, qkv_bias: of the attention, as the NumPy twin.
+        norm_eps: both norms' eps.
         attn_impl: ``"sdpa"`` or ``"explicit"`` (PyTorch only; can be changed later on
             ``block.attn.attn_impl``).
         dtype: parameter dtype (PyTorch only; ``None``: torch's default).
@@ -76,6 +78,11 @@ class Block(nn.Module):
         norm_position: str = "pre",
         rope: str | None = None,
         rope_base: float = 10000.0,
+        n_kv_heads: int | None = None,
+        rope_scaling: dict | None = None,
+        head_dim: int | None = None,
+        qkv_bias: bool | None = None,
+        norm_eps: float = 1e-5,
         *,
         attn_impl: str = "sdpa",
         dtype: torch.dtype | None = None,
@@ -86,13 +93,14 @@ class Block(nn.Module):
 
         def make_norm() -> nn.Module:
             if norm == "rmsnorm":
-                return RMSNorm(d_model, dtype=dtype)
-            return LayerNorm(d_model, bias=bias, dtype=dtype)
+                return RMSNorm(d_model, norm_eps, dtype=dtype)
+            return LayerNorm(d_model, norm_eps, bias=bias, dtype=dtype)
 
         self.ln1 = make_norm()
         self.attn = SelfAttention(
-            d_model, n_heads, bias, dropout, rope, rope_base, attn_impl=attn_impl, dtype=dtype
-        )
+            d_model, n_heads, n_kv_heads, bias, dropout, rope, rope_base, rope_scaling, head_dim,
+            qkv_bias, attn_impl=attn_impl, dtype=dtype,
+        )  # fmt: skip
         self.ln2 = make_norm()
         if ffn == "swiglu":
             self.ffn = SwiGLUFeedForward(d_model, d_ff, bias, dropout, dtype=dtype)

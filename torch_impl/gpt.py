@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from .activations import GELU_APPROXIMATIONS
+from .attention_checks import check_sizes
 from .block import Block, check_block_options
 from .dropout import Dropout
 from .embedding import Embedding, check_token_ids
@@ -24,7 +25,7 @@ from .kv_cache import KVCache
 from .linear import Linear
 from .norm import LayerNorm, RMSNorm
 from .positional import LearnedPositionalEmbedding
-from .rope import ROPE_LAYOUTS
+from .rope import ROPE_LAYOUTS, check_rope_scaling
 
 POS_EMBS = ("learned", "rope")
 #: The largest vocab_size, block_size, d_model... a config accepts (an int32 index).
@@ -55,22 +56,34 @@ class GPTConfig:
     norm: str = "layernorm"
     ffn: str = "gelu"
     norm_position: str = "pre"
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    qkv_bias: bool | None = None
+    norm_eps: float = 1e-5
+    rope_scaling: dict | None = None
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model", "d_ff"):
+        optional = ("d_ff", "n_kv_heads", "head_dim")  # None: 4 d_model, n_heads, d_model / n_heads
+        for name in ("vocab_size", "block_size", "n_layers", "n_heads", "d_model", *optional):
             value = getattr(self, name)
-            if name == "d_ff" and value is None:  # 4 d_model
+            if name in optional and value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SIZE:
                 raise ValueError(
                     f"{name}: expected an integer in [1, 2**31 - 1]"
-                    f"{' or None' if name == 'd_ff' else ''}, got {value!r}"
+                    f"{' or None' if name in optional else ''}, got {value!r}"
                 )
-        for name in ("bias", "tie_weights"):  # "false" or None would read as True or False
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name}: expected True or False, got {getattr(self, name)!r}")
-        if self.d_model % self.n_heads != 0:
-            raise ValueError(f"d_model={self.d_model} must be divisible by n_heads={self.n_heads}")
+        for name in ("bias", "tie_weights", "qkv_bias"):  # "false" would read as True
+            value = getattr(self, name)
+            if not isinstance(value, bool) and not (name == "qkv_bias" and value is None):
+                raise ValueError(f"{name}: expected True or False, got {value!r}")
+        _, d_k = check_sizes(self.d_model, self.n_heads, self.n_kv_heads, self.head_dim)
+        eps = self.norm_eps
+        if isinstance(eps, bool) or not isinstance(eps, int | float) or not 0 < eps < 1:
+            raise ValueError(f"norm_eps: expected a number in (0, 1), got {eps!r}")
+        self.rope_scaling = check_rope_scaling(self.rope_scaling)
+        if self.rope_scaling is not None and self.pos_emb != "rope":
+            raise ValueError("rope_scaling: scales RoPE's frequencies; needs pos_emb='rope'")
         dropout = self.dropout  # "0.1" from a config.json is not a number
         if (
             isinstance(dropout, bool)
@@ -90,10 +103,10 @@ class GPTConfig:
             )
         if not self.rope_base > 1.0:
             raise ValueError(f"rope_base: expected a frequency base > 1, got {self.rope_base!r}")
-        if self.pos_emb == "rope" and (self.d_model // self.n_heads) % 2:
+        if self.pos_emb == "rope" and d_k % 2:
             raise ValueError(
                 f"d_model={self.d_model}, n_heads={self.n_heads}: RoPE needs an even head "
-                f"dimension d_k = d_model / n_heads, got {self.d_model // self.n_heads}"
+                f"dimension d_k (head_dim or d_model / n_heads), got {d_k}"
             )
         check_block_options(self.norm, self.ffn, self.norm_position)
 
@@ -161,6 +174,11 @@ class GPT(nn.Module):
                     c.norm_position,
                     c.rope_layout if c.pos_emb == "rope" else None,
                     c.rope_base,
+                    c.n_kv_heads,
+                    c.rope_scaling,
+                    c.head_dim,
+                    c.qkv_bias,
+                    c.norm_eps,
                     attn_impl=attn_impl,
                     dtype=dtype,
                 )
@@ -168,9 +186,9 @@ class GPT(nn.Module):
             ]
         )
         if c.norm == "rmsnorm":
-            self.ln_f = RMSNorm(c.d_model, dtype=dtype)
+            self.ln_f = RMSNorm(c.d_model, c.norm_eps, dtype=dtype)
         else:
-            self.ln_f = LayerNorm(c.d_model, bias=c.bias, dtype=dtype)
+            self.ln_f = LayerNorm(c.d_model, c.norm_eps, bias=c.bias, dtype=dtype)
         self.head = Linear(c.d_model, c.vocab_size, bias=False, dtype=dtype)
         if c.tie_weights:
             self.head.weight = self.tok_emb.weight  # one tensor, two roles

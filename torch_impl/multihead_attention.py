@@ -55,6 +55,7 @@ class MultiHeadAttention(SelfAttention):
         check_sizes(d_model, n_heads)
         check_probability(dropout, "dropout")
         self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.n_kv_heads = n_heads
         self.dropout = dropout
         self.attn_impl = attn_impl
         self.q_proj = Linear(d_model, d_model, bias=bias, dtype=dtype)

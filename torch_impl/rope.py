@@ -6,12 +6,52 @@ as RoFormer; ``"half"`` pairs (i, i + d_k/2) as GPT-NeoX and Hugging Face's Llam
 
 from __future__ import annotations
 
+import math
 import numbers
 
 import torch
 from torch import nn
 
 ROPE_LAYOUTS = ("interleaved", "half")
+ROPE_SCALINGS = {
+    "linear": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"),
+}
+
+
+def check_rope_scaling(scaling) -> dict | None:
+    """None, or the checked ``rope_scaling`` dict of floats, as the NumPy twin."""
+    if scaling is None:
+        return None
+    kind = scaling.get("rope_type") if isinstance(scaling, dict) else None
+    if kind not in ROPE_SCALINGS:
+        raise ValueError(
+            f"rope_scaling: expected None or a dict with rope_type in {tuple(ROPE_SCALINGS)}, "
+            f"got {scaling!r}"
+        )
+    keys, got = ROPE_SCALINGS[kind], {k: v for k, v in scaling.items() if k != "rope_type"}
+    ok = set(got) == set(keys) and all(
+        not isinstance(v, bool) and isinstance(v, int | float) and 0 < v < math.inf
+        for v in got.values()
+    )
+    if ok and kind == "llama3":
+        ok = got["low_freq_factor"] < got["high_freq_factor"]
+    if not ok:
+        raise ValueError(f"rope_scaling: {kind!r} takes the positive numbers {keys}, got {got}")
+    return {"rope_type": kind, **{k: float(got[k]) for k in keys}}
+
+
+def rope_frequencies(d_k: int, base: float = 10000.0, scaling: dict | None = None, *, device=None):
+    """theta_i ``(d_k/2,)`` in float64, scaled (linear or llama3) as in the NumPy twin."""
+    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64, device=device) / d_k)
+    if scaling is None:
+        return theta
+    if scaling["rope_type"] == "linear":
+        return theta / scaling["factor"]
+    lo, hi = scaling["low_freq_factor"], scaling["high_freq_factor"]
+    wavelength = 2 * math.pi / theta
+    s = ((scaling["original_max_position_embeddings"] / wavelength - lo) / (hi - lo)).clamp(0, 1)
+    return (1 - s) * theta / scaling["factor"] + s * theta
 
 
 def _check_layout(layout: str, name: str = "layout") -> None:
@@ -40,6 +80,7 @@ def rope_cos_sin(
     d_k: int,
     start_pos: int = 0,
     base: float = 10000.0,
+    scaling: dict | None = None,
     *,
     dtype: torch.dtype | None = None,
     device: torch.device | None = None,
@@ -49,7 +90,7 @@ def rope_cos_sin(
     ``start_pos`` outside ``[0, 2**53)``; ``TypeError`` for a non-int ``start_pos``."""
     _check_head_dim(d_k)
     start_pos = _check_start_pos(start_pos)
-    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64, device=device) / d_k)
+    theta = rope_frequencies(d_k, base, scaling, device=device)  # (d_k/2,)
     positions = torch.arange(start_pos, start_pos + T, dtype=torch.float64, device=device)
     angles = torch.outer(positions, theta)  # (T, d_k/2)
     dtype = torch.get_default_dtype() if dtype is None else dtype
@@ -109,13 +150,14 @@ class RotaryEmbedding(nn.Module):
     ``ValueError`` for odd d_k, a bad layout, wrong widths or lengths, negative ``start_pos``.
     """
 
-    def __init__(self, d_k: int, layout: str = "interleaved", base: float = 10000.0):
+    def __init__(self, d_k: int, layout: str = "interleaved", base: float = 10000.0, scaling=None):
         super().__init__()
         _check_head_dim(d_k)
         _check_layout(layout)
         if not base > 1.0:
             raise ValueError(f"base: expected a frequency base > 1, got {base!r}")
         self.d_k, self.layout, self.base = int(d_k), layout, float(base)
+        self.scaling = check_rope_scaling(scaling)
 
     def forward(
         self, q: torch.Tensor, k: torch.Tensor, start_pos: int = 0
@@ -130,7 +172,13 @@ class RotaryEmbedding(nn.Module):
                 f"k: expected the same length T as q ({q.shape[-2]}), got {tuple(k.shape)}"
             )
         cos, sin = rope_cos_sin(
-            q.shape[-2], self.d_k, start_pos, self.base, dtype=q.dtype, device=q.device
+            q.shape[-2],
+            self.d_k,
+            start_pos,
+            self.base,
+            self.scaling,
+            dtype=q.dtype,
+            device=q.device,
         )
         return apply_rope(q, cos, sin, self.layout), apply_rope(k, cos, sin, self.layout)
 

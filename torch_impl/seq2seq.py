@@ -48,9 +48,9 @@ class DecoderBlock(nn.Module):
         super().__init__()
         kw = {"attn_impl": attn_impl, "dtype": dtype}
         self.ln1 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.self_attn = SelfAttention(d_model, n_heads, bias, dropout, **kw)
+        self.self_attn = SelfAttention(d_model, n_heads, bias=bias, dropout=dropout, **kw)
         self.ln2 = LayerNorm(d_model, bias=bias, dtype=dtype)
-        self.cross_attn = SelfAttention(d_model, n_heads, bias, dropout, **kw)
+        self.cross_attn = SelfAttention(d_model, n_heads, bias=bias, dropout=dropout, **kw)
         self.ln3 = LayerNorm(d_model, bias=bias, dtype=dtype)
         self.ffn = FeedForward(d_model, d_ff, bias, dropout, gelu_approximate, dtype=dtype)
 

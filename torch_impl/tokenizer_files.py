@@ -43,6 +43,19 @@ def write_atomically(path, text: str) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def _keeps_ids(post) -> bool:
+    """Whether a ``post_processor`` leaves the ids of one text as they are: none, a
+    ``ByteLevel`` one (offsets only), a ``TemplateProcessing`` of the text alone (no BOS),
+    or a ``Sequence`` of these."""
+    kind = post.get("type") if isinstance(post, dict) else post
+    if kind == "Sequence":
+        return all(_keeps_ids(p) for p in post.get("processors") or [])
+    if kind == "TemplateProcessing":  # "$A" alone: [{"Sequence": {"id": "A", ...}}]
+        single = post.get("single")
+        return isinstance(single, list) and [list(p) for p in single] == [["Sequence"]]
+    return kind in (None, "ByteLevel")
+
+
 def parse_tokenizer_json(
     text: str,
 ) -> tuple[dict[bytes, int], list[tuple[bytes, bytes]], dict[str, int], str | None]:
@@ -78,9 +91,17 @@ def parse_tokenizer_json(
             ("pre_tokenizer.type", pre.get("type"), ("ByteLevel",)),
             ("pre_tokenizer.add_prefix_space", pre.get("add_prefix_space", True), (False,)),
             ("decoder.type", decoder, ("ByteLevel",)),
+            ("truncation", doc.get("truncation"), (None,)),
         )
         if value not in ok
     ]  # fmt: skip
+    if not _keeps_ids(doc.get("post_processor")):  # a TemplateProcessing adds BOS, say
+        problems.append(f"post_processor = {doc['post_processor']!r}")
+    problems += [  # HF matches these otherwise than special tokens
+        f"added_tokens = {t!r}"
+        for t in doc.get("added_tokens") or []
+        if not t.get("special") or any(t.get(f) for f in ("lstrip", "rstrip", "single_word"))
+    ]
     if problems:
         raise ValueError(f"tokenizer.json: {problems[0]} is not supported (byte-level BPE only)")
     pattern = GPT2_SPLIT_PATTERN if pre.get("use_regex", True) else None

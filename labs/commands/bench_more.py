@@ -222,6 +222,7 @@ GENERATE_COLUMNS = {
     "no cache": ("no_cache_tokens_per_s", "{:,.0f} tok/s"),
     "KV cache": ("cache_tokens_per_s", "{:,.0f} tok/s"),
     "speedup": ("speedup", "{:.1f}x"), "same tokens": ("identical", "{}"),
+    "KV cache bytes": ("kv_cache_bytes", "{:,}"),
 }  # fmt: skip
 
 
@@ -233,6 +234,9 @@ def _generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repeats", type=whole(1), default=3, help="runs per measurement (best kept)")
     p.add_argument("--threads", type=whole(1), default=1, help="torch threads")
     p.add_argument("--seed", type=int, default=0, help="weights and prompt")
+    p.add_argument(
+        "--n-kv-heads", type=whole(1), default=None, help="key/value heads of the 4 (GQA; 1: MQA)"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object, no table")
 
 
@@ -240,7 +244,7 @@ def _generation(block_size: int, new_tokens: int, args: argparse.Namespace) -> l
     """One row per backend: tokens/s without and with the cache, and the token checks."""
     from ..plumbing.backends import make_backend
 
-    config = {"vocab_size": 65, "block_size": block_size}
+    config = {"vocab_size": 65, "block_size": block_size, "n_kv_heads": args.n_kv_heads}
     models = {name: make_backend(name, config, seed=args.seed) for name in ("numpy", "torch")}
     models["torch"].load_state_dict(models["numpy"].state_dict())
     prompt = np.random.default_rng(args.seed).integers(0, 65, args.prompt_len).tolist()
@@ -254,6 +258,10 @@ def _generation(block_size: int, new_tokens: int, args: argparse.Namespace) -> l
         row["speedup"] = row["cache_tokens_per_s"] / row["no_cache_tokens_per_s"]
         row["identical"] = ids[name, False] == ids[name, True]  # the cache changes no token
         rows.append(row)
+    cache = models["numpy"].model.new_kv_cache()
+    models["numpy"].model(np.asarray([prompt]), kv_cache=cache)  # block_size positions of H_kv heads
+    for row in rows:
+        row["kv_cache_bytes"] = sum(layer.k.nbytes + layer.v.nbytes for layer in cache.layers)
     for row in rows:
         row["backends_agree"] = ids["numpy", True] == ids["torch", True]
     return rows
@@ -262,6 +270,8 @@ def _generation(block_size: int, new_tokens: int, args: argparse.Namespace) -> l
 def _generate_main(args: argparse.Namespace) -> int:
     if args.prompt_len > args.long_block_size:
         raise UserError("--prompt-len must not exceed --long-block-size")
+    if args.n_kv_heads is not None and 4 % args.n_kv_heads:
+        raise UserError(f"--n-kv-heads {args.n_kv_heads}: must divide the model's 4 heads")
     import torch
 
     torch.set_num_threads(args.threads)

@@ -152,6 +152,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--n-layers", type=positive_int, default=4, help="transformer blocks")
     g.add_argument("--n-heads", type=positive_int, default=4, help="attention heads per block")
     g.add_argument(
+        "--n-kv-heads",
+        type=positive_int,
+        default=None,
+        help="llama: key/value heads, dividing --n-heads (grouped-query attention; 1: "
+        "multi-query; default: --n-heads)",
+    )
+    g.add_argument(
         "--d-model", type=positive_int, default=128, help="width C of the residual stream"
     )
     g.add_argument("--dropout", type=fraction, default=0.0, help="dropout probability")
@@ -273,6 +280,10 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError("--from-previous goes with --resume DIR")
     _check_device(args)
     check_min_lr(args)
+    if args.n_kv_heads is not None and (args.arch != "llama" or args.n_heads % args.n_kv_heads):
+        raise UserError(
+            f"--n-kv-heads {args.n_kv_heads}: needs --arch llama and to divide --n-heads"
+        )
     if not args.fast and args.backend == "torch":
         raise UserError(
             "--no-fast: the torch backend runs PyTorch's own kernels; running the chapters' "
@@ -366,6 +377,7 @@ def _model_config(args: argparse.Namespace, vocab_size: int) -> dict:
         "bias": args.bias,
         "gelu_approximate": args.gelu,
         "d_ff": args.d_ff,
+        "n_kv_heads": args.n_kv_heads,
     }
     model_config.update(ARCHS[args.arch])
     if args.arch == "llama":

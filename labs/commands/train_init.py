@@ -30,6 +30,7 @@ FROM_RUN = (
     "d_ff",
     "n_layers",
     "n_heads",
+    "n_kv_heads",
     "d_model",
     "bias",
     "gelu",
@@ -117,6 +118,7 @@ def _prepare_init(args: argparse.Namespace, resumed) -> _Init | None:
         raise UserError(f"--init-from {directory}: {e}") from e
     # config.json's "train" section then says what the model really is
     args.n_layers, args.n_heads = model_config["n_layers"], model_config["n_heads"]
+    args.n_kv_heads = model_config["n_kv_heads"]
     args.d_model, args.d_ff = model_config["d_model"], model_config["d_ff"]
     args.bias, args.gelu = model_config["bias"], model_config["gelu_approximate"]
     args.dropout = model_config["dropout"]
@@ -136,6 +138,7 @@ def load_init_weights(run, init: _Init, say=print) -> None:
         run.backend.load_state_dict(init.model_state)
     except CheckpointError as e:
         raise UserError(f"--init-from {init.directory}: {e}") from e
+    init.model_state = None  # the backend holds the weights now: no second copy
     source = init.config.get("imported_from")
     origin = f"imported from {source['kind']}" if source else f"step {init.config.get('step', 0)}"
     say(

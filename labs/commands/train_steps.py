@@ -321,9 +321,9 @@ def evaluate_and_save(run: Run) -> None:
     try:
         save_checkpoint(
             out,
-            backend.state_dict(),
+            backend.state_dict(copy=False),  # read once, by the save: no second copy
             run.config,
-            backend.optimizer_state(),
+            backend.optimizer_state(copy=False),
             meta={
                 "step": backend.step,
                 "backend": backend.name,

@@ -196,9 +196,10 @@ class NumpyBackend:
             self.model.train()
         return float(np.mean(losses))
 
-    def state_dict(self) -> dict[str, np.ndarray]:
-        """Every state-dict name (``head.weight`` included) -> a copy in the model's dtype."""
-        return {k: v.copy() for k, v in self.model.state_dict().items()}
+    def state_dict(self, copy: bool = True) -> dict[str, np.ndarray]:
+        """Every state-dict name (``head.weight`` included) -> a copy in the model's dtype
+        (``copy=False``: the live arrays, for a save that only reads them)."""
+        return {k: v.copy() if copy else v for k, v in self.model.state_dict().items()}
 
     def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
         """Copy weights in (``head.weight`` may be omitted when tied).
@@ -239,16 +240,17 @@ class NumpyBackend:
         except (TypeError, ValueError, KeyError) as e:
             raise ValueError(f"rng state: not a valid dropout generator state ({e})") from e
 
-    def optimizer_state(self) -> dict[str, np.ndarray]:
+    def optimizer_state(self, copy: bool = True) -> dict[str, np.ndarray]:
         """AdamW's moments by parameter name (model dtype), plus ``"step"`` (0-d int64).
 
-        Parameters the optimizer has not touched yet report zero moments."""
+        Parameters the optimizer has not touched yet report zero moments. ``copy``: as
+        :meth:`state_dict`'s."""
         state = {"step": np.array(self.step, dtype=np.int64)}
         for name, p in self.model.named_parameters():
             st = self.optimizer.state.get(p)
             for key in ("exp_avg", "exp_avg_sq"):
                 value = st[key] if st is not None else np.zeros(p.shape, p.dtype)
-                state[f"{key}.{name}"] = value.astype(p.dtype, copy=True)
+                state[f"{key}.{name}"] = value.astype(p.dtype, copy=copy)
         return state
 
     def load_optimizer_state(self, state: dict[str, np.ndarray]) -> None:

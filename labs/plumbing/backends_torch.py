@@ -213,9 +213,10 @@ class TorchBackend:
             self.model.train()
         return float(np.mean(losses))
 
-    def state_dict(self) -> dict[str, np.ndarray]:
+    def state_dict(self, copy: bool = True) -> dict[str, np.ndarray]:
         """As :meth:`NumpyBackend.state_dict`."""
-        return {k: v.detach().cpu().numpy().copy() for k, v in self.model.state_dict().items()}
+        arrays = {k: v.detach().cpu().numpy() for k, v in self.model.state_dict().items()}
+        return {k: v.copy() if copy else v for k, v in arrays.items()}
 
     def _tensor(self, a: np.ndarray):
         return self.torch.from_numpy(a).to(self.device)
@@ -287,18 +288,19 @@ class TorchBackend:
         except (KeyError, TypeError, ValueError, RuntimeError) as e:
             raise ValueError(f"rng state: not a valid torch generator state ({e})") from e
 
-    def optimizer_state(self) -> dict[str, np.ndarray]:
+    def optimizer_state(self, copy: bool = True) -> dict[str, np.ndarray]:
         """As :meth:`NumpyBackend.optimizer_state`."""
         state = {"step": np.array(self.step, dtype=np.int64)}
         for name, p in self.model.named_parameters():  # the tied weight once
             st = self.optimizer.state.get(p, {})
             for key in ("exp_avg", "exp_avg_sq"):
                 value = st.get(key)
-                state[f"{key}.{name}"] = (
-                    np.zeros(p.shape, np.dtype(str(p.dtype).removeprefix("torch.")))
-                    if value is None
-                    else value.detach().cpu().numpy().copy()
-                )
+                if value is None:
+                    value = np.zeros(p.shape, np.dtype(str(p.dtype).removeprefix("torch.")))
+                else:
+                    value = value.detach().cpu().numpy()
+                    value = value.copy() if copy else value
+                state[f"{key}.{name}"] = value
         return state
 
     def load_optimizer_state(self, state: dict[str, np.ndarray]) -> None:

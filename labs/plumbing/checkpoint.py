@@ -38,7 +38,6 @@ hook that pauses the writer).
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -46,13 +45,14 @@ import warnings
 from pathlib import Path
 
 import numpy as np
-from safetensors.numpy import save
 
 from .checkpoint_files import (
     _contiguous,
     _fsync_dir,
     _link_or_copy,
     _pause_point,
+    _sha256,
+    _write_arrays,
     _write_file,
     check_directory,
     member,
@@ -84,26 +84,42 @@ STAGING_DIR = ".staging"  # the new set, complete before anything in DIR is touc
 PREVIOUS_DIR = ".previous"  # a full copy (hard links) of the set being replaced
 
 
-def remove_leftovers(directory: str | os.PathLike) -> list[str]:
+def remove_leftovers(directory: str | os.PathLike, pattern: str = ".*") -> list[str]:
     """Remove what a writer killed mid-save leaves in ``directory``: ``.staging/``,
-    ``.previous.tmp/`` and any other hidden ``.*.tmp`` file or directory (a
-    half-written log, say). None of them is part of a checkpoint: the set in
-    ``directory`` and the one in ``.previous`` are whole whenever these exist.
+    ``.previous.tmp/``, any other hidden ``.*.tmp`` file or directory (a half-written
+    log, say) and a ``.NAME.PID.partial`` directory (:func:`new_directory`'s) whose
+    process is gone. None of them is part of a checkpoint: the set in ``directory``
+    and the one in ``.previous`` are whole whenever these exist.
+
+    Args:
+        pattern: the names looked at (a glob), ``.*``: every hidden one.
 
     Returns:
         the names removed.
     """
     directory = Path(directory)
     removed = []
-    for path in sorted(directory.glob(".*")):
+    for path in sorted(directory.glob(pattern)):
         if path.name != STAGING_DIR and not path.name.endswith(".tmp"):
-            continue
+            pid = path.name.removesuffix(".partial").rpartition(".")[2]
+            if not (path.name.endswith(".partial") and pid.isdigit() and not _running(int(pid))):
+                continue
         if path.is_dir() and not path.is_symlink():
             shutil.rmtree(path, ignore_errors=True)
         else:
             path.unlink(missing_ok=True)
         removed.append(path.name)
     return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)  # signal 0: no signal, only the check that the process exists
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process, or not a process number
+        pass
+    return True
 
 
 def _keep_previous(directory: Path) -> None:
@@ -172,31 +188,28 @@ def save_checkpoint(
     if _is_tied(model_config):
         del weights[TIED_KEY]  # it is tok_emb.weight: store it once
 
-    # Everything is serialised and checked before the first byte is written, so a
-    # bad argument never replaces a good checkpoint.
-    blobs = {MODEL_FILE: save(_contiguous(weights))}
+    # Everything is checked before the first byte is written, so a bad argument never
+    # replaces a good checkpoint; the arrays are then written straight to their files
+    # (no copy of the whole set in memory) and hashed from there.
+    arrays = {MODEL_FILE: _contiguous(weights)}
     if optimizer_state is not None:
         opt = _contiguous({k: np.asarray(v) for k, v in optimizer_state.items()})
         if problems := _mismatches("optimizer_state", opt, _optimizer_shapes(model_config)):
             raise ValueError(
                 "optimizer_state does not match config['model']: " + "; ".join(problems)
             )
-        blobs[OPTIMIZER_FILE] = save(opt)
+        arrays[OPTIMIZER_FILE] = opt
+    blobs = {}
     for name, blob in (extra_files or {}).items():
         if name in (MODEL_FILE, OPTIMIZER_FILE, CONFIG_FILE) or Path(name).name != name:
             raise ValueError(f"extra_files: {name!r} is not a free file name")
         blobs[name] = bytes(blob)
     document = {"format": FORMAT, "version": VERSION, **config, **meta}
     document.setdefault("step", 0)
-    # config.json names the exact bytes it belongs with: a set mixed by a crash
-    # between two renames is refused instead of loaded
-    document["files"] = {name: hashlib.sha256(b).hexdigest() for name, b in blobs.items()}
-    document["config_sha256"] = config_sha256(document)
     try:  # fails here, before any write, if not strict JSON (NaN and infinities are not)
-        text = json.dumps(document, indent=2, allow_nan=False) + "\n"
+        json.dumps(document, allow_nan=False)
     except ValueError as e:
         raise ValueError(f"config and meta must be JSON without NaN or infinities: {e}") from e
-    blobs[CONFIG_FILE] = text.encode("utf-8")
 
     # (1) the whole new set, on disk, beside the current one
     directory.mkdir(parents=True, exist_ok=True)
@@ -205,8 +218,16 @@ def save_checkpoint(
     staging = directory / STAGING_DIR
     try:
         staging.mkdir()
+        for name, tensors in arrays.items():
+            _write_arrays(staging / name, tensors)
         for name, blob in blobs.items():
             _write_file(staging / name, blob)
+        # config.json names the exact bytes it belongs with: a set mixed by a crash
+        # between two renames is refused instead of loaded
+        document["files"] = {name: _sha256(staging / name) for name in (*arrays, *blobs)}
+        document["config_sha256"] = config_sha256(document)
+        blobs[CONFIG_FILE] = (json.dumps(document, indent=2) + "\n").encode("utf-8")
+        _write_file(staging / CONFIG_FILE, blobs[CONFIG_FILE])
         _fsync_dir(staging)
         _pause_point("staged")
         # (2) the current set, kept whole
@@ -214,16 +235,17 @@ def save_checkpoint(
     except OSError as e:  # a full disk, say: the current set is untouched; leave no partial files
         remove_leftovers(directory)
         if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            size = sum(a.nbytes for t in arrays.values() for a in t.values())
             raise OSError(
                 e.errno,
-                f"no space left to write the checkpoint in {directory} (it needs "
-                f"{sum(len(b) for b in blobs.values()):,} bytes); the checkpoint there is "
-                "unchanged",
+                f"no space left to write the checkpoint in {directory} (it needs about "
+                f"{size + sum(len(b) for b in blobs.values()):,} bytes); the checkpoint there "
+                "is unchanged",
             ) from e
         raise
     _pause_point("kept-previous")
     # (3) commit: data files first, config.json (the set's index) last
-    for name in blobs:
+    for name in (*arrays, *blobs):
         if name != CONFIG_FILE:
             os.replace(staging / name, directory / name)
             _pause_point(f"moved-{name}")

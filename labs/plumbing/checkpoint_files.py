@@ -9,6 +9,7 @@ there. ``checkpoint.py`` builds its crash-safe save from these.
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import shutil
@@ -115,6 +116,20 @@ def _write_file(path: Path, data: bytes) -> None:
         os.fsync(f.fileno())  # the bytes are on disk before any name points at them
 
 
+def _write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    """``arrays`` as a new safetensors file ``path``, fsynced: written by safetensors from
+    the arrays (no serialised copy of the whole file held in memory)."""
+    from safetensors.numpy import save_file
+
+    save_file(arrays, str(path))
+    _pause_point("writing")  # a file on disk, the set not yet complete
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the bytes are on disk before any name points at them
+    finally:
+        os.close(fd)
+
+
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Replace ``path`` by ``data`` whole: a new temporary file in the same directory
     (a rename across file systems is not atomic), fsynced, renamed onto ``path``. A
@@ -159,7 +174,8 @@ def _sha256(path: Path) -> str:
 def new_directory(path: str | os.PathLike):
     """Create the directory ``path``, which must not exist, all at once or not at all.
 
-    Yields a hidden sibling (``.NAME.PID.partial``) to write into; when the block
+    Yields a hidden sibling (``.NAME.PID.partial``) to write into (one a killed
+    process left is removed first); when the block
     ends without an error, its files are made durable and it is renamed to
     ``path`` (one atomic rename), otherwise it is removed. Whatever happens,
     ``path`` is either absent or complete, and an existing ``path`` is never
@@ -172,7 +188,10 @@ def new_directory(path: str | os.PathLike):
     path = Path(path)
     if path.exists() or path.is_symlink():
         raise FileExistsError(f"{path} already exists (nothing was written; choose a new name)")
+    from .checkpoint import remove_leftovers  # a cycle: checkpoint.py builds on this module
+
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(path.parent, f".{glob.escape(path.name)}.*.partial")  # killed writers'
     tmp = path.with_name(f".{path.name}.{os.getpid()}.partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

@@ -59,6 +59,9 @@ def expected_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
     L = int(model_config.get("n_layers", 4))
     C = int(model_config.get("d_model", 128))
     bias = bool(model_config.get("bias", True))
+    H = int(model_config.get("n_heads", 4))  # GQA: H_kv key/value heads of d_k features
+    H_kv, d_k = model_config.get("n_kv_heads") or H, model_config.get("head_dim") or C // H
+    qkv_bias = model_config.get("qkv_bias")
     # fields added with the Llama-style options; a config without them is a GPT-2
     learned_positions = model_config.get("pos_emb", "learned") == "learned"
     rmsnorm = model_config.get("norm", "layernorm") == "rmsnorm"
@@ -72,9 +75,9 @@ def expected_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
 
     shapes: dict[str, tuple[int, ...]] = {}
 
-    def linear(name: str, n_in: int, n_out: int) -> None:
+    def linear(name: str, n_in: int, n_out: int, has_bias: bool | None = None) -> None:
         shapes[f"{name}.weight"] = (n_out, n_in)  # PyTorch's layout: (out, in)
-        if bias:
+        if bias if has_bias is None else has_bias:
             shapes[f"{name}.bias"] = (n_out,)
 
     def layernorm(name: str) -> None:
@@ -88,8 +91,8 @@ def expected_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
     for i in range(L):
         b = f"blocks.{i}"
         layernorm(f"{b}.ln1")
-        linear(f"{b}.attn.qkv_proj", C, 3 * C)
-        linear(f"{b}.attn.out_proj", C, C)
+        linear(f"{b}.attn.qkv_proj", C, (H + 2 * H_kv) * d_k, qkv_bias)
+        linear(f"{b}.attn.out_proj", H * d_k, C)
         layernorm(f"{b}.ln2")
         if swiglu:  # gate, down, up (Llama's w1, w2, w3)
             linear(f"{b}.ffn.w1", C, F)
@@ -125,7 +128,8 @@ def physical_memory() -> int | None:
         return None
 
 
-_SIZES = ("vocab_size", "block_size", "n_layers", "n_heads", "d_model", "d_ff")
+_SIZES = ("vocab_size", "block_size", "n_layers", "n_heads", "d_model")
+_OPTIONAL_SIZES = ("d_ff", "n_kv_heads", "head_dim")  # None: the default
 
 
 def check_declared_size(model_config: dict, where: str, layers_present: int | None = None):
@@ -136,9 +140,9 @@ def check_declared_size(model_config: dict, where: str, layers_present: int | No
     Raises:
         CheckpointError: the field, its value and the bound, with ``where`` first.
     """
-    for key in _SIZES:
+    for key in (*_SIZES, *_OPTIONAL_SIZES):
         value = model_config.get(key)
-        if key not in model_config or (key == "d_ff" and value is None):
+        if key not in model_config or (key in _OPTIONAL_SIZES and value is None):
             continue
         if type(value) is not int or value < 1:
             raise CheckpointError(f"{where}: {key} must be a positive integer, got {value!r}")

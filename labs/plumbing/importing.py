@@ -55,6 +55,19 @@ def _tokenizer_of(directory: Path, vocab_size: int, notes: list[str]):
     return tokenizer
 
 
+def _untie_if_different(model_config: dict, weights: dict, embedding: str, notes: list[str]):
+    """A config that ties the head whose file holds another ``lm_head.weight`` is untied,
+    as transformers loads it (never the head silently dropped)."""
+    head = weights.get("lm_head.weight")
+    if model_config["tie_weights"] and head is not None:
+        if not np.array_equal(head, weights.get(embedding)):
+            model_config["tie_weights"] = False
+            notes.append(
+                "config.json ties the head to the embedding, but the weights hold a different "
+                "lm_head.weight: imported untied, as transformers loads it"
+            )
+
+
 def _with_gpt2_prefix(weights: dict[str, np.ndarray], notes: list[str]) -> dict:
     """GPT-2's keys as ``GPT2LMHeadModel`` names them: the hub's ``gpt2`` files were saved
     from the inner ``GPT2Model`` (``h.0.attn.c_attn.weight``, no ``transformer.``)."""
@@ -79,6 +92,7 @@ def import_gpt2(directory: str | Path) -> Imported:
     model_config = from_gpt2_config(config)
     notes: list[str] = []
     weights = _with_gpt2_prefix(read_hf_weights(directory), notes)
+    _untie_if_different(model_config, weights, "transformer.wte.weight", notes)
     check_declared_size(model_config, str(directory / "config.json"), layers_in(weights))
     state = pretrained.from_gpt2_state(
         weights, model_config["n_layers"], model_config["tie_weights"], bias=True
@@ -89,9 +103,9 @@ def import_gpt2(directory: str | Path) -> Imported:
 
 
 def import_llama(directory: str | Path, rope_layout: str = "half") -> Imported:
-    """A Hugging Face Llama directory whose config this GPT can run (no grouped-query
-    attention, the plain RoPE, RMSNorm eps 1e-5, ...: ``from_llama_config`` names the
-    field that does not fit) and whose tokenizer is byte-level BPE.
+    """A Hugging Face Llama, Mistral or Qwen2 directory whose config this GPT can run
+    (``from_llama_config`` names the field that does not fit) and whose tokenizer is
+    byte-level BPE.
 
     Raises:
         as :func:`import_gpt2`.
@@ -102,9 +116,10 @@ def import_llama(directory: str | Path, rope_layout: str = "half") -> Imported:
     config = read_hf_config(directory)
     model_config = from_llama_config(config, rope_layout)
     weights = read_hf_weights(directory)
+    notes: list[str] = []
+    _untie_if_different(model_config, weights, "model.embed_tokens.weight", notes)
     check_declared_size(model_config, str(directory / "config.json"), layers_in(weights))
     state = from_llama_state(weights, model_config)
-    notes: list[str] = []
     if rope_layout == "interleaved":
         notes.append("q and k rows permuted from HF's 'half' RoPE layout to 'interleaved'")
     tokenizer = _tokenizer_of(directory, model_config["vocab_size"], notes)

@@ -26,14 +26,14 @@ And the RoPE layout: HF rotates the feature pairs (i, i + d_k/2) of each head
 (``rotate_half``, the "half" layout), Meta's checkpoints and this project's
 default the pairs (2i, 2i + 1) ("interleaved"). The two are the same model up
 to a fixed permutation of each head's q and k rows
-(:func:`numpy_impl.rope.permute_qkv_for_rope`, the ``permute`` of HF's
+(:func:`numpy_impl.rope.rope_permutation`, the ``permute`` of HF's
 convert_llama_weights_to_hf.py), applied here on the way in and out.
 
-The architectures agree when Llama's config asks for what this project builds:
-as many key/value heads as query heads (no grouped-query attention), the
-default RoPE (no ``rope_scaling``), ``head_dim = hidden_size /
-num_attention_heads``, SiLU, no biases, RMSNorm epsilon 1e-5 (Llama 2's; note
-``LlamaConfig``'s default is 1e-6) and no attention dropout.
+With grouped-query attention ``qkv_proj`` has ``(H + 2 H_kv) d_k`` rows. The
+same layout serves Mistral (``sliding_window`` null) and Qwen2 (q, k, v biases:
+``qkv_bias``; exported as ``Qwen2ForCausalLM``). The architectures agree for
+any ``num_key_value_heads``, ``head_dim``, ``rms_norm_eps``, the plain, linear
+or llama3 RoPE, SiLU, no other biases and no attention dropout;
 :func:`from_llama_config` refuses the rest, naming the field.
 """
 
@@ -42,6 +42,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+
+from numpy_impl.pretrained import check_tied_head
 
 from .interop import _check_keys, _flag, _get, _has, _numpy, _optional
 
@@ -63,7 +65,12 @@ _LLAMA_ARCH = {
     "bias": False,
     "norm_position": "pre",
 }
-_RMS_NORM_EPS = 1e-5  # numpy_impl/torch_impl RMSNorm's eps, which GPTConfig does not change
+#: model_type -> the defaults of its config class where they differ from LlamaConfig's.
+FAMILIES = {
+    "llama": {},
+    "mistral": {"sliding_window": 4096},  # Mistral 7B v0.1's window; v0.2 on: null
+    "qwen2": {"use_sliding_window": False, "rms_norm_eps": 1e-6},
+}
 #: LlamaConfig's defaults, for a config.json that leaves a field out.
 LLAMA_DEFAULTS = {
     "vocab_size": 32000,
@@ -96,44 +103,46 @@ def _llama_key_table(n_layers: int, tied: bool) -> list[tuple[str, str]]:
     return table
 
 
-def _qkv_keys(n: int) -> tuple[str, list[str]]:
+def _qkv_keys(n: int, kind: str = "weight") -> tuple[str, list[str]]:
     """Our fused key of block n and Llama's three, in the order q, k, v."""
-    return f"blocks.{n}.attn.qkv_proj.weight", [
-        f"model.layers.{n}.self_attn.{p}.weight" for p in _LLAMA_QKV
+    return f"blocks.{n}.attn.qkv_proj.{kind}", [
+        f"model.layers.{n}.self_attn.{p}.{kind}" for p in _LLAMA_QKV
     ]
 
 
-def _rope_base(hf_config) -> float:
-    """RoPE's base from a LlamaConfig, refusing any scaled RoPE and any disagreement.
+def _qkv_kinds(model_config: dict) -> list[tuple[int, str]]:
+    """(block, "weight" or "bias") of every fused qkv_proj tensor (biases: Qwen2's)."""
+    kinds = ("weight", "bias") if model_config.get("qkv_bias") else ("weight",)
+    return [(n, kind) for n in range(model_config.get("n_layers", 4)) for kind in kinds]
 
-    transformers 5 keeps it in ``rope_parameters`` (``{"rope_type", "rope_theta"}``),
-    4.x in ``rope_theta`` next to ``rope_scaling``. In a config.json ``rope_scaling``
-    must be null (or absent); a LlamaConfig of transformers 5 makes it another name of
-    ``rope_parameters``, so there it may hold the plain RoPE's parameters. Every base
-    given (``rope_theta``, ``rope_parameters.rope_theta``) must be the same number.
+
+def _rope(hf_config) -> tuple[float, dict | None]:
+    """RoPE's base and scaling (None, or ``check_rope_scaling``'s dict) from a Llama config.
+
+    transformers 5 keeps them in ``rope_parameters`` (``{"rope_type", "rope_theta", ...}``),
+    4.x in ``rope_theta`` and ``rope_scaling``. Every section given must say the same:
+    one base, one scaling (``rope_type`` "default", "linear" or "llama3").
     """
+    from numpy_impl.rope import check_rope_scaling
+
     thetas: dict[str, object] = {}
-    sections = [("rope_parameters", _optional(hf_config, "rope_parameters"))]
-    scaling = _optional(hf_config, "rope_scaling")
-    if scaling is not None and isinstance(hf_config, Mapping):
-        raise ValueError(f"rope_scaling: this GPT has the plain RoPE (null), got {scaling!r}")
-    sections.append(("rope_scaling", scaling))
-    for name, params in sections:
+    scalings: dict[str, dict | None] = {}
+    for name in ("rope_parameters", "rope_scaling"):
+        params = _optional(hf_config, name)
         if params is None:
             continue
         if not isinstance(params, Mapping):
             raise ValueError(f"{name}: expected an object or null, got {params!r}")
-        rope_type = params.get("rope_type", params.get("type", "default"))
-        if rope_type != "default":
-            raise ValueError(
-                f"{name}: this GPT has the plain RoPE (rope_type 'default'), "
-                f"got rope_type {rope_type!r}"
+        kind = params.get("rope_type", params.get("type", "default"))
+        rest = {k: v for k, v in params.items() if k not in ("rope_type", "type", "rope_theta")}
+        if kind == "default" and rest:
+            raise ValueError(f"{name}: the plain RoPE takes rope_theta only, got {sorted(rest)}")
+        try:
+            scalings[name] = (
+                None if kind == "default" else check_rope_scaling({"rope_type": kind, **rest})
             )
-        if other := sorted(set(params) - {"rope_type", "type", "rope_theta"}):
-            raise ValueError(
-                f"{name}: this GPT has the plain RoPE (rope_type and rope_theta only), "
-                f"got {', '.join(other)} too"
-            )
+        except ValueError as e:
+            raise ValueError(f"{name}: {str(e).removeprefix('rope_scaling: ')}") from None
         if "rope_theta" in params:
             thetas[f"{name}.rope_theta"] = params["rope_theta"]
     if _has(hf_config, "rope_theta"):
@@ -146,7 +155,9 @@ def _rope_base(hf_config) -> float:
     if len({float(v) for v in thetas.values()}) > 1:
         given = ", ".join(f"{k} {v!r}" for k, v in thetas.items())
         raise ValueError(f"rope_theta: the config gives two RoPE bases ({given}); give one")
-    return float(next(iter(thetas.values())))
+    if len({repr(v) for v in scalings.values()}) > 1:
+        raise ValueError(f"rope_scaling: rope_parameters and rope_scaling differ: {scalings}")
+    return float(next(iter(thetas.values()))), next(iter(scalings.values()), None)
 
 
 def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
@@ -175,56 +186,50 @@ def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
     """
     if rope_layout not in ("interleaved", "half"):
         raise ValueError(f"rope_layout: expected 'interleaved' or 'half', got {rope_layout!r}")
-    if isinstance(hf_config, Mapping):  # a config.json: LlamaConfig's defaults where silent
-        model_type = hf_config.get("model_type", "llama")
-        if model_type != "llama":
-            raise ValueError(f"model_type: expected 'llama', got {model_type!r}")
-        hf_config = {**LLAMA_DEFAULTS, **hf_config}
+    model_type = _optional(hf_config, "model_type", "llama")
+    if model_type not in FAMILIES:
+        raise ValueError(f"model_type: expected one of {sorted(FAMILIES)}, got {model_type!r}")
+    if isinstance(hf_config, Mapping):  # a config.json: the config class's defaults where silent
+        hf_config = {**LLAMA_DEFAULTS, **FAMILIES[model_type], **hf_config}
         if not hf_config.get("rope_parameters") and "rope_theta" not in hf_config:
             hf_config["rope_theta"] = 10000.0
     d_model = int(_get(hf_config, "hidden_size"))
     n_heads = int(_get(hf_config, "num_attention_heads"))
-    kv_heads = _optional(hf_config, "num_key_value_heads")
-    if kv_heads is not None and kv_heads != n_heads:
-        raise ValueError(
-            f"num_key_value_heads: this GPT has no grouped-query attention, so it must equal "
-            f"num_attention_heads={n_heads}, got {kv_heads}"
-        )
-    head_dim = _optional(hf_config, "head_dim")
-    if head_dim is not None and head_dim * n_heads != d_model:
-        raise ValueError(
-            f"head_dim: this GPT's heads split hidden_size={d_model} in num_attention_heads="
-            f"{n_heads}, so head_dim must be {d_model // n_heads}, got {head_dim}"
-        )
     act = _get(hf_config, "hidden_act")
     if act not in ("silu", "swish"):
         raise ValueError(f"hidden_act: this GPT's SwiGLU gate uses 'silu', got {act!r}")
-    for name, wanted in (
-        ("attention_bias", False),
-        ("mlp_bias", False),
-        ("attention_dropout", 0.0),
-        ("pretraining_tp", 1),
-    ):
+    qkv_bias = model_type == "qwen2" or _flag(hf_config, "attention_bias", False)
+    if qkv_bias and model_type != "qwen2":  # Llama's attention_bias: o_proj's too
+        raise ValueError("attention_bias: this GPT has q, k, v biases only (Qwen2's); got true")
+    checks = [("mlp_bias", False), ("attention_dropout", 0.0), ("pretraining_tp", 1),
+              ("use_sliding_window", False)]  # fmt: skip
+    checks += [("sliding_window", None)] if model_type == "mistral" else []
+    for name, wanted in checks:
         value = _optional(hf_config, name, wanted)
         if value != wanted:
             raise ValueError(f"{name}: this GPT needs {wanted!r}, got {value!r}")
     eps = _get(hf_config, "rms_norm_eps")
-    if eps != _RMS_NORM_EPS:
-        raise ValueError(
-            f"rms_norm_eps: this GPT's RMSNorm uses {_RMS_NORM_EPS} (Llama 2's), got {eps}"
-        )
-    tied = _flag(hf_config, "tie_word_embeddings", False)
+    if isinstance(eps, bool) or not isinstance(eps, int | float):
+        raise ValueError(f"rms_norm_eps: expected a number, got {eps!r}")
+    rope_base, rope_scaling = _rope(hf_config)
+    kv_heads = _optional(hf_config, "num_key_value_heads") or n_heads
+    head_dim = _optional(hf_config, "head_dim") or d_model // n_heads
     return {
         "vocab_size": int(_get(hf_config, "vocab_size")),
         "block_size": int(_get(hf_config, "max_position_embeddings")),
         "n_layers": int(_get(hf_config, "num_hidden_layers")),
         "n_heads": n_heads,
+        "n_kv_heads": None if kv_heads == n_heads else kv_heads,  # None: the default
+        "head_dim": None if head_dim * n_heads == d_model else head_dim,
         "d_model": d_model,
         "d_ff": int(_get(hf_config, "intermediate_size")),
         "dropout": 0.0,
-        "tie_weights": bool(tied),
+        "tie_weights": bool(_flag(hf_config, "tie_word_embeddings", False)),
         "rope_layout": rope_layout,
-        "rope_base": _rope_base(hf_config),
+        "rope_base": rope_base,
+        "rope_scaling": rope_scaling,
+        "qkv_bias": bool(qkv_bias),
+        "norm_eps": float(eps),
         **_LLAMA_ARCH,
     }
 
@@ -252,20 +257,23 @@ def llama_config_dict(model_config: dict) -> dict:
     d_model = model_config.get("d_model", 128)
     d_ff = model_config.get("d_ff")
     rope_base = float(model_config.get("rope_base", 10000.0))
+    scaling = model_config.get("rope_scaling")
+    qwen2 = bool(model_config.get("qkv_bias"))  # q, k, v biases, no other: Qwen2's layout
     return {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
+        "model_type": "qwen2" if qwen2 else "llama",
+        "architectures": ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"],
         "vocab_size": model_config["vocab_size"],
         "hidden_size": d_model,
         "intermediate_size": swiglu_hidden_dim(d_model) if d_ff is None else d_ff,
         "num_hidden_layers": model_config.get("n_layers", 4),
         "num_attention_heads": model_config.get("n_heads", 4),
-        "num_key_value_heads": model_config.get("n_heads", 4),
+        "num_key_value_heads": model_config.get("n_kv_heads") or model_config.get("n_heads", 4),
+        "head_dim": model_config.get("head_dim") or d_model // model_config.get("n_heads", 4),
         "max_position_embeddings": model_config.get("block_size", 64),
-        "rms_norm_eps": _RMS_NORM_EPS,
+        "rms_norm_eps": model_config.get("norm_eps", 1e-5),
         "rope_theta": rope_base,  # transformers 4.x; 5.x reads rope_parameters (and this)
-        "rope_scaling": None,
-        "rope_parameters": {"rope_type": "default", "rope_theta": rope_base},
+        "rope_scaling": scaling,
+        "rope_parameters": {"rope_type": "default", **(scaling or {}), "rope_theta": rope_base},
         "hidden_act": "silu",
         "attention_bias": False,
         "mlp_bias": False,
@@ -288,18 +296,32 @@ def llama_config(model_config: dict):
         ImportError: transformers is not installed (``pip install -e ".[interop]"``).
         ValueError: as :func:`llama_config_dict`.
     """
-    from transformers import LlamaConfig
+    from transformers import AutoConfig
 
     fields = llama_config_dict(model_config)
-    for name in ("model_type", "architectures", "rope_scaling", "rope_parameters"):
-        del fields[name]
-    return LlamaConfig(**fields)
+    del fields["architectures"], fields["rope_scaling"]  # 5.x: another name of rope_parameters
+    return AutoConfig.for_model(fields.pop("model_type"), **fields)
+
+
+def _qkv_sizes(model_config: dict) -> list[int]:
+    """Rows of q, k and v in qkv_proj: ``H d_k``, ``H_kv d_k``, ``H_kv d_k``."""
+    H = model_config.get("n_heads", 4)
+    d_k = model_config.get("head_dim") or model_config.get("d_model", 128) // H
+    H_kv = model_config.get("n_kv_heads") or H
+    return [H * d_k, H_kv * d_k, H_kv * d_k]
 
 
 def _permute_qk(qkv: np.ndarray, model_config: dict, from_layout: str, to_layout: str):
-    from numpy_impl.rope import permute_qkv_for_rope  # numpy only: labs never needs torch here
+    """qkv_proj's rows (weight or bias) with each q and k head's features reordered from one
+    RoPE layout to the other (:func:`numpy_impl.rope.rope_permutation`); v as it is."""
+    from numpy_impl.rope import rope_permutation  # numpy only: labs never needs torch here
 
-    return permute_qkv_for_rope(qkv, model_config.get("n_heads", 4), from_layout, to_layout)
+    n_q, n_k, _ = _qkv_sizes(model_config)
+    d_k = n_q // model_config.get("n_heads", 4)
+    perm = rope_permutation(d_k, from_layout, to_layout)
+    heads = np.arange(n_q + n_k).reshape(-1, d_k)  # (H + H_kv, d_k): q heads, then k heads
+    rows = np.concatenate([heads[:, perm].reshape(-1), np.arange(n_q + n_k, len(qkv))])
+    return qkv[rows]
 
 
 def from_llama_state(hf_state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
@@ -321,27 +343,20 @@ def from_llama_state(hf_state: Mapping, model_config: dict) -> dict[str, np.ndar
     n_layers = model_config.get("n_layers", 4)
     table = _llama_key_table(n_layers, tied)
     wanted = {theirs for _, theirs in table}
-    wanted |= {k for n in range(n_layers) for k in _qkv_keys(n)[1]}
+    wanted |= {k for n, kind in _qkv_kinds(model_config) for k in _qkv_keys(n, kind)[1]}
     present = {k for k in hf_state if not k.endswith("rotary_emb.inv_freq")}
     if tied:
+        check_tied_head(hf_state, "model.embed_tokens.weight", "lm_head.weight")
         present.discard("lm_head.weight")  # the same tensor as embed_tokens
     _check_keys("Llama state dict", present, wanted)
     state = {ours: np.ascontiguousarray(_numpy(hf_state[theirs])) for ours, theirs in table}
-    for n in range(n_layers):
-        ours, theirs = _qkv_keys(n)
-        qkv = np.concatenate([_numpy(hf_state[k]) for k in theirs], axis=0)  # (3C, C)
+    for n, kind in _qkv_kinds(model_config):
+        ours, theirs = _qkv_keys(n, kind)
+        qkv = np.concatenate([_numpy(hf_state[k]) for k in theirs], axis=0)  # ((H+2H_kv) d_k, C)
         state[ours] = _permute_qk(qkv, model_config, "half", model_config["rope_layout"])
     if tied:
         state["head.weight"] = state["tok_emb.weight"]
-    return {k: state[k] for k in _llama_order(n_layers, tied)}
-
-
-def _llama_order(n_layers: int, tied: bool) -> list[str]:
-    """Our keys in the backends' state-dict order (qkv_proj after ln1)."""
-    block = ("ln1", "attn.qkv_proj", "attn.out_proj", "ln2", "ffn.w1", "ffn.w2", "ffn.w3")
-    keys = ["tok_emb.weight"]
-    keys += [f"blocks.{n}.{k}.weight" for n in range(n_layers) for k in block]
-    return keys + ["ln_f.weight", "head.weight"]
+    return state
 
 
 def to_llama_state(state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
@@ -357,14 +372,15 @@ def to_llama_state(state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
     tied = model_config.get("tie_weights", True)
     n_layers = model_config.get("n_layers", 4)
     table = _llama_key_table(n_layers, tied)
-    wanted = {ours for ours, _ in table} | {_qkv_keys(n)[0] for n in range(n_layers)}
+    wanted = {ours for ours, _ in table} | {_qkv_keys(*nk)[0] for nk in _qkv_kinds(model_config)}
     _check_keys("state dict", set(state) - ({"head.weight"} if tied else set()), wanted)
     hf_state = {theirs: np.ascontiguousarray(_numpy(state[ours])) for ours, theirs in table}
     layout = model_config.get("rope_layout", "interleaved")
-    for n in range(n_layers):
-        ours, theirs = _qkv_keys(n)
+    cuts = np.cumsum(_qkv_sizes(model_config))[:2]
+    for n, kind in _qkv_kinds(model_config):
+        ours, theirs = _qkv_keys(n, kind)
         qkv = _permute_qk(_numpy(state[ours]), model_config, layout, "half")
-        for key, rows in zip(theirs, np.split(qkv, 3, axis=0), strict=True):
+        for key, rows in zip(theirs, np.split(qkv, cuts, axis=0), strict=True):
             hf_state[key] = np.ascontiguousarray(rows)
     if tied:
         hf_state["lm_head.weight"] = hf_state["model.embed_tokens.weight"]
@@ -404,13 +420,13 @@ def to_llama(model_config: dict, state: Mapping, dtype=None):
         ValueError: as :func:`llama_config` and :func:`to_llama_state`.
     """
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
 
     hf_config = llama_config(model_config)
     hf_state = to_llama_state(state, model_config)
     if dtype is None:
         dtype = torch.from_numpy(np.zeros(0, hf_state["model.embed_tokens.weight"].dtype)).dtype
-    model = LlamaForCausalLM(hf_config).to(dtype)
+    model = AutoModelForCausalLM.from_config(hf_config).to(dtype)
     tensors = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in hf_state.items()}
     missing, unexpected = model.load_state_dict(tensors, strict=False)
     missing = [k for k in missing if not k.endswith("rotary_emb.inv_freq")]
