@@ -259,7 +259,7 @@ def _generation(block_size: int, new_tokens: int, args: argparse.Namespace) -> l
         row["identical"] = ids[name, False] == ids[name, True]  # the cache changes no token
         rows.append(row)
     cache = models["numpy"].model.new_kv_cache()
-    models["numpy"].model(np.asarray([prompt]), kv_cache=cache)  # block_size positions of H_kv heads
+    models["numpy"].model(np.asarray([prompt]), kv_cache=cache)  # fills the H_kv heads
     for row in rows:
         row["kv_cache_bytes"] = sum(layer.k.nbytes + layer.v.nbytes for layer in cache.layers)
     for row in rows:
