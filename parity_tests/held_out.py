@@ -156,11 +156,11 @@ HELD_OUT: list[Mistake] = [
     ),
     Mistake(
         "11",
-        "merge-pair-first-twice",
-        "the second element compared with pair[0]",
+        "merge-misses-the-last-pair",
+        "a pair at the very end of the sequence never merged",
         "tokenizer.py",
         "merge",
-        (("seq[i + 1] == pair[1]", "seq[i + 1] == pair[0]"),),
+        (("if i < n - 1 and", "if i < n - 2 and"),),
         "out",
         "merge",
     ),
@@ -223,6 +223,16 @@ HELD_OUT: list[Mistake] = [
         (("kv=memory, attn_mask=memory_mask)", "kv=memory)"),),
         "x",
         "Decoder or seq2seq",
+    ),
+    Mistake(
+        "17",
+        "key-table-conv1d-flag-inverted",
+        "the Conv1D flag of the blocks' weights inverted",
+        "pretrained.py",
+        "gpt2_key_table",
+        (('.{theirs}.weight", conv1d)', '.{theirs}.weight", not conv1d)'),),
+        "table",
+        "key_table or conv1d",
     ),
 ]
 

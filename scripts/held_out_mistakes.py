@@ -5,7 +5,8 @@ Each mistake goes into a fresh workspace (the reference with that one edit); the
 
 * NAMED: the check fails and its output names the mistake's line (FILE:LINE);
 * CAUGHT: the check fails without naming it;
-* SILENT: the check passes.
+* SILENT: the check passes;
+* HANG: the check does not end in 300 s.
 
     python scripts/held_out_mistakes.py [--quick] [--out FILE] [NAME ...]
 
@@ -30,17 +31,26 @@ from parity_tests.held_out import HELD_OUT, mistake_line  # noqa: E402
 from parity_tests.mistakes import write_mistake  # noqa: E402
 
 
-def measure(ref: Reference, m, base: Path, quick: bool) -> tuple[str, str, str]:
+def measure(ref: Reference, m, base: Path, quick: bool, reuse: Path | None):
     ws = Workspace(base / f"ch{m.chapter}-{m.name}")
     write_mistake(ref, ws, m)
     line = mistake_line(ref, m, (ws.package / m.file).read_text(encoding="utf-8"))
     where = f"numpy_impl/{m.file}:{line}"
-    cmd = [sys.executable, "-m", "labs", "check", m.chapter, "--workspace", str(ws.root)]
-    if quick and m.keyword:
-        cmd += ["-k", m.keyword]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
-    out = proc.stdout + proc.stderr
-    if proc.returncode == 0:
+    saved = reuse / f"ch{m.chapter}-{m.name}.out" if reuse else None
+    if saved and saved.is_file():  # an earlier run's output (its workspace path differs)
+        out = saved.read_text(encoding="utf-8")
+    else:
+        cmd = [sys.executable, "-m", "labs", "check", m.chapter, "--workspace", str(ws.root)]
+        if quick and m.keyword:
+            cmd += ["-k", m.keyword]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+            out = proc.stdout + proc.stderr + f"\nexit status {proc.returncode}\n"
+        except subprocess.TimeoutExpired:
+            out = "TIMEOUT: the check did not end in 300 s\n"
+    if out.startswith("TIMEOUT"):
+        result = "HANG"
+    elif "exit status 0\n" in out:
         result = "SILENT"
     elif where in out:
         result = "NAMED"
@@ -56,20 +66,22 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="each mistake's -k selection only")
     p.add_argument("--out", type=Path, help="also write the table here")
     p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--reuse", type=Path, help="the outputs of an earlier run, where there")
     args = p.parse_args()
     ref = Reference()
     chosen = [m for m in HELD_OUT if not args.names or m.name in args.names]
     base = Path(tempfile.mkdtemp(prefix="held-out-"))
     with ThreadPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(lambda m: measure(ref, m, base, args.quick), chosen))
+        results = list(pool.map(lambda m: measure(ref, m, base, args.quick, args.reuse), chosen))
     lines = [f"held-out mistakes, labs check{' -k' if args.quick else ''} ({base})"]
     for m, (result, where, _) in zip(chosen, results, strict=True):
         lines.append(f"{result:<7} ch{m.chapter} {m.name:<36} {where}  expect `{m.expect}`")
-    counts = {r: sum(res[0] == r for res in results) for r in ("NAMED", "CAUGHT", "SILENT")}
+    counts = {r: sum(res[0] == r for res in results) for r in ("NAMED", "CAUGHT", "SILENT", "HANG")}
     n = len(results)
     lines.append(
         f"{counts['NAMED']} of {n} named ({100 * counts['NAMED'] / max(n, 1):.0f}%), "
-        f"{counts['CAUGHT']} caught without a name, {counts['SILENT']} silent; "
+        f"{counts['CAUGHT']} caught without a name, {counts['SILENT']} silent, "
+        f"{counts['HANG']} hang; "
         f"{len({m.chapter for m in chosen})} chapters"
     )
     text = "\n".join(lines) + "\n"

@@ -378,8 +378,11 @@ def failure_hint(t: dict, chapter: str, tests: list[dict] = ()) -> str | None:
             )
         return f"not implemented yet: {m[2] if m else first}"
     failed = [c for c in t.get("comparisons", []) if not c["passed"]]
-    if first_wrong(t) and "test_backward_accumulates[" not in t["nodeid"]:
-        return first_wrong(t)
+    wrong = first_wrong(t) if "test_backward_accumulates[" not in t["nodeid"] else None
+    if wrong and exc == "AssertionError" and not failed and first:
+        return f"{first[:300]}; {wrong}"  # the test's own words, then the place
+    if wrong:
+        return wrong
     if failed and failed[-1].get("hint"):
         return None  # printed under the comparison
     if exc == "AssertionError" and "test_backward_accumulates[" in t["nodeid"]:
@@ -469,7 +472,8 @@ def _print_summary(ws: Workspace, run: Run, passed: bool, problems) -> None:
 
 def _main_hints(t: dict, chapter: str, tests: list[dict]) -> list[str]:
     """Every distinct hint of a failed test: its comparisons', else its own."""
-    seen = [first_wrong(t).split(";")[0]] if first_wrong(t) else []  # without the numbers
+    wrong = first_wrong(t)  # without its numbers, so that cases failing alike group
+    seen = [wrong.split("largest difference")[0].rstrip(", ;")] if wrong else []
     for c in t.get("comparisons", []):
         if not c["passed"] and c.get("hint") and c["hint"] not in seen:
             seen.append(c["hint"])
