@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import linecache
 import sys
 import types
 from pathlib import Path
@@ -366,8 +367,8 @@ def first_divergence(recorder: Recorder, targets: dict) -> dict | None:
         found = None
         for seq, name, k, value, line in ours.events:
             values = theirs.get(name)
-            if not values:
-                continue
+            if not values or "empty" in linecache.getline(key[0], line or 0):
+                continue  # np.empty's values are whatever the memory held
             if k < len(values) and _close(value, values[k]):
                 continue
             if any(_close(value, v) for v in values):

@@ -4,12 +4,14 @@ Unlike mistakes.py's catalogue, whose hints name each mistake, these measure the
 checker on what nobody foresaw: the check must fail, and should locate the mistake:
 its output names the line of the learner's file where it sits (the first-divergence
 report, parity_tests/divergence.py, names the first wrong variable and its line).
-``expect`` is that variable (``"return"``: the value returned). The first edit's
-first line is the line to name. scripts/held_out_mistakes.py measures the whole list;
-test_divergence.py checks one per chapter.
+``expect`` is that variable (``"return"``: the value returned). The line to name is
+the statement of the first edit (:func:`mistake_lines`). scripts/held_out_mistakes.py
+measures the whole list; test_divergence.py checks one per chapter.
 """
 
 from __future__ import annotations
+
+import ast
 
 from parity_tests.mistakes import Mistake, region_of
 
@@ -237,11 +239,20 @@ HELD_OUT: list[Mistake] = [
 ]
 
 
-def mistake_line(ref, mistake: Mistake, text: str) -> int:
-    """The line (from 1) of the workspace file ``text`` where the mistake's first edit sits:
-    the first line, at or after the region's BEGIN, holding the edit's wrong text."""
+def mistake_lines(ref, mistake: Mistake, text: str) -> list[int]:
+    """The lines (from 1) of the workspace file ``text`` that hold the mistake: the statement
+    of its first edit's first line (a compound statement's header only)."""
     begin = region_of(ref, mistake).begin
     first = mistake.edits[0][1].splitlines()[0].strip()
     lines = text.splitlines()
     # the workspace's region starts where the reference's does (earlier regions unchanged)
-    return next(i + 1 for i in range(begin, len(lines)) if first in lines[i])
+    line = next(i + 1 for i in range(begin, len(lines)) if first in lines[i])
+    spans = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.stmt) and node.lineno <= line <= node.end_lineno:
+            body = getattr(node, "body", None)
+            end = body[0].lineno - 1 if body and body[0].lineno > line else node.end_lineno
+            if node.lineno <= line <= end:
+                spans.append((end - node.lineno, node.lineno, end))
+    _, start, end = min(spans)
+    return list(range(start, end + 1))

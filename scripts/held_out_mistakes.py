@@ -3,7 +3,8 @@
 Each mistake goes into a fresh workspace (the reference with that one edit); then
 ``python -m labs check NN`` runs on it, and the result is one of
 
-* NAMED: the check fails and its output names the mistake's line (FILE:LINE);
+* NAMED: the check fails and its output names the mistake's line (FILE:LINE, a line of
+  the statement that holds it);
 * CAUGHT: the check fails without naming it;
 * SILENT: the check passes;
 * HANG: the check does not end in 300 s.
@@ -16,6 +17,7 @@ Each mistake goes into a fresh workspace (the reference with that one edit); the
 from __future__ import annotations
 
 import argparse
+import re
 import subprocess
 import sys
 import tempfile
@@ -27,15 +29,15 @@ sys.path.insert(0, str(ROOT))
 
 from labs.learner.exercises_fences import Reference  # noqa: E402
 from labs.learner.exercises_workspace import Workspace  # noqa: E402
-from parity_tests.held_out import HELD_OUT, mistake_line  # noqa: E402
+from parity_tests.held_out import HELD_OUT, mistake_lines  # noqa: E402
 from parity_tests.mistakes import write_mistake  # noqa: E402
 
 
 def measure(ref: Reference, m, base: Path, quick: bool, reuse: Path | None):
     ws = Workspace(base / f"ch{m.chapter}-{m.name}")
     write_mistake(ref, ws, m)
-    line = mistake_line(ref, m, (ws.package / m.file).read_text(encoding="utf-8"))
-    where = f"numpy_impl/{m.file}:{line}"
+    lines = mistake_lines(ref, m, (ws.package / m.file).read_text(encoding="utf-8"))
+    where = f"numpy_impl/{m.file}:{lines[0]}"
     saved = reuse / f"ch{m.chapter}-{m.name}.out" if reuse else None
     if saved and saved.is_file():  # an earlier run's output (its workspace path differs)
         out = saved.read_text(encoding="utf-8")
@@ -52,7 +54,7 @@ def measure(ref: Reference, m, base: Path, quick: bool, reuse: Path | None):
         result = "HANG"
     elif "exit status 0\n" in out:
         result = "SILENT"
-    elif where in out:
+    elif any(re.search(rf"numpy_impl/{re.escape(m.file)}:{n}\b", out) for n in lines):
         result = "NAMED"
     else:
         result = "CAUGHT"
