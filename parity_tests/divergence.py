@@ -24,6 +24,7 @@ import copy
 import itertools
 import linecache
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -31,9 +32,10 @@ import numpy as np
 
 from labs.learner.exercises_fences import Reference, parse_regions
 
-MAX_CALLS = 64  # traced calls per example: enough for the first wrong one
+MAX_CALLS = 16  # traced calls per example: enough for the first wrong one
 MAX_EVENTS = 20000
-MAX_STATE = 1 << 20  # parameters larger than this (elements, all together) are not followed
+MAX_STATE = 1 << 18  # arrays (parameters, all together) larger than this are not followed
+BUDGET = 2.0  # seconds of recording per run, and per reference run: then it runs untraced
 
 
 def _qualname(code) -> str:
@@ -86,7 +88,7 @@ def _snapshot(x):
         return x.copy() if x.size <= MAX_STATE else _SKIP
     if x is None or isinstance(x, (bool, int, float, complex, str, bytes, np.generic)):
         return x
-    if isinstance(x, (list, tuple)) and len(x) <= 10000:
+    if isinstance(x, (list, tuple)) and len(x) <= 2000:
         items = [_snapshot(v) for v in x]
         return _SKIP if any(v is _SKIP for v in items) else tuple(items)
     data = getattr(x, "data", None)  # a Parameter: its value
@@ -169,11 +171,18 @@ def _equal_live(live, old) -> bool:
 class Recorder:
     """A ``sys.settrace`` tracer of the target functions' frames."""
 
-    def __init__(self, codes: dict):
+    def __init__(self, codes: dict, before=None):
         self.codes = codes  # code object or (file, qualname) -> key
-        self.calls: list[tuple] = []  # (key, args copy, _Frame, returned snapshot, return line)
-        self.seq = [0]
-        self.frames: dict = {}
+        # [key, args copy, _Frame, returned snapshot, return line, __class__, return's seq]
+        self.calls: list[list] = []
+        self.seq, self.before, self.cut = [0], before, False
+        self.deadline = time.monotonic() + BUDGET
+
+    def over(self) -> bool:
+        if not self.cut and time.monotonic() > self.deadline:
+            self.cut = True
+            sys.settrace(self.before)  # the rest of the run untraced
+        return self.cut
 
     def _target(self, code):
         if code in self.codes:
@@ -187,7 +196,7 @@ class Recorder:
         if event != "call":
             return None
         key = self._target(frame.f_code)
-        if key is None or len(self.calls) >= MAX_CALLS or self.seq[0] > MAX_EVENTS:
+        if key is None or len(self.calls) >= MAX_CALLS or self.seq[0] > MAX_EVENTS or self.over():
             return None
         if frame.f_code.co_flags & 0x2A0:  # a generator or coroutine: not followed
             return None
@@ -201,10 +210,12 @@ class Recorder:
             return None
         rec = _Frame({a: None for a in names})
         index = len(self.calls)
-        self.calls.append([key, args, rec, _SKIP, None, frame.f_locals.get("__class__")])
+        self.calls.append([key, args, rec, _SKIP, None, frame.f_locals.get("__class__"), None])
         rec.observe(frame, code.co_firstlineno, self.seq)
 
         def local(f, ev, a):
+            if self.over():
+                return None
             if ev == "line":
                 rec.observe(f, rec.line, self.seq)
                 rec.line = f.f_lineno
@@ -215,7 +226,7 @@ class Recorder:
                 call = self.calls[index]
                 call[3], call[4] = (_SKIP if rec.raised else _snapshot(a)), f.f_lineno
                 self.seq[0] += 1
-                call.append(self.seq[0])
+                call[6] = self.seq[0]
             return local
 
         rec.line = code.co_firstlineno
@@ -241,8 +252,8 @@ def _run_reference(code, args: dict, globals_: dict, klass):
         i += 1
     if code.co_flags & 0x08:
         kw.update(args[names[i]])
-    rec = Recorder({code: "ref"})
     before = sys.gettrace()
+    rec = Recorder({code: "ref"}, before)
     sys.settrace(rec)
     try:
         fn(*pos, **kw)
@@ -250,7 +261,7 @@ def _run_reference(code, args: dict, globals_: dict, klass):
         return None
     finally:
         sys.settrace(before)
-    if not rec.calls:
+    if not rec.calls or rec.cut:
         return None
     return rec.calls[0]
 
@@ -353,10 +364,10 @@ def describe(a, e) -> str:
 
 def first_divergence(recorder: Recorder, targets: dict) -> dict | None:
     """The learner's first value, in execution order, that leaves the reference's."""
-    best = None
+    best, deadline = None, time.monotonic() + 2 * BUDGET
     for call in recorder.calls:
-        if len(call) < 7:
-            continue  # still running when the test stopped (an exception)
+        if time.monotonic() > deadline:
+            break
         key, args, ours, returned, ret_line, klass, ret_seq = call
         ref = _run_reference(targets[key][0], args, _globals_of(key), klass)
         if ref is None:
@@ -375,7 +386,7 @@ def first_divergence(recorder: Recorder, targets: dict) -> dict | None:
                 continue
             found = (seq, name, value, values[min(k, len(values) - 1)], line)
             break
-        if found is None and ref[3] is not _SKIP and returned is not _SKIP:
+        if found is None and ref[3] is not _SKIP and returned is not _SKIP and ret_seq:
             if not _close(returned, ref[3]):
                 found = (ret_seq, "return", returned, ref[3], ret_line)
         if found and (best is None or found[0] < best[0][0]):
@@ -402,8 +413,8 @@ def trace(targets: dict, run, found: list):
         f = getattr(module, "__file__", None)
         if f and str(Path(f).resolve()) in {k[0] for k in targets}:
             _GLOBALS[str(Path(f).resolve())] = module.__dict__
-    rec = Recorder({k: k for k in targets})
     before = sys.gettrace()
+    rec = Recorder({k: k for k in targets}, before)
     sys.settrace(rec)
     try:
         return run()
