@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -336,6 +337,13 @@ if REPORT_PATH is not None or GRADE is not None:
         return (_RUNNING.final if rep.failed and uses_hypothesis else _RUNNING.last) or []
 
     _DIVERGENCE: dict = {}  # nodeid -> the first divergence of its failing example
+    TEST_SECONDS = 120
+
+    class TookTooLong(BaseException):  # not an Exception: Hypothesis does not shrink it
+        pass
+
+    def _took_too_long(signum, frame):
+        raise TookTooLong(f"the test did not end in {TEST_SECONDS} s: an endless loop?")
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(item):
@@ -356,7 +364,14 @@ if REPORT_PATH is not None or GRADE is not None:
 
             hyp.inner_test = traced
         start = time.monotonic()
-        outcome = yield
+        if os.environ.get(WORKSPACE_ENV) and hasattr(signal, "setitimer"):  # an endless loop
+            signal.signal(signal.SIGALRM, _took_too_long)  # ends the test, not the check
+            signal.setitimer(signal.ITIMER_REAL, TEST_SECONDS, 5)
+        try:
+            outcome = yield
+        finally:
+            if os.environ.get(WORKSPACE_ENV) and hasattr(signal, "setitimer"):
+                signal.setitimer(signal.ITIMER_REAL, 0)
         quick = time.monotonic() - start < 10  # a long test (a training run) is not run again
         if targets and hyp is not None:
             hyp.inner_test = inner
