@@ -378,9 +378,7 @@ def failure_hint(t: dict, chapter: str, tests: list[dict] = ()) -> str | None:
             )
         return f"not implemented yet: {m[2] if m else first}"
     failed = [c for c in t.get("comparisons", []) if not c["passed"]]
-    raised_in_code = exc not in (None, "AssertionError") and t.get("where")  # its place is known
-    accumulates = "test_backward_accumulates[" in t["nodeid"]
-    wrong = None if raised_in_code or accumulates else first_wrong(t)
+    wrong = first_wrong(t)
     if wrong and exc == "AssertionError" and not failed and first:
         return f"{first[:300]}; {wrong}"  # the test's own words, then the place
     if wrong:
@@ -412,9 +410,11 @@ def failure_hint(t: dict, chapter: str, tests: list[dict] = ()) -> str | None:
 
 def first_wrong(t: dict) -> str | None:
     """The first variable whose value left the reference's (parity_tests/divergence.py),
-    unless a hint of the catalogue named the mistake."""
-    d = t.get("divergence")
-    if d and not d.get("catalogued"):
+    unless a hint of the catalogue or an exception in the learner's code says more."""
+    d, exc = t.get("divergence"), t.get("exception")
+    if exc not in (None, "AssertionError") and t.get("where"):
+        return None  # the exception's place says it
+    if d and not d.get("catalogued") and "test_backward_accumulates[" not in t["nodeid"]:
         return f"first wrong value: `{d['name']}` at {d['where']}, {d['kind']}"
     return None
 
