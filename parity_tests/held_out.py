@@ -158,16 +158,6 @@ HELD_OUT: list[Mistake] = [
     ),
     Mistake(
         "11",
-        "merge-misses-the-last-pair",
-        "a pair at the very end of the sequence never merged",
-        "tokenizer.py",
-        "merge",
-        (("if i < n - 1 and", "if i < n - 2 and"),),
-        "out",
-        "merge",
-    ),
-    Mistake(
-        "11",
         "bpe-keeps-second",
         "ids[j] = new: the pair's second element kept",
         "tokenizer.py",
@@ -175,6 +165,16 @@ HELD_OUT: list[Mistake] = [
         (("ids[j : j + 2] = [new]", "ids[j] = new"),),
         "ids",
         "bpe or encode",
+    ),
+    Mistake(
+        "11",
+        "merge-misses-the-last-pair",
+        "a pair at the very end of the sequence never merged",
+        "tokenizer.py",
+        "merge",
+        (("if i < n - 1 and", "if i < n - 2 and"),),
+        "out",
+        "merge",
     ),
     Mistake(
         "12",
