@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 import traceback
@@ -280,7 +281,7 @@ def _first_leaf(exc: BaseException) -> BaseException:
 
 
 if REPORT_PATH is not None or GRADE is not None:
-    from parity_tests import tolerances
+    from parity_tests import divergence, tolerances
 
     tolerances.ON_COMPARISON = lambda record: _RUNNING.add(record)
 
@@ -322,11 +323,79 @@ if REPORT_PATH is not None or GRADE is not None:
             if leaf is not exc:
                 entry["notes"].insert(0, f"{len(exc.exceptions)} distinct failures; the first:")
         uses_hypothesis = hasattr(getattr(item, "obj", None), "hypothesis")
-        if rep.failed and uses_hypothesis:
-            entry["comparisons"] = _RUNNING.final or []
-        else:
-            entry["comparisons"] = _RUNNING.last or []
+        found = _DIVERGENCE.pop(item.nodeid, None)
+        if rep.failed and found and Path(found["file"]).is_relative_to(NUMPY_IMPL):
+            rel = Path(found["file"]).relative_to(NUMPY_IMPL).as_posix()
+            found["where"] = f"numpy_impl/{rel}:{found.pop('line')}"
+            hints = [c["hint"] for c in _comparisons(rep, uses_hypothesis) if not c["passed"]]
+            found["catalogued"] = any(h and not h.startswith(tolerances.SYMPTOMS) for h in hints)
+            entry["divergence"] = found
+        entry["comparisons"] = _comparisons(rep, uses_hypothesis)
         REPORT["tests"].append(entry)
+
+    def _comparisons(rep, uses_hypothesis: bool) -> list:
+        return (_RUNNING.final if rep.failed and uses_hypothesis else _RUNNING.last) or []
+
+    _DIVERGENCE: dict = {}  # nodeid -> the first divergence of its failing example
+    TEST_SECONDS = 120
+
+    class TookTooLong(BaseException):  # not an Exception: Hypothesis does not shrink it
+        pass
+
+    def _took_too_long(signum, frame):
+        raise TookTooLong(f"the test did not end in {TEST_SECONDS} s: an endless loop?")
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(item):
+        """A failing example of a chapter's test runs once more, traced (divergence.py)."""
+        chapters = {m.name[2:] for m in item.iter_markers() if m.name in CHAPTERS}
+        targets = _targets(chapters) if chapters and os.environ.get(WORKSPACE_ENV) else None
+        hyp = getattr(getattr(item, "obj", None), "hypothesis", None)
+        if targets and hyp is not None:  # Hypothesis replays the failing example last
+            inner, found = hyp.inner_test, []
+
+            def traced(*args, **kwargs):
+                if not getattr(_hypothesis_context(), "is_final", False) or found:
+                    return inner(*args, **kwargs)
+                try:
+                    return divergence.trace(targets, lambda: inner(*args, **kwargs), found)
+                finally:
+                    _DIVERGENCE[item.nodeid] = found[0]
+
+            hyp.inner_test = traced
+        start = time.monotonic()
+        if os.environ.get(WORKSPACE_ENV) and hasattr(signal, "setitimer"):  # an endless loop
+            signal.signal(signal.SIGALRM, _took_too_long)  # ends the test, not the check
+            signal.setitimer(signal.ITIMER_REAL, TEST_SECONDS, 5)
+        try:
+            outcome = yield
+        finally:
+            if os.environ.get(WORKSPACE_ENV) and hasattr(signal, "setitimer"):
+                signal.setitimer(signal.ITIMER_REAL, 0)
+        quick = time.monotonic() - start < 10  # a long test (a training run) is not run again
+        if targets and hyp is not None:
+            hyp.inner_test = inner
+        elif (
+            targets and quick and outcome.excinfo and outcome.excinfo[0] is not NotImplementedError
+        ):
+            found, record = [], tolerances.ON_COMPARISON  # the test again, its checks unrecorded
+            tolerances.ON_COMPARISON = None
+            try:
+                divergence.trace(targets, item.runtest, found)
+            except Exception:
+                pass
+            finally:
+                tolerances.ON_COMPARISON = record
+            _DIVERGENCE[item.nodeid] = found[0] if found else None
+
+    _TARGETS: list = []
+
+    def _targets(chapters: set) -> dict:
+        from parity_tests import divergence
+
+        if not _TARGETS:
+            _TARGETS.append(divergence.Targets(NUMPY_IMPL))
+        return _TARGETS[0].for_chapters(chapters)
 
     def pytest_collection_finish(session) -> None:
         REPORT["collected"] = [

@@ -113,6 +113,21 @@ MISTAKES: list[Mistake] = [
         "shape mismatch",
         "Linear",
     ),
+    Mistake(
+        "02",
+        "embedding-grad-assigned-rows",
+        "dW[ids] = dout: the rows assigned, repeats and old gradients lost",
+        "embedding.py",
+        "Embedding.backward",
+        (
+            (
+                "np.add.at(self.weight.grad, self._idx.reshape(-1), flat)",
+                "self.weight.grad[self._idx.reshape(-1)] = flat",
+            ),
+        ),
+        "assigned instead of accumulated",
+        "Embedding",
+    ),
     # -- chapter 03: scaled dot-product attention ---------------------------------------------
     Mistake(
         "03",
@@ -146,6 +161,26 @@ MISTAKES: list[Mistake] = [
         ),
         "the mask is not applied",
         "parity and scaled_dot_product_attention",
+    ),
+    Mistake(
+        "03",
+        "softmax-no-max-subtraction",
+        "exp of the raw scores: exp(1000) overflows",
+        "attention.py",
+        "softmax",
+        (("e = np.exp(scores - row_max)", "e = np.exp(scores)"),),
+        "subtract each row's max before exp",
+        "softmax or large",
+    ),
+    Mistake(
+        "03",
+        "scores-over-d-k",
+        "scores divided by d_k instead of sqrt(d_k)",
+        "attention.py",
+        "scaled_dot_product_attention",
+        (("q @ k.swapaxes(-1, -2) * scale", "q @ k.swapaxes(-1, -2) / q.shape[-1]"),),
+        "first wrong value: `scores` at",
+        "scaled_dot_product_attention",
     ),
     # -- chapter 04: multi-head attention -----------------------------------------------------
     Mistake(
@@ -181,6 +216,16 @@ MISTAKES: list[Mistake] = [
             ),
         ),
         H.SPLIT_BARE[:40],
+        "parity and SelfAttention",
+    ),
+    Mistake(
+        "04",
+        "merge-heads-wrong-transpose",
+        "heads merged through a transpose that keeps the size but scrambles the features",
+        "attention.py",
+        "merge_heads",
+        (("x.transpose(0, 2, 1, 3)", "x.transpose(0, 2, 3, 1)"),),
+        "first wrong value: `return` at",
         "parity and SelfAttention",
     ),
     # -- chapter 05: positional embeddings ----------------------------------------------------
@@ -513,6 +558,19 @@ MISTAKES: list[Mistake] = [
         "drew a filtered-out token",
         "sampling_distributions_agree",
     ),
+    Mistake(
+        "10",
+        "temperature-after-top-p",
+        "the temperature applied after the filters: top-p's nucleus of the unscaled logits",
+        "sampling.py",
+        "filter_logits",
+        (
+            ("logits = logits / temperature", "logits = logits.copy()"),
+            ("return logits", "return logits / temperature"),
+        ),
+        "first wrong value: `sorted_logits` at",
+        "filter_logits_parity",
+    ),
     # -- chapter 11: byte-level BPE --------------------------------------------------------------
     Mistake(
         "11",
@@ -578,6 +636,26 @@ MISTAKES: list[Mistake] = [
         "flash_attention",
         (("m_safe = np.where(", "m = m_new\nm_safe = np.where("),),
         "the old sums are not rescaled",
+        "flash_matches_explicit",
+    ),
+    Mistake(
+        "12",
+        "online-softmax-acc-not-rescaled",
+        "a new max rescales l but not the accumulator",
+        "flash_attention.py",
+        "flash_attention",
+        (("acc *= alpha", "pass"),),
+        "first wrong value: `acc` at",
+        "flash_matches_explicit",
+    ),
+    Mistake(
+        "12",
+        "online-softmax-l-not-rescaled",
+        "a new max rescales the accumulator but not l",
+        "flash_attention.py",
+        "flash_attention",
+        (("l *= alpha", "pass"),),
+        "first wrong value: `l` at",
         "flash_matches_explicit",
     ),
     # -- chapter 13: sinusoidal positions and RoPE ----------------------------------------------
@@ -733,6 +811,21 @@ MISTAKES: list[Mistake] = [
         (("nxt = logits[:, -1].argmax(axis=-1)", "nxt = logits[:, 0].argmax(axis=-1)"),),
         H.GREEDY_WRONG_POSITION[:40],
         "greedy_decoding_identical",
+    ),
+    Mistake(
+        "16",
+        "cross-attention-causal",
+        "the causal mask in the decoder's cross-attention too",
+        "seq2seq.py",
+        "DecoderBlock.forward",
+        (
+            (
+                "kv=memory, attn_mask=memory_mask)",
+                "kv=memory, attn_mask=memory_mask, is_causal=True)",
+            ),
+        ),
+        "the cross-attention is masked causally",
+        "first_target_position or decoder",
     ),
     # -- chapter 17: real models -----------------------------------------------------------------
     Mistake(

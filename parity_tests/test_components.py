@@ -37,6 +37,7 @@ from parity_tests.harness import (
     assert_param_grads_close,
     assert_unchanged,
     copy_weights,
+    copy_weights_to_torch,
     finite_difference_check,
     randomize_,
     tensor,
@@ -205,6 +206,16 @@ def test_finite_differences(pair: Pair, data, rng: SeededRng):
     def forward() -> tuple:
         return as_tuple(numpy_twin(**floats, **extras))[:n]
 
+    # the forward first, against torch's: a wrong forward is not the backward's fault
+    torch_twin = pair.torch_twin(config, torch.float64)
+    copy_weights_to_torch(numpy_twin, torch_twin)
+    with torch.no_grad():
+        outs_t = as_tuple(torch_twin(**{k: to_torch(v) for k, v in {**floats, **extras}.items()}))
+    for what, out, out_t in zip(pair.outputs, forward(), outs_t[:n], strict=False):
+        if out_t is not None:
+            assert_close(
+                f"{what} of {pair.name} (the forward, before its backward)", out, out_t, np.float64
+            )
     douts = tuple(rng.normal(o.shape) if isinstance(o, np.ndarray) else 1.0 for o in forward())
     numpy_twin.zero_grad()
     grads = as_tuple(numpy_twin.backward(*douts))

@@ -134,7 +134,7 @@ FENCES = {
 TEST_FILES = {
     "01": {"test_labs.py", "test_tokenizer.py"},
     "02": {"test_bad_inputs.py", "test_components.py", "test_embedding.py"},
-    "03": {"test_bad_inputs.py", "test_components.py", "test_gpu.py"},
+    "03": {"test_bad_inputs.py", "test_components.py", "test_gpu.py", "test_properties.py"},
     "04": {"test_bad_inputs.py", "test_components.py"},
     "05": {"test_bad_inputs.py", "test_components.py"},
     "06": {"test_bad_inputs.py", "test_components.py", "test_dropout.py"},
@@ -158,7 +158,7 @@ TEST_FILES = {
     },
     "14": {"test_bad_inputs.py", "test_components.py", "test_llama.py", "test_norms_ffn.py"},
     "15": {"test_bad_inputs.py", "test_components.py", "test_encoder.py", "test_masks.py"},
-    "16": {"test_bad_inputs.py", "test_components.py", "test_seq2seq.py"},
+    "16": {"test_bad_inputs.py", "test_components.py", "test_properties.py", "test_seq2seq.py"},
     "17": {"test_pretrained.py"},
 }
 WITH_BACKWARD = ["02", "03", "04", "05", "06", "07", "08", "09", "13", "14", "15", "16"]

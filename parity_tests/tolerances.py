@@ -214,6 +214,11 @@ def _describe_permutation(perm: tuple[int, ...]) -> str:
     return f"axes in the order {perm}"
 
 
+#: How :func:`diagnose`'s hints from the symptom alone begin (the others name a mistake).
+SYMPTOMS = ("missing transpose", "NaN or inf where", "your result is all zeros", "sign flipped",
+            "off by a constant factor")  # fmt: skip
+
+
 def diagnose(a: np.ndarray, e: np.ndarray, tol: Tol, atol: float, hints: Hints | None = None):
     """What a failing ``actual`` looks like, in one line, or None if nothing recognised.
 

@@ -115,8 +115,9 @@ def read_run(ws: Workspace, chapter: str, report: Path, proc, elapsed: float, pa
             f"pytest stopped before it wrote its report (exit {proc.returncode})"
         ) from None
     for t in data.get("tests", []):  # "numpy_impl/x.py:12 in f" -> "workspace/numpy_impl/..."
-        if t.get("where"):
-            t["where"] = f"{_show(ws.root)}/{t['where']}"
+        for d in (t, t.get("divergence") or {}):
+            if d.get("where"):
+                d["where"] = f"{_show(ws.root)}/{d['where']}"
     return Run(chapter, data, proc, elapsed, partial=partial)
 
 
@@ -377,6 +378,11 @@ def failure_hint(t: dict, chapter: str, tests: list[dict] = ()) -> str | None:
             )
         return f"not implemented yet: {m[2] if m else first}"
     failed = [c for c in t.get("comparisons", []) if not c["passed"]]
+    wrong = first_wrong(t)
+    if wrong and exc == "AssertionError" and not failed and first:
+        return f"{first[:300]}; {wrong}"  # the test's own words, then the place
+    if wrong:
+        return wrong
     if failed and failed[-1].get("hint"):
         return None  # printed under the comparison
     if exc == "AssertionError" and "test_backward_accumulates[" in t["nodeid"]:
@@ -399,6 +405,17 @@ def failure_hint(t: dict, chapter: str, tests: list[dict] = ()) -> str | None:
         return f"{kind} inside your code, {t['where']}: {first[:300]}"
     if exc:
         return f"{exc}: {first[:300]}"
+    return None
+
+
+def first_wrong(t: dict) -> str | None:
+    """The first variable whose value left the reference's (parity_tests/divergence.py),
+    unless a hint of the catalogue or an exception in the learner's code says more."""
+    d, exc = t.get("divergence"), t.get("exception")
+    if exc not in (None, "AssertionError") and t.get("where"):
+        return None  # the exception's place says it
+    if d and not d.get("catalogued") and "test_backward_accumulates[" not in t["nodeid"]:
+        return f"first wrong value: `{d['name']}` at {d['where']}, {d['kind']}"
     return None
 
 
@@ -457,7 +474,8 @@ def _print_summary(ws: Workspace, run: Run, passed: bool, problems) -> None:
 
 def _main_hints(t: dict, chapter: str, tests: list[dict]) -> list[str]:
     """Every distinct hint of a failed test: its comparisons', else its own."""
-    seen = []
+    wrong = first_wrong(t)  # without its numbers, so that cases failing alike group
+    seen = [wrong.split("largest difference")[0].rstrip(", ;")] if wrong else []
     for c in t.get("comparisons", []):
         if not c["passed"] and c.get("hint") and c["hint"] not in seen:
             seen.append(c["hint"])

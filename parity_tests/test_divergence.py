@@ -1,0 +1,102 @@
+"""The first-divergence report (divergence.py): the kinds of difference it names, and per
+chapter a mistake nobody wrote a hint for (held_out.py), planted in a fresh workspace, whose
+check names the first wrong variable and the line that holds the mistake.
+
+A check costs seconds of a core: by default two chapters run; ``HYPOTHESIS_PROFILE=thorough``
+or ``TWINFORMER_ALL_MISTAKES=1`` runs one mistake of every chapter.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from labs.learner import exercises_check
+from labs.learner.exercises_fences import Reference
+from labs.learner.exercises_workspace import Workspace
+from parity_tests import forkrun
+from parity_tests.divergence import describe
+from parity_tests.held_out import HELD_OUT, mistake_lines
+from parity_tests.mistakes import MISTAKES, write_mistake
+from parity_tests.test_exercises import ROOT, pytest_env
+from parity_tests.test_mistakes import ALL
+
+E = np.arange(1.0, 13.0).reshape(3, 4)
+
+
+@pytest.mark.parametrize(
+    ("actual", "words"),
+    [
+        (np.where(E > 11, np.nan, E), "NaN where the reference is finite, first at [2, 3]"),
+        (E * 0.5, "a constant factor: yours = 0.5 x the reference"),
+        (E.T, "axes 0 and 1 transposed"),
+        (E[[2, 0, 1]], "a permutation of axis 0"),
+        (E[:, :3], "shape (3, 3) where the reference has (3, 4)"),
+        (E + np.triu(np.ones((3, 4)), 1)[:, :4], "largest difference 1"),
+    ],
+)
+def test_describe_names_the_kind_of_difference(actual, words):
+    assert words in describe(actual, E)
+
+
+def test_describe_masked_and_future_positions():
+    probs = np.tril(np.full((3, 3), 0.5))
+    leaked = probs + np.triu(np.full((3, 3), 0.1), 1)
+    assert "only where the reference is masked" in describe(leaked, probs)
+    square = np.arange(1.0, 10.0).reshape(3, 3)
+    assert "only above the diagonal" in describe(square + np.triu(square, 1), square)
+    assert "item 1 differs: yours 5, the reference 9" in describe((9, 5), (9, 9))
+
+
+def test_the_issues_mistakes_are_in_the_catalogue():
+    names = {m.name for m in MISTAKES}
+    twelve = {"softmax-no-max-subtraction", "online-softmax-acc-not-rescaled",
+              "online-softmax-l-not-rescaled", "cross-attention-causal",
+              "merge-heads-wrong-transpose", "temperature-after-top-p", "scores-over-d-k",
+              "adamw-l2-decay", "greedy-from-first-position", "top-p-drops-crossing-token",
+              "embedding-grad-assigned-rows", "layernorm-unbiased-variance"}  # fmt: skip
+    assert twelve <= names, sorted(twelve - names)
+    assert len({m.chapter for m in HELD_OUT}) == 17
+
+
+PER_CHAPTER = {m.chapter: m for m in reversed(HELD_OUT)}  # the first of each chapter
+RUN = sorted(PER_CHAPTER) if ALL else ["03", "07"]
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory) -> dict:
+    ref, base = Reference(), tmp_path_factory.mktemp("held-out")
+    jobs, lines = [], {}
+    for chapter in RUN:
+        m = PER_CHAPTER[chapter]
+        ws = Workspace(base / m.name)
+        write_mistake(ref, ws, m)
+        lines[chapter] = (ws, mistake_lines(ref, m, (ws.package / m.file).read_text("utf-8")))
+        argv = exercises_check.pytest_args(chapter, m.keyword)[2:]
+        env = pytest_env(ws.root, base / f"{m.name}.json")
+        jobs.append({"name": chapter, "kind": "pytest", "argv": argv, "env": env, "cwd": str(ROOT)})
+    procs = forkrun.run_jobs(
+        jobs,
+        env=pytest_env(None, base / "unused.json"),
+        preload=["pytest", "numpy", "torch", "hypothesis", "hypothesis.extra.numpy"],
+        parallel=2,
+        workdir=base / "logs",
+    )
+    return {c: (*lines[c], procs[c], base / f"{PER_CHAPTER[c].name}.json") for c in RUN}
+
+
+@pytest.mark.parametrize("chapter", sorted(PER_CHAPTER), ids=lambda c: f"ch{c}")
+def test_check_names_the_first_wrong_variable_and_line(chapter, checked, capsys):
+    if chapter not in checked:
+        pytest.skip("every chapter runs with HYPOTHESIS_PROFILE=thorough")
+    m = PER_CHAPTER[chapter]
+    ws, lines, proc, report = checked[chapter]
+    run = exercises_check.read_run(ws, chapter, report, proc, 0.0, partial=True)
+    assert not exercises_check.explain(ws, run)
+    out = capsys.readouterr().out
+    said = re.findall(rf"first wrong value: `([^`]+)` at \S*numpy_impl/{m.file}:(\d+)", out)
+    assert (m.expect, str(lines[0])) in said or any(
+        name == m.expect and int(n) in lines for name, n in said
+    ), f"{m.what}: expected `{m.expect}` at {m.file}:{lines}, got {said}\n{out[-3000:]}"
