@@ -33,6 +33,7 @@ class Mistake:
             body; a newline in the wrong text continues at the indentation of its line.
         expect: what the check's output must say.
         keyword: the ``-k`` of a quick check (the tests that catch it); None: all of them.
+        avoid: what the check's output must not say (a hint naming another cause).
     """
 
     chapter: str
@@ -43,6 +44,7 @@ class Mistake:
     edits: tuple[tuple[str, str], ...]
     expect: str
     keyword: str | None = None
+    avoid: str | None = None
 
 
 MISTAKES: list[Mistake] = [
@@ -147,6 +149,17 @@ MISTAKES: list[Mistake] = [
         "the mask is not applied",
         "parity and scaled_dot_product_attention",
     ),
+    Mistake(
+        "03",
+        "scores-over-d-k",
+        "q k^T divided by d_k instead of sqrt(d_k) (the scale argument ignored)",
+        "attention.py",
+        "scaled_dot_product_attention",
+        (("q @ k.swapaxes(-1, -2) * scale", "q @ k.swapaxes(-1, -2) / q.shape[-1]"),),
+        H.SDPA_OVER_D_K[:30],
+        "scaled_dot_product_attention",
+        avoid="doubled scale",
+    ),
     # -- chapter 04: multi-head attention -----------------------------------------------------
     Mistake(
         "04",
@@ -181,6 +194,16 @@ MISTAKES: list[Mistake] = [
             ),
         ),
         H.SPLIT_BARE[:40],
+        "parity and SelfAttention",
+    ),
+    Mistake(
+        "04",
+        "merge-heads-wrong-order",
+        "heads merged with transpose(0, 2, 3, 1): the right shape, d_k before H",
+        "attention.py",
+        "merge_heads",
+        (("x.transpose(0, 2, 1, 3)", "x.transpose(0, 2, 3, 1)"),),
+        H.MERGE_WRONG_ORDER[:40],
         "parity and SelfAttention",
     ),
     # -- chapter 05: positional embeddings ----------------------------------------------------
@@ -513,6 +536,19 @@ MISTAKES: list[Mistake] = [
         "drew a filtered-out token",
         "sampling_distributions_agree",
     ),
+    Mistake(
+        "10",
+        "temperature-after-filter",
+        "the temperature applied to the filtered logits, after top-k and top-p",
+        "sampling.py",
+        "filter_logits",
+        (
+            ("logits = logits / temperature", "logits = logits.copy()"),
+            ("return logits", "return logits / temperature"),
+        ),  # fmt: skip
+        H.TEMPERATURE_AFTER_FILTER[:40],
+        "filter_logits_parity",
+    ),
     # -- chapter 11: byte-level BPE --------------------------------------------------------------
     Mistake(
         "11",
@@ -578,6 +614,27 @@ MISTAKES: list[Mistake] = [
         "flash_attention",
         (("m_safe = np.where(", "m = m_new\nm_safe = np.where("),),
         "the old sums are not rescaled",
+        "flash_matches_explicit",
+    ),
+    Mistake(
+        "12",
+        "online-softmax-l-not-rescaled",
+        "acc rescaled by alpha, l not",
+        "flash_attention.py",
+        "flash_attention",
+        (("l *= alpha", "pass"),),
+        H.ONLINE_SOFTMAX["no_rescale_l"][:60],
+        "flash_matches_explicit",
+        avoid="constant factor",
+    ),
+    Mistake(
+        "12",
+        "online-softmax-acc-not-rescaled",
+        "l rescaled by alpha, acc not",
+        "flash_attention.py",
+        "flash_attention",
+        (("acc *= alpha", "pass"),),
+        H.ONLINE_SOFTMAX["no_rescale_acc"][:60],
         "flash_matches_explicit",
     ),
     # -- chapter 13: sinusoidal positions and RoPE ----------------------------------------------
@@ -733,6 +790,22 @@ MISTAKES: list[Mistake] = [
         (("nxt = logits[:, -1].argmax(axis=-1)", "nxt = logits[:, 0].argmax(axis=-1)"),),
         H.GREEDY_WRONG_POSITION[:40],
         "greedy_decoding_identical",
+    ),
+    Mistake(
+        "16",
+        "cross-attention-causal",
+        "a causal mask in the decoder's cross-attention",
+        "seq2seq.py",
+        "DecoderBlock.forward",
+        (
+            (
+                "kv=memory, attn_mask=memory_mask)",
+                "kv=memory, attn_mask=memory_mask, is_causal=True)",
+            ),
+        ),
+        H.CROSS_CAUSAL[:40],
+        "parity and DecoderBlock",
+        avoid="doubled scale",
     ),
     # -- chapter 17: real models -----------------------------------------------------------------
     Mistake(
