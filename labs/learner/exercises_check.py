@@ -634,7 +634,8 @@ def junit_xml(run: Run) -> str:
                 case, "failure", type=t.get("exception") or "failed",
                 message=clean("; ".join(dict.fromkeys(filter(None, said)))),
             )  # fmt: skip
-            failure.text = clean(message, None)
+            where = f" at {t['where']}" if t.get("where") else ""
+            failure.text = clean(f"{t.get('exception') or 'failed'}{where}: {message}", None)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
 
 
