@@ -31,10 +31,16 @@ def sdpa_variant(q, k, v, mask, is_causal, scale, axis=-1, scaled=True, masked=T
     return (e / np.where(total == 0.0, 1.0, total)) @ v
 
 
+SDPA_OVER_D_K = "scores divided by d_k: the scale is 1 / sqrt(d_k), q k^T / sqrt(d_k)"
+
+
 def sdpa_hints(q, k, v, attn_mask=None, is_causal=False, scale=None, **_) -> dict:
     """The output of scaled_dot_product_attention after the usual mistakes."""
     args = (q, k, v, attn_mask, is_causal, scale)
-    hints = {
+    hints = {}
+    if q.shape[-1] > 1:  # d_k = 1: dividing by d_k is no scaling at all
+        hints[SDPA_OVER_D_K] = lambda: sdpa_variant(q, k, v, attn_mask, is_causal, 1 / q.shape[-1])
+    hints |= {
         "wrong softmax axis: your probabilities sum to 1 over the queries (axis -2); "
         "each query's row must sum to 1 over the keys (axis -1)": lambda: sdpa_variant(
             *args, axis=-2
@@ -74,7 +80,8 @@ def self_attention_variant(module, x: np.ndarray, split=True, merge=True, causal
         scores = np.where(np.triu(np.ones((T, T), bool), 1), -np.inf, scores)
     p = np.exp(scores - scores.max(axis=-1, keepdims=True))
     y = (p / p.sum(axis=-1, keepdims=True)) @ v
-    y = y.transpose(0, 2, 1, 3).reshape(B, T, C) if merge else y.reshape(B, T, C)
+    y = y.transpose(*{True: (0, 2, 1, 3), False: (0, 1, 2, 3), "dh": (0, 2, 3, 1)}[merge])
+    y = y.reshape(B, T, C)
     return linear(y, "out_proj")
 
 
@@ -93,6 +100,7 @@ def self_attention_hints(module, x, **_) -> dict:
             self_attention_variant(module, x, causal=False)
         ),
         SPLIT_BARE: lambda: self_attention_variant(module, x, split=False),
+        MERGE_WRONG_ORDER: lambda: self_attention_variant(module, x, merge="dh"),
         QKV_ORDER: lambda: self_attention_variant(module, x, order="kqv"),
     }
 
@@ -102,6 +110,10 @@ SPLIT_BARE = (
 )
 
 
+MERGE_WRONG_ORDER = (
+    "heads merged in the wrong order: (B, H, T, d_k) -> (B, T, H, d_k) is transpose(0, 2, 1, "
+    "3); yours puts d_k before H, so the heads' channels interleave"
+)
 QKV_ORDER = "q, k, v cut in another order: qkv_proj(x) holds q, then k, then v (B, T, 3C)"
 
 # -- learned positions (chapter 05) ------------------------------------------------------------
@@ -111,38 +123,64 @@ POSITIONS_FROM_ZERO = (
 
 
 # -- the online softmax (chapter 12) ------------------------------------------------------------
-def online_softmax_variant(q, k, v, scale, tile_k: int, mistake: str) -> np.ndarray:
-    """Unmasked tiled attention with one classic online-softmax mistake."""
+def online_softmax_variant(q, k, v, mask, is_causal, scale, tile_k: int, mistake: str):
+    """Tiled attention with one classic online-softmax mistake: ``"no_rescale"`` (neither
+    sum rescaled), ``"no_rescale_l"``, ``"no_rescale_acc"`` or ``"overwrite"``."""
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
+    scores = sdpa_scores(q, k, mask, is_causal, scale)  # (..., Tq, Tk), -inf where masked
     m = np.full((*q.shape[:-1], 1), -np.inf)
     l, acc = np.zeros_like(m), np.zeros((*q.shape[:-1], v.shape[-1]))
     for c0 in range(0, k.shape[-2], tile_k):
-        s = (q * scale) @ np.swapaxes(k[..., c0 : c0 + tile_k, :], -1, -2)
+        s = scores[..., c0 : c0 + tile_k]
         m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
-        alpha = 1.0 if mistake == "no_rescale" else np.exp(m - m_new)
-        p = np.exp(s - m_new)
+        m_safe = np.where(np.isfinite(m_new), m_new, 0.0)
+        alpha = np.exp(m - m_safe)
+        p = np.exp(s - m_safe)
+        l_alpha = 1.0 if mistake in ("no_rescale", "no_rescale_l") else alpha
+        acc_alpha = 1.0 if mistake in ("no_rescale", "no_rescale_acc") else alpha
         if mistake == "overwrite":
             l, acc = p.sum(axis=-1, keepdims=True), p @ v[..., c0 : c0 + tile_k, :]
         else:
-            l = alpha * l + p.sum(axis=-1, keepdims=True)
-            acc = alpha * acc + p @ v[..., c0 : c0 + tile_k, :]
+            l = l_alpha * l + p.sum(axis=-1, keepdims=True)
+            acc = acc_alpha * acc + p @ v[..., c0 : c0 + tile_k, :]
         m = m_new
-    return acc / l
+    return acc / np.where(l == 0.0, 1.0, l)
+
+
+def sdpa_scores(q, k, mask, is_causal, scale):
+    """``q k^T scale``, -inf where ``mask`` (bool) is False or ``is_causal`` hides a key."""
+    scores = (q @ np.swapaxes(k, -1, -2)) * scale
+    if is_causal:
+        scores = np.where(np.triu(np.ones(scores.shape[-2:], bool), 1), -np.inf, scores)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf) if mask.dtype == np.bool_ else scores + mask
+    return scores
+
+
+OLD_SUMS = "the old sums are not rescaled: multiply {} by alpha = exp(m - m_new) before adding "
+ONLINE_SOFTMAX = {
+    "no_rescale": OLD_SUMS.format("l and acc") + "the new tile",
+    "no_rescale_l": OLD_SUMS.format("l (acc is)") + "the new tile's row sums",
+    "no_rescale_acc": OLD_SUMS.format("acc (l is)") + "the new tile's p @ v",
+    "overwrite": "only the last key tile counts: accumulate l and acc over the tiles "
+    "(l = alpha l + ..., acc = alpha acc + ...), do not overwrite them",
+}
 
 
 def online_softmax_hints(q, k, v, attn_mask, is_causal, scale, tile_k, **_) -> dict:
-    """What a flash output looks like after the usual online-softmax mistakes (no mask)."""
-    if attn_mask is not None or is_causal or k.shape[-2] <= tile_k:
+    """What a flash output looks like after the usual online-softmax mistakes."""
+    if k.shape[-2] <= tile_k:
         return {}
-    args = (q, k, v, scale, tile_k)
-    return {
-        "the old sums are not rescaled: multiply l and acc by alpha = exp(m - m_new) "
-        "before adding the new tile": lambda: online_softmax_variant(*args, "no_rescale"),
-        "only the last key tile counts: accumulate l and acc over the tiles "
-        "(l = alpha l + ..., acc = alpha acc + ...), do not overwrite them": lambda: (
-            online_softmax_variant(*args, "overwrite")
-        ),
-    }
+    args = (q, k, v, attn_mask, is_causal, scale, tile_k)
+    return {label: functools.partial(online_softmax_variant, *args, mistake)
+            for mistake, label in ONLINE_SOFTMAX.items()}  # fmt: skip
+
+
+# -- sampling (chapter 10) ----------------------------------------------------------------------
+TEMPERATURE_AFTER_FILTER = (
+    "the temperature applied after top-k/top-p: divide by it first, then filter the scaled "
+    "logits (top-p's probabilities depend on the temperature)"
+)
 
 
 # -- the embedding's gradient (chapter 02) ------------------------------------------------------
@@ -517,6 +555,23 @@ GREEDY_WRONG_POSITION = (
     "every step drew the same token: take the next token from the last position's "
     "logits, logits[:, -1]"
 )
+
+
+CROSS_CAUSAL = (
+    "a causal mask in the cross-attention: each target position reads every source position "
+    "(only memory_mask hides some); only the decoder's self-attention is causal"
+)
+
+
+def decoder_block_hints(module, x, memory, self_mask=None, memory_mask=None, **_) -> dict:
+    """DecoderBlock's output with the cross-attention causal too (its own layers)."""
+
+    def causal_cross():
+        h = x + module.self_attn(module.ln1(x), attn_mask=self_mask, is_causal=True)
+        h = h + module.cross_attn(module.ln2(h), kv=memory, attn_mask=memory_mask, is_causal=True)
+        return h + module.ffn(module.ln3(h))
+
+    return {CROSS_CAUSAL: causal_cross}
 
 
 def cross_attention_variant(module, x, kv, attn_mask, mistake: str) -> np.ndarray:

@@ -33,6 +33,7 @@ class Mistake:
             body; a newline in the wrong text continues at the indentation of its line.
         expect: what the check's output must say.
         keyword: the ``-k`` of a quick check (the tests that catch it); None: all of them.
+        avoid: what the check's output must not say (a hint naming another cause).
     """
 
     chapter: str
@@ -43,6 +44,7 @@ class Mistake:
     edits: tuple[tuple[str, str], ...]
     expect: str
     keyword: str | None = None
+    avoid: str | None = None
 
 
 MISTAKES: list[Mistake] = [
@@ -175,12 +177,13 @@ MISTAKES: list[Mistake] = [
     Mistake(
         "03",
         "scores-over-d-k",
-        "scores divided by d_k instead of sqrt(d_k)",
+        "q k^T divided by d_k instead of sqrt(d_k) (the scale argument ignored)",
         "attention.py",
         "scaled_dot_product_attention",
         (("q @ k.swapaxes(-1, -2) * scale", "q @ k.swapaxes(-1, -2) / q.shape[-1]"),),
-        "first wrong value: `scores` at",
+        H.SDPA_OVER_D_K[:30],
         "scaled_dot_product_attention",
+        avoid="doubled scale",
     ),
     # -- chapter 04: multi-head attention -----------------------------------------------------
     Mistake(
@@ -220,12 +223,12 @@ MISTAKES: list[Mistake] = [
     ),
     Mistake(
         "04",
-        "merge-heads-wrong-transpose",
-        "heads merged through a transpose that keeps the size but scrambles the features",
+        "merge-heads-wrong-order",
+        "heads merged with transpose(0, 2, 3, 1): the right shape, d_k before H",
         "attention.py",
         "merge_heads",
         (("x.transpose(0, 2, 1, 3)", "x.transpose(0, 2, 3, 1)"),),
-        "first wrong value: `return` at",
+        H.MERGE_WRONG_ORDER[:40],
         "parity and SelfAttention",
     ),
     # -- chapter 05: positional embeddings ----------------------------------------------------
@@ -560,15 +563,15 @@ MISTAKES: list[Mistake] = [
     ),
     Mistake(
         "10",
-        "temperature-after-top-p",
-        "the temperature applied after the filters: top-p's nucleus of the unscaled logits",
+        "temperature-after-filter",
+        "the temperature applied to the filtered logits, after top-k and top-p",
         "sampling.py",
         "filter_logits",
         (
             ("logits = logits / temperature", "logits = logits.copy()"),
             ("return logits", "return logits / temperature"),
-        ),
-        "first wrong value: `sorted_logits` at",
+        ),  # fmt: skip
+        H.TEMPERATURE_AFTER_FILTER[:40],
         "filter_logits_parity",
     ),
     # -- chapter 11: byte-level BPE --------------------------------------------------------------
@@ -640,22 +643,23 @@ MISTAKES: list[Mistake] = [
     ),
     Mistake(
         "12",
-        "online-softmax-acc-not-rescaled",
-        "a new max rescales l but not the accumulator",
-        "flash_attention.py",
-        "flash_attention",
-        (("acc *= alpha", "pass"),),
-        "first wrong value: `acc` at",
-        "flash_matches_explicit",
-    ),
-    Mistake(
-        "12",
         "online-softmax-l-not-rescaled",
-        "a new max rescales the accumulator but not l",
+        "acc rescaled by alpha, l not",
         "flash_attention.py",
         "flash_attention",
         (("l *= alpha", "pass"),),
-        "first wrong value: `l` at",
+        H.ONLINE_SOFTMAX["no_rescale_l"][:60],
+        "flash_matches_explicit",
+        avoid="constant factor",
+    ),
+    Mistake(
+        "12",
+        "online-softmax-acc-not-rescaled",
+        "l rescaled by alpha, acc not",
+        "flash_attention.py",
+        "flash_attention",
+        (("acc *= alpha", "pass"),),
+        H.ONLINE_SOFTMAX["no_rescale_acc"][:60],
         "flash_matches_explicit",
     ),
     # -- chapter 13: sinusoidal positions and RoPE ----------------------------------------------
@@ -815,7 +819,7 @@ MISTAKES: list[Mistake] = [
     Mistake(
         "16",
         "cross-attention-causal",
-        "the causal mask in the decoder's cross-attention too",
+        "a causal mask in the decoder's cross-attention",
         "seq2seq.py",
         "DecoderBlock.forward",
         (
@@ -824,8 +828,9 @@ MISTAKES: list[Mistake] = [
                 "kv=memory, attn_mask=memory_mask, is_causal=True)",
             ),
         ),
-        "the cross-attention is masked causally",
-        "first_target_position or decoder",
+        H.CROSS_CAUSAL[:40],
+        "parity and DecoderBlock",
+        avoid="doubled scale",
     ),
     # -- chapter 17: real models -----------------------------------------------------------------
     Mistake(

@@ -1448,6 +1448,7 @@ register(
         ),
         _decoder_inputs,
         impls=ATTN_IMPLS,
+        hints=H.decoder_block_hints,
         fd_coords=3,
     ),
     Pair(

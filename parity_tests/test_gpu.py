@@ -12,7 +12,8 @@ from those same rounded values in float64, so only the kernel's own error is
 measured. Tolerance: ``tolerances.low_precision_tol``, a few dtype eps times
 sqrt(reduction length), relative to each tensor's scale.
 
-The GPU tests (marker ``gpu``) skip cleanly without CUDA; ``scripts/gpu_check.sh``
+The GPU tests (marker ``gpu``) skip cleanly without CUDA; no chapter marker selects this
+file (it tests PyTorch's kernels, not a learner's code); ``scripts/gpu_check.sh``
 runs them and the GPU benchmark in one go. The comparison itself is also run on
 CPU (PyTorch's CPU flash kernel, bfloat16, one small case), so a broken check
 cannot wait for a GPU to be noticed.
@@ -30,7 +31,6 @@ import torch_impl as T  # noqa: E402
 from parity_tests.strategies import SeededRng  # noqa: E402
 from parity_tests.tolerances import assert_close, low_precision_tol  # noqa: E402
 
-pytestmark = pytest.mark.ch03
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
 B, H = 2, 4

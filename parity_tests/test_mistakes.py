@@ -108,6 +108,7 @@ def test_check_names_the_mistake(mistake, checked, capsys):
     out = capsys.readouterr().out
     assert mistake.expect in out, f"{mistake.what}: no hint naming it in\n{out[-4000:]}"
     assert "Done!" not in out
+    assert mistake.avoid is None or mistake.avoid not in out, f"{mistake.what}: a wrong cause"
 
 
 def test_mistakes_through_the_command_line(reference, tmp_path):

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import numpy_impl as N
 import numpy_impl.sampling as NS
 import torch_impl as T
+from parity_tests import hints as H
 from parity_tests.harness import copy_weights, randomize_, tensor
 from parity_tests.strategies import SeededRng, batch_sizes, gpt_configs, rngs, vocab_sizes
 from parity_tests.tolerances import assert_close
@@ -68,8 +69,10 @@ def test_filter_logits_parity(data, rng: SeededRng, B, V, scale):
     )
     what = f"filter_logits({s})"
     removed, removed_t = np.isneginf(out), torch.isneginf(out_t).numpy()
+    late = T.filter_logits(tensor(logits), 1.0, s["top_k"], s["top_p"]).isneginf().numpy()
+    why = f"; hint: {H.TEMPERATURE_AFTER_FILTER}" if np.array_equal(removed, late) else ""
     assert np.array_equal(removed, removed_t), (
-        f"{what}: removed tokens differ\n  NumPy: {np.argwhere(removed).tolist()}\n"
+        f"{what}: removed tokens differ{why}\n  NumPy: {np.argwhere(removed).tolist()}\n"
         f"  torch: {np.argwhere(removed_t).tolist()}"
     )
     assert_close(what, out, out_t, np.float64)

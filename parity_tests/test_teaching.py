@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from labs import UserError
-from labs.__main__ import main
+from labs.__main__ import build_parser, main
 from labs.learner import exercises_check
 from labs.learner import grade as grade_command
 from labs.learner.exercises_fences import Reference, parse_regions, replace_bodies
@@ -61,12 +61,29 @@ def test_check_writes_junit_and_json_reports_of_fresh_stubs(reference, tmp_path,
     failed = [c for c in cases if c.find("failure") is not None]
     assert int(suite.get("failures")) == len(failed) > 0
     assert any("NotImplementedError" in (c.find("failure").text or "") for c in failed)
+    for c in failed:  # the hint first, whole; no Hypothesis statistics blobs
+        assert c.find("failure").get("message").startswith("not implemented yet: "), c.attrib
+    assert "hypothesis-statistics" not in junit.read_text()
+    assert not [c for c in cases if "test_gpu.py" in c.get("classname")]  # not the learner's
 
     data = json.loads(results.read_text())
     assert data["chapter"] == "03" and data["passed"] is False and data["done"] is False
     assert data["tests_failed"] == len(data["failures"]) > 0
     assert data["tests"] == data["tests_passed"] + data["tests_failed"]
     assert any(h.startswith("not implemented yet") for f in data["failures"] for h in f["hints"])
+
+    # a chapter not started: its reports all the same, every test failed "not started"
+    args = build_parser().parse_args(
+        ["check", "05", "--workspace", str(ws.root), "--junit", str(junit), "--json", str(results)]
+    )
+    with pytest.raises(UserError, match="chapter 05 is not started"):
+        args.func(args)
+    data = json.loads(results.read_text())
+    assert data["chapter"] == "05" and data["tests"] == data["tests_failed"] > 0
+    assert all(f["hints"][0].startswith("not started: ") for f in data["failures"])
+    (suite,) = ET.parse(junit).getroot().iter("testsuite")
+    assert suite.get("name") == "ch05" and int(suite.get("failures")) == data["tests"]
+    assert "--workspace" in suite.find("testcase/failure").get("message")
 
     # a report never goes into the learner's code, and replaces its older self
     with pytest.raises(UserError, match="inside the workspace"):

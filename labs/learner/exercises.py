@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import UserError
-from .exercises_check import INSTALL_TEST_TOOLS, missing_test_tools, run_check
+from .exercises_check import (
+    INSTALL_TEST_TOOLS,
+    missing_test_tools,
+    run_check,
+    write_not_started,
+)
 from .exercises_fences import CHAPTERS, Reference, parse_chapter
 from .exercises_workspace import (
     WORKSPACE_ENV,
@@ -127,12 +132,13 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check(args: argparse.Namespace) -> int:
     chapter = parse_chapter(args.chapter)
-    ws = Workspace(workspace_dir(args.workspace)).require()
-    if chapter not in ws.started():
-        raise UserError(
-            f"chapter {chapter} is not started in {_show(ws.root)}: "
-            f"{labs_command('start', chapter)}"
-        )
+    ws = Workspace(workspace_dir(args.workspace))
+    if chapter not in (ws.started() if ws.exists() else ()):
+        start = labs_command("start", chapter, *workspace_flag(ws))
+        if args.junit or args.json_out:  # an autograder still gets its report: all failed
+            write_not_started(ws, chapter, args.junit, args.json_out, f"not started: {start}")
+        ws.require()
+        raise UserError(f"chapter {chapter} is not started in {_show(ws.root)}: {start}")
     return run_check(
         ws,
         chapter,
@@ -149,6 +155,7 @@ def _status(args: argparse.Namespace) -> int:
     ws = Workspace(workspace_dir(args.workspace)).require()
     chapters = ws.load_state()["chapters"]
     print(f"workspace: {_show(ws.root)}")
+    width = max(len(title) for title, _ in CHAPTERS.values())
     for chapter, (title, _) in CHAPTERS.items():
         entry = chapters.get(chapter)
         if entry is None:
@@ -163,7 +170,7 @@ def _status(args: argparse.Namespace) -> int:
                     f"last check {last['time'].replace('T', ' ')}: "
                     f"{last['tests_passing']} of {last['tests']} tests pass"
                 )
-        print(f"  {chapter}  {title:<30} {status:<12} {detail}".rstrip())
+        print(f"  {chapter}  {title:<{width}}  {status:<11}  {detail}".rstrip())
     return 0
 
 
@@ -173,7 +180,7 @@ def _reset(args: argparse.Namespace) -> int:
     written = add_stubs(Reference(), ws, chapter, force=True)
     print(f"reset chapter {chapter} ({CHAPTERS[chapter][0]}): the stubs are back in")
     _print_written(ws, written)
-    print(f"next: {labs_command('check', chapter)}")
+    print(f"next: {labs_command('check', chapter, *workspace_flag(ws))}")
     return 0
 
 

@@ -131,7 +131,8 @@ class Workspace:
     def require(self) -> Workspace:
         if not self.exists():
             raise UserError(
-                f"no workspace yet at {_show(self.root)}: run `{labs_command('start', 'NN')}` first"
+                f"no workspace yet at {_show(self.root)}: run "
+                f"`{labs_command('start', 'NN', *workspace_flag(self))}` first"
             )
         return self
 
@@ -260,7 +261,8 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
     if conflicts:
         raise UserError(
             f"chapter {chapter}: your code is in {'; '.join(conflicts)}; "
-            f"`{labs_command('start', chapter, '--force')}` (or `reset {chapter}`) replaces it "
+            f"`{labs_command('start', chapter, '--force', *workspace_flag(ws))}` (or "
+            f"`{labs_command('reset', chapter, *workspace_flag(ws))}`) replaces it "
             "with the stubs"
         )
     try:

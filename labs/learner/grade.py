@@ -39,6 +39,7 @@ from .. import UserError
 from ..commands.shared import number, positive_int
 from ..plumbing.checkpoint_files import write_atomic
 from .exercises_check import READ_ONLY_ENV, Run, results
+from .exercises_check import clean as _clean
 from .exercises_fences import CHAPTERS, REPO, FenceError, Reference, parse_chapter, parse_regions
 from .exercises_workspace import WORKSPACE_ENV, Workspace, _show, check_report_path
 
@@ -354,12 +355,6 @@ def _chapter(ref, ws: Workspace, chapter: str, data: dict, problem: str | None) 
         "regions": scored,
         "failures": failures,
     }
-
-
-def _clean(text: str) -> str:
-    """One line of at most 300 characters that XML and a spreadsheet take as text."""
-    text = " ".join(str(text).split())[:300]
-    return re.sub("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]", "?", text)
 
 
 def _junit(report: dict) -> str:
