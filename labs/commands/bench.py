@@ -34,7 +34,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .train_distributed import launch, processes_to_start, processes_type
+from .shared import at_least
+from .train_distributed import launch, processes_to_start
 
 SIZES = ((12, 64), (64, 256))  # (batch, context): nanoGPT's CPU default, and a larger one
 VOCAB = 65  # Tiny Shakespeare's characters
@@ -48,21 +49,6 @@ VARIANTS = {
 }
 THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 PROFILE_ROWS = 15
-
-
-def whole(minimum: int):
-    """An argparse ``type=``: a whole number, ``minimum`` or more."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            value = minimum - 1
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"expected a whole number >= {minimum}, got {text!r}")
-        return value
-
-    return parse
 
 
 def sizes_type(text: str) -> tuple[tuple[int, int], ...]:
@@ -90,11 +76,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--sizes", type=sizes_type, default=SIZES, metavar="BxT,...",
                    help="batch x context (default: 12x64,64x256)")  # fmt: skip
-    p.add_argument("--iters", type=whole(1), default=20, help="timed steps (a quarter at size 2+)")
-    p.add_argument("--warmup", type=whole(0), default=2, help="untimed steps in each process")
-    p.add_argument("--rounds", type=whole(1), default=3, help="fresh processes per variant")
-    p.add_argument("--processes", type=processes_type, help="NumPy's ranks (default: as train)")
-    p.add_argument("--threads", type=whole(1), help="threads per process (default: as train)")
+    p.add_argument(
+        "--iters", type=at_least(1), default=20, help="timed steps (a quarter at size 2+)"
+    )
+    p.add_argument("--warmup", type=at_least(0), default=2, help="untimed steps in each process")
+    p.add_argument("--rounds", type=at_least(1), default=3, help="fresh processes per variant")
+    p.add_argument("--processes", type=at_least(1), help="NumPy's ranks (default: as train)")
+    p.add_argument("--threads", type=at_least(1), help="threads per process (default: as train)")
     p.add_argument("--seed", type=int, default=0, help="weights and batches")
     p.add_argument("--profile", action="store_true", help="list the busiest functions (cProfile)")
     p.add_argument("--worker", choices=tuple(VARIANTS), help=argparse.SUPPRESS)

@@ -34,7 +34,8 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import UserError
-from .bench import MiB, _peak_rss_bytes, _rss_bytes, table, whole
+from .bench import MiB, _peak_rss_bytes, _rss_bytes, table
+from .shared import at_least
 
 
 class Command(NamedTuple):
@@ -88,15 +89,15 @@ RATIO_COLUMNS = {
 
 def _attention_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", choices=tuple(IMPLS), default="cpu")
-    p.add_argument("--lengths", type=whole(1), nargs="+", help="T (default: 256 1024 4096)")
-    p.add_argument("--batch-size", type=whole(1), default=1, help="B")
-    p.add_argument("--heads", type=whole(1), help="H (default: 4, on cuda 8)")
-    p.add_argument("--head-dim", type=whole(1), default=64, help="d_k")
+    p.add_argument("--lengths", type=at_least(1), nargs="+", help="T (default: 256 1024 4096)")
+    p.add_argument("--batch-size", type=at_least(1), default=1, help="B")
+    p.add_argument("--heads", type=at_least(1), help="H (default: 4, on cuda 8)")
+    p.add_argument("--head-dim", type=at_least(1), default=64, help="d_k")
     dtypes = ("float32", "float64", "float16", "bfloat16")
     p.add_argument("--dtype", choices=dtypes, help="default: float32, on cuda bfloat16")
     p.add_argument("--impls", nargs="+", help=f"a subset (default: all): {IMPLS}")
-    p.add_argument("--iters", type=whole(1), default=3, help="timed runs per measurement")
-    p.add_argument("--tile", type=whole(1), default=128, help="numpy-flash tile length")
+    p.add_argument("--iters", type=at_least(1), default=3, help="timed runs per measurement")
+    p.add_argument("--tile", type=at_least(1), default=128, help="numpy-flash tile length")
     p.add_argument("--json", action="store_true", help="print one JSON object, no table")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # one implementation, T = --lengths
 
@@ -227,15 +228,22 @@ GENERATE_COLUMNS = {
 
 
 def _generate_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--prompt-len", type=whole(1), default=16, help="prompt tokens")
-    p.add_argument("--new-tokens", type=whole(1), default=256, help="new tokens at block_size 64")
-    p.add_argument("--long-block-size", type=whole(1), default=256, help="block_size of part 2")
-    p.add_argument("--long-new-tokens", type=whole(1), default=240, help="new tokens of part 2")
-    p.add_argument("--repeats", type=whole(1), default=3, help="runs per measurement (best kept)")
-    p.add_argument("--threads", type=whole(1), default=1, help="torch threads")
+    p.add_argument("--prompt-len", type=at_least(1), default=16, help="prompt tokens")
+    p.add_argument(
+        "--new-tokens", type=at_least(1), default=256, help="new tokens at block_size 64"
+    )
+    p.add_argument("--long-block-size", type=at_least(1), default=256, help="block_size of part 2")
+    p.add_argument("--long-new-tokens", type=at_least(1), default=240, help="new tokens of part 2")
+    p.add_argument(
+        "--repeats", type=at_least(1), default=3, help="runs per measurement (best kept)"
+    )
+    p.add_argument("--threads", type=at_least(1), default=1, help="torch threads")
     p.add_argument("--seed", type=int, default=0, help="weights and prompt")
     p.add_argument(
-        "--n-kv-heads", type=whole(1), default=None, help="key/value heads of the 4 (GQA; 1: MQA)"
+        "--n-kv-heads",
+        type=at_least(1),
+        default=None,
+        help="key/value heads of the 4 (GQA; 1: MQA)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object, no table")
 
@@ -323,13 +331,15 @@ GPT2_ROWS = (
 def _gpt2_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=tuple(MODELS), default="gpt2", help="the model measured")
     p.add_argument("--backends", nargs="+", choices=("numpy", "torch"), default=["numpy", "torch"])
-    p.add_argument("--forward-tokens", type=whole(1), default=256, help="tokens in the forward")
-    p.add_argument("--prompt-tokens", type=whole(1), default=16, help="prompt of the generation")
-    p.add_argument("--new-tokens", type=whole(1), default=32, help="greedy tokens generated")
-    p.add_argument("--block-size", type=whole(1), default=128, help="fine-tuning: tokens per row")
-    p.add_argument("--batch-size", type=whole(1), default=2, help="fine-tuning: rows per step")
-    p.add_argument("--grad-accum", type=whole(1), default=2, help="fine-tuning: micro-batches")
-    p.add_argument("--steps", type=whole(1), default=2, help="fine-tuning steps (1st: warm-up)")
+    p.add_argument("--forward-tokens", type=at_least(1), default=256, help="tokens in the forward")
+    p.add_argument("--prompt-tokens", type=at_least(1), default=16, help="prompt of the generation")
+    p.add_argument("--new-tokens", type=at_least(1), default=32, help="greedy tokens generated")
+    p.add_argument(
+        "--block-size", type=at_least(1), default=128, help="fine-tuning: tokens per row"
+    )
+    p.add_argument("--batch-size", type=at_least(1), default=2, help="fine-tuning: rows per step")
+    p.add_argument("--grad-accum", type=at_least(1), default=2, help="fine-tuning: micro-batches")
+    p.add_argument("--steps", type=at_least(1), default=2, help="fine-tuning steps (1st: warm-up)")
     p.add_argument("--no-train", action="store_true", help="skip the fine-tuning steps")
     p.add_argument("--json", action="store_true", help="print the numbers as JSON")
     p.add_argument("--worker", help=argparse.SUPPRESS)  # one JSON job, in a fresh process
@@ -432,9 +442,11 @@ gpt2 = Command(_gpt2_args, _gpt2_main)
 # -- bench-tokenizer ------------------------------------------------------------------------
 def _tokenizer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="PATH", help="Tiny Shakespeare (default: as train)")
-    p.add_argument("--vocab-sizes", type=whole(257), nargs="+", default=[1000, 10000])
-    p.add_argument("--repeats", type=whole(1), default=3, help="timings per measurement (best)")
-    p.add_argument("--threads", type=whole(1), help="RAYON_NUM_THREADS for HF (default: per core)")
+    p.add_argument("--vocab-sizes", type=at_least(257), nargs="+", default=[1000, 10000])
+    p.add_argument("--repeats", type=at_least(1), default=3, help="timings per measurement (best)")
+    p.add_argument(
+        "--threads", type=at_least(1), help="RAYON_NUM_THREADS for HF (default: per core)"
+    )
     p.add_argument("--no-plain", action="store_true", help="skip the plain BPE (about a minute)")
     p.add_argument("--json", action="store_true", help="print one JSON object, no table")
 
