@@ -8,7 +8,7 @@ Position p rotates plane i of each q and k (never v) by the angle p theta_i (RoF
 so the score of query i and key j depends on the positions only through i - j. Two layouts
 pick plane i's features: ``"interleaved"`` (2i, 2i + 1), RoFormer, Meta's Llama, GPT-J; ``"half"``
 (i, i + d_k/2), GPT-NeoX, Hugging Face Llama. They differ by a fixed :func:`rope_permutation`.
-``scaling`` stretches the frequencies for contexts longer than training (:func:`rope_frequencies`).
+``scaling`` stretches the frequencies for contexts longer than training (:func:`scale_frequencies`).
 """
 
 from __future__ import annotations
@@ -53,15 +53,14 @@ def check_rope_scaling(scaling) -> dict | None:
     return {"rope_type": kind, **{k: float(got[k]) for k in keys}}
 
 
-def rope_frequencies(d_k: int, base: float = 10000.0, scaling: dict | None = None) -> np.ndarray:
-    """theta_i = base^(-2i / d_k) ``(d_k/2,)``, float64, scaled by a checked ``scaling``:
+def scale_frequencies(theta: np.ndarray, scaling: dict | None) -> np.ndarray:
+    """The frequencies theta ``(d_k/2,)`` scaled by a checked ``scaling`` (None: unchanged):
 
     linear: theta_i / factor                  (position interpolation, Chen et al. 2023)
     llama3: with wavelength w_i = 2 pi / theta_i and L = original_max_position_embeddings,
         s = clip((L / w_i - low_freq_factor) / (high_freq_factor - low_freq_factor), 0, 1)
         theta_i' = (1 - s) theta_i / factor + s theta_i   (Llama 3.1: long waves slowed)
     """
-    theta = base ** (-np.arange(0, d_k, 2, dtype=np.float64) / d_k)  # (d_k/2,)
     if scaling is None:
         return theta
     if scaling["rope_type"] == "linear":
@@ -112,9 +111,11 @@ def rope_cos_sin(
     _check_head_dim(d_k)
     start_pos = _check_start_pos(start_pos)
     ### BEGIN SOLUTION ch13
-    ### TODO: angles (T, d_k/2) = outer product of the positions start_pos .. start_pos + T - 1
-    ###   and theta = rope_frequencies(...), in float64; return their cos and sin cast to dtype
-    theta = rope_frequencies(d_k, base, scaling)  # (d_k/2,)
+    ### TODO: theta_i = base^(-2i / d_k) for i = 0 .. d_k/2 - 1, in float64, then
+    ###   theta = scale_frequencies(theta, scaling); angles (T, d_k/2) = outer product of the
+    ###   positions start_pos .. start_pos + T - 1 and theta; return their cos and sin as dtype
+    theta = base ** (-np.arange(0, d_k, 2, dtype=np.float64) / d_k)  # (d_k/2,)
+    theta = scale_frequencies(theta, scaling)  # unchanged without scaling
     positions = np.arange(start_pos, start_pos + T, dtype=np.float64)  # (T,)
     angles = np.outer(positions, theta)  # (T, d_k/2): angle of plane i at each position
     return np.cos(angles).astype(dtype), np.sin(angles).astype(dtype)

@@ -64,10 +64,11 @@ def hf_model(family: str):
 def in_float64(model, model_config: dict):
     """HF's RoPE table and RMSNorms in float64 (they cast to float32 by design); the
     frequencies from numpy_impl.rope (checked against transformers in test_rope)."""
-    from numpy_impl.rope import rope_frequencies
+    from numpy_impl.rope import scale_frequencies
 
     d_k = model_config["head_dim"] or model_config["d_model"] // model_config["n_heads"]
-    theta = rope_frequencies(d_k, model_config["rope_base"], model_config["rope_scaling"])
+    theta = model_config["rope_base"] ** (-np.arange(0, d_k, 2, dtype=np.float64) / d_k)
+    theta = scale_frequencies(theta, model_config["rope_scaling"])
     inv_freq = torch.from_numpy(theta)
 
     def rope_forward(x, position_ids):

@@ -323,11 +323,12 @@ SCALINGS = [
 def test_rope_scaling_is_transformers_and_the_same_in_both_twins(scaling):
     """The scaled frequencies of both twins agree (float64), and are those of
     transformers' rope utilities (computed there in float32)."""
-    from numpy_impl.rope import check_rope_scaling, rope_frequencies
-    from torch_impl.rope import rope_frequencies as torch_frequencies
+    from numpy_impl.rope import check_rope_scaling, scale_frequencies
+    from torch_impl.rope import scale_frequencies as torch_scale
 
-    ours = rope_frequencies(64, 500000.0, check_rope_scaling(scaling))
-    theirs_t = torch_frequencies(64, 500000.0, check_rope_scaling(scaling)).numpy()
+    theta = 500000.0 ** (-np.arange(0, 64, 2, dtype=np.float64) / 64)
+    ours = scale_frequencies(theta, check_rope_scaling(scaling))
+    theirs_t = torch_scale(torch.from_numpy(theta), check_rope_scaling(scaling)).numpy()
     assert_close("rope frequencies, NumPy vs torch", ours, theirs_t, np.float64)
     hf = pytest.importorskip("transformers")
     from transformers import modeling_rope_utils as R

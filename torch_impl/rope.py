@@ -41,9 +41,8 @@ def check_rope_scaling(scaling) -> dict | None:
     return {"rope_type": kind, **{k: float(got[k]) for k in keys}}
 
 
-def rope_frequencies(d_k: int, base: float = 10000.0, scaling: dict | None = None, *, device=None):
-    """theta_i ``(d_k/2,)`` in float64, scaled (linear or llama3) as in the NumPy twin."""
-    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64, device=device) / d_k)
+def scale_frequencies(theta: torch.Tensor, scaling: dict | None) -> torch.Tensor:
+    """The frequencies theta ``(d_k/2,)`` scaled (linear or llama3) as in the NumPy twin."""
     if scaling is None:
         return theta
     if scaling["rope_type"] == "linear":
@@ -90,7 +89,8 @@ def rope_cos_sin(
     ``start_pos`` outside ``[0, 2**53)``; ``TypeError`` for a non-int ``start_pos``."""
     _check_head_dim(d_k)
     start_pos = _check_start_pos(start_pos)
-    theta = rope_frequencies(d_k, base, scaling, device=device)  # (d_k/2,)
+    theta = base ** (-torch.arange(0, d_k, 2, dtype=torch.float64, device=device) / d_k)
+    theta = scale_frequencies(theta, scaling)  # (d_k/2,)
     positions = torch.arange(start_pos, start_pos + T, dtype=torch.float64, device=device)
     angles = torch.outer(positions, theta)  # (T, d_k/2)
     dtype = torch.get_default_dtype() if dtype is None else dtype
