@@ -789,8 +789,8 @@ MISTAKES: list[Mistake] = [
         "SelfAttention.project",
         (
             (
-                "k, v = np.split(linear(kv, W[C:], b_kv), 2, axis=-1)",
-                "v, k = np.split(linear(kv, W[C:], b_kv), 2, axis=-1)",
+                "k, v = np.split(linear(kv, W[Q:], b_kv), 2, axis=-1)",
+                "v, k = np.split(linear(kv, W[Q:], b_kv), 2, axis=-1)",
             ),
         ),
         H.CROSS_KV_SWAPPED[:40],
