@@ -54,7 +54,7 @@ def test_the_issues_mistakes_are_in_the_catalogue():
     names = {m.name for m in MISTAKES}
     twelve = {"softmax-no-max-subtraction", "online-softmax-acc-not-rescaled",
               "online-softmax-l-not-rescaled", "cross-attention-causal",
-              "merge-heads-wrong-transpose", "temperature-after-top-p", "scores-over-d-k",
+              "merge-heads-wrong-order", "temperature-after-filter", "scores-over-d-k",
               "adamw-l2-decay", "greedy-from-first-position", "top-p-drops-crossing-token",
               "embedding-grad-assigned-rows", "layernorm-unbiased-variance"}  # fmt: skip
     assert twelve <= names, sorted(twelve - names)

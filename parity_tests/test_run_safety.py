@@ -280,18 +280,17 @@ def test_sample_of_a_file_says_it_is_a_file(run, capsys):
 def test_a_full_disk_is_one_line_and_leaves_the_checkpoint_intact(run, corpus, capsys, monkeypatch):
     from labs.plumbing import checkpoint_files
 
-    real_write = checkpoint_files._write_file
+    real_write = checkpoint_files._write_arrays
     calls = []
 
-    def fill_up(path, data):
+    def fill_up(path, arrays):
         calls.append(path)
         if len(calls) == 2:  # the second file of the first save after the resume
-            with open(path, "wb") as f:
-                f.write(data[: len(data) // 3])
+            path.write_bytes(b"\0" * 100)
             raise OSError(errno.ENOSPC, "No space left on device")
-        real_write(path, data)
+        real_write(path, arrays)
 
-    monkeypatch.setattr(ck, "_write_file", fill_up)
+    monkeypatch.setattr(ck, "_write_arrays", fill_up)
     before = digests(run)
     status, _, err = cli(capsys, *train_argv(run, "--resume", run, "--max-iters", "5"))
     assert status == 2, err
