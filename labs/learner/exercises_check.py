@@ -571,10 +571,10 @@ def _main_hints(t: dict, chapter: str, tests: list[dict]) -> list[str]:
     hints = [own] if own else [c["hint"] for c in t.get("comparisons", [])
                                if not c["passed"] and c.get("hint")]  # fmt: skip
     wrong = first_wrong(t)
-    if wrong and wrong not in hints:
-        hints.insert(1 if own else 0, wrong)
     if not hints:
-        hints = [failure_hint(t, chapter, tests)]
+        hints = [failure_hint(t, chapter, tests)]  # the test's own words, then the place
+    elif wrong and wrong not in hints:
+        hints.insert(1 if own else 0, wrong)
     distinct: dict[str, str] = {}
     for h in filter(None, hints):
         distinct.setdefault(_alike(h), h)
