@@ -1,4 +1,4 @@
-"""The first divergence: where the learner's code first leaves the reference's (issue 31).
+"""The first wrong value: where the learner's code first leaves the reference's.
 
 When a chapter's test fails on a workspace, its failing example runs once more with
 the functions that hold the chapter's exercise regions traced line by line: every

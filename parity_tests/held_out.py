@@ -1,4 +1,4 @@
-"""Held-out mistakes: plausible wrong code that no hint was written for (issue 31).
+"""Held-out mistakes: plausible wrong code that no hint was written for.
 
 Unlike mistakes.py's catalogue, whose hints name each mistake, these measure the
 checker on what nobody foresaw: the check must fail, and should locate the mistake:
