@@ -15,13 +15,10 @@ import pytest
 
 from labs.learner import exercises_check
 from labs.learner.exercises_fences import Reference
-from labs.learner.exercises_workspace import Workspace
-from parity_tests import forkrun
 from parity_tests.divergence import describe
 from parity_tests.held_out import HELD_OUT, mistake_lines
-from parity_tests.mistakes import MISTAKES, write_mistake
-from parity_tests.test_exercises import ROOT, pytest_env
-from parity_tests.test_mistakes import ALL
+from parity_tests.mistakes import MISTAKES
+from parity_tests.test_mistakes import ALL, check_planted
 
 E = np.arange(1.0, 13.0).reshape(3, 4)
 
@@ -67,24 +64,19 @@ RUN = sorted(PER_CHAPTER) if ALL else ["03", "07"]
 
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory) -> dict:
-    ref, base = Reference(), tmp_path_factory.mktemp("held-out")
-    jobs, lines = [], {}
-    for chapter in RUN:
-        m = PER_CHAPTER[chapter]
-        ws = Workspace(base / m.name)
-        write_mistake(ref, ws, m)
-        lines[chapter] = (ws, mistake_lines(ref, m, (ws.package / m.file).read_text("utf-8")))
-        argv = exercises_check.pytest_args(chapter, m.keyword)[2:]
-        env = pytest_env(ws.root, base / f"{m.name}.json")
-        jobs.append({"name": chapter, "kind": "pytest", "argv": argv, "env": env, "cwd": str(ROOT)})
-    procs = forkrun.run_jobs(
-        jobs,
-        env=pytest_env(None, base / "unused.json"),
-        preload=["pytest", "numpy", "torch", "hypothesis", "hypothesis.extra.numpy"],
-        parallel=2,
-        workdir=base / "logs",
-    )
-    return {c: (*lines[c], procs[c], base / f"{PER_CHAPTER[c].name}.json") for c in RUN}
+    ref = Reference()
+    runs = check_planted(ref, tmp_path_factory.mktemp("held-out"), {c: PER_CHAPTER[c] for c in RUN})
+    return {
+        c: (
+            ws,
+            mistake_lines(
+                ref, PER_CHAPTER[c], (ws.package / PER_CHAPTER[c].file).read_text("utf-8")
+            ),
+            proc,
+            report,
+        )
+        for c, (ws, proc, report) in runs.items()
+    }
 
 
 @pytest.mark.parametrize("chapter", sorted(PER_CHAPTER), ids=lambda c: f"ch{c}")

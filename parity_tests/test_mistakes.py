@@ -49,14 +49,11 @@ def reference() -> Reference:
     return Reference()
 
 
-@pytest.fixture(scope="module")
-def checked(tmp_path_factory, reference) -> dict:
-    """Per mistake: its workspace and the check's run over it."""
-    base = tmp_path_factory.mktemp("mistakes")
+def check_planted(reference: Reference, base, planted: dict) -> dict:
+    """Plant each ``{name: Mistake}`` in a fresh workspace under ``base`` and run its
+    chapter's check, two at a time: ``{name: (workspace, process, report path)}``."""
     jobs, workspaces = [], {}
-    for name, m in zip(IDS, MISTAKES, strict=True):
-        if name not in RUN:
-            continue
+    for name, m in planted.items():
         ws = Workspace(base / name)
         write_mistake(reference, ws, m)
         workspaces[name] = ws
@@ -70,11 +67,14 @@ def checked(tmp_path_factory, reference) -> dict:
         parallel=2,
         workdir=base / "logs",
     )
-    return {
-        name: (workspaces[name], procs[name], base / f"{name}.json")
-        for name in IDS
-        if name in procs
-    }
+    return {name: (workspaces[name], procs[name], base / f"{name}.json") for name in planted}
+
+
+@pytest.fixture(scope="module")
+def checked(tmp_path_factory, reference) -> dict:
+    """Per mistake: its workspace and the check's run over it."""
+    planted = {name: m for name, m in zip(IDS, MISTAKES, strict=True) if name in RUN}
+    return check_planted(reference, tmp_path_factory.mktemp("mistakes"), planted)
 
 
 def test_every_mistake_is_an_edit_of_the_reference(reference):
