@@ -21,54 +21,49 @@ JSON object per evaluation (``step``, ``train_loss``, ``val_loss``,
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
 
 import numpy as np
 
 from .. import UserError
-from ..plumbing.backends import BACKENDS, NonFiniteError
 from ..plumbing.data import DATA_ENV_VAR, CorpusUnavailableError, load_corpus, resolve_corpus
 from ..plumbing.tasks import TaskModel
 from ..plumbing.tasks_speakers import WordTokenizer, encode_padded, random_crops, speaker_dataset
 from .shared import (
     TaskOutput,
-    add_model_and_optimizer_arguments,
+    add_task_arguments,
     at_least,
     batches,
     check_min_lr,
-    check_out,
     check_task_size,
-    check_weights_finite,
     number,
     path_text,
     positive_int,
-    refuse_to_replace,
-    seed_int,
-    stopped_training,
+    task_out,
+    train_task,
     training_options,
 )
 
-LOG_FILE = TaskOutput.LOG_FILE
-METRICS_FILE = TaskOutput.METRICS_FILE
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=BACKENDS, required=True, help="required")
+    g = add_task_arguments(
+        p,
+        "classify",
+        "weights, split and batches",
+        max_iters=1000,
+        n_layers=(1, "encoder blocks"),
+        batch_size=(32, "speeches per step"),
+        dropout=0.2,
+        lr=3e-3,
+        warmup_iters=50,
+        weight_decay=0.1,
+        eval_interval=200,
+    )
     p.add_argument(
         "--data",
         type=path_text,
         metavar="PATH",
         help=f"Tiny Shakespeare text file (default: ${DATA_ENV_VAR}, the cache, or a download)",
     )
-    p.add_argument("--out", type=path_text, metavar="DIR", help="default: runs/classify-<backend>")
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="write into an --out that already holds a run's log.jsonl and metrics.json, "
-        "replacing them (refused without it)",
-    )
-    p.add_argument("--seed", type=seed_int, default=1337, help="weights, split and batches")
     p.add_argument(
         "--speakers", type=at_least(2), default=4, help="classes: the N most frequent speakers"
     )
@@ -86,17 +81,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "most frequent of the training speeches, the rest <unk>)",
     )
     p.add_argument("--max-vocab", type=positive_int, default=2000, help="word vocabulary size")
-    p.add_argument("--max-iters", type=positive_int, default=1000, help="optimizer steps")
-    g = add_model_and_optimizer_arguments(
-        p,
-        n_layers=(1, "encoder blocks"),
-        batch_size=(32, "speeches per step"),
-        dropout=0.2,
-        lr=3e-3,
-        warmup_iters=50,
-        weight_decay=0.1,
-        eval_interval=200,
-    )
     g.add_argument(
         "--block-size",
         type=positive_int,
@@ -129,12 +113,8 @@ def run(args: argparse.Namespace) -> dict:
     if args.block_size is None:
         args.block_size = 64 if args.tokenizer == "word" else 128
     check_min_lr(args)
-    check_out(args.out)
     check_task_size(args, args.max_vocab if args.tokenizer == "word" else 256, args.speakers)
-    out_dir = Path(args.out or f"runs/classify-{args.backend}")
-    refuse_to_replace(
-        out_dir, (LOG_FILE, METRICS_FILE), args.overwrite, kind="classify"
-    )  # before the work
+    out_dir = task_out(args, "classify")  # before the work
     try:
         corpus_path = resolve_corpus(args.data)
         text = load_corpus(corpus_path)
@@ -165,11 +145,33 @@ def run(args: argparse.Namespace) -> dict:
     except ValueError as e:
         raise UserError(str(e)) from e
     majority, baseline = data.majority_baseline()
+    n_train, B = len(data.train_labels), args.batch_size
+
+    def speeches():  # batches and crops, the same for both backends
+        rng = np.random.default_rng(args.seed + 1)
+        while True:  # an epoch: a new order
+            order = rng.permutation(n_train)
+            for pos in range(0, max(n_train - B, 0) + 1, B):
+                pick = order[pos : pos + B]
+                texts = [data.train_texts[i] for i in pick]
+                idx, mask = random_crops(tokenizer, texts, args.block_size, rng)
+                yield {"idx": idx, "token_mask": mask}, data.train_labels[pick]
+
+    def evaluated() -> dict:
+        val_loss, acc = evaluate(model, val_idx, val_mask, data.val_labels)
+        return {"val_loss": val_loss, "val_accuracy": acc}
+
+    def say(row: dict) -> str:
+        return (
+            f"step {row['step']:5d}: train loss {row['train_loss']:.3f}, held-out loss "
+            f"{row['val_loss']:.3f}, accuracy {row['val_accuracy']:.1%} (baseline "
+            f"{baseline:.1%}), {row['elapsed_s']:.0f} s"
+        )
+
     with TaskOutput(out_dir, args.overwrite, "classify") as output:
-        out = output.out
         print(
             f"{args.backend} backend, {model.num_parameters():,} parameters; "
-            f"{len(data.train_labels)} training / {len(data.val_labels)} held-out speeches of "
+            f"{n_train} training / {len(data.val_labels)} held-out speeches of "
             f"{args.speakers} speakers: "
             + ", ".join(data.speakers)
             + f"; {args.tokenizer} tokens, vocabulary {tokenizer.vocab_size}"
@@ -178,55 +180,18 @@ def run(args: argparse.Namespace) -> dict:
             f"majority-class baseline (always {data.speakers[majority]}): "
             f"{baseline:.1%} held-out accuracy"
         )
-
-        rng = np.random.default_rng(args.seed + 1)  # batches and crops, the same for both backends
-        order, pos = rng.permutation(len(data.train_labels)), 0
-        t0, recent = time.perf_counter(), []
-        metrics: dict = {}
-        while model.step < args.max_iters:
-            if pos + args.batch_size > len(order):  # a new epoch: a new order
-                order, pos = rng.permutation(len(data.train_labels)), 0
-            pick = order[pos : pos + args.batch_size]
-            pos += args.batch_size
-            idx, mask = random_crops(
-                tokenizer, [data.train_texts[i] for i in pick], args.block_size, rng
-            )
-            try:
-                loss = model.train_step({"idx": idx, "token_mask": mask}, data.train_labels[pick])
-            except NonFiniteError as e:
-                raise stopped_training(e, output.log_path) from e
-            recent.append(loss)
-            if model.step % args.eval_interval == 0 or model.step == args.max_iters:
-                check_weights_finite(model, output.log_path)
-                val_loss, acc = evaluate(model, val_idx, val_mask, data.val_labels)
-                row = {
-                    "step": model.step,
-                    "train_loss": float(np.mean(recent)),
-                    "val_loss": val_loss,
-                    "val_accuracy": acc,
-                    "elapsed_s": round(time.perf_counter() - t0, 3),
-                }
-                recent = []
-                output.row(row)
-                metrics = row
-                print(
-                    f"step {row['step']:5d}: train loss {row['train_loss']:.3f}, held-out loss "
-                    f"{val_loss:.3f}, accuracy {acc:.1%} (baseline {baseline:.1%}), "
-                    f"{row['elapsed_s']:.0f} s",
-                    flush=True,
-                )
         metrics = {
-            **metrics,
+            **train_task(model, args, output, speeches(), evaluated, say),
             "majority_baseline": baseline,
             "speakers": data.speakers,
-            "n_train": len(data.train_labels),
+            "n_train": n_train,
             "n_val": len(data.val_labels),
             "backend": args.backend,
         }
         output.finish(metrics)
         print(
             f"held-out accuracy {metrics['val_accuracy']:.1%} vs majority baseline {baseline:.1%} "
-            f"({len(data.val_labels)} speeches); wrote {out / METRICS_FILE}"
+            f"({len(data.val_labels)} speeches); wrote {output.metrics_path}"
         )
         return metrics
 

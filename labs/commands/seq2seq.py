@@ -13,29 +13,22 @@ Outputs, in ``--out`` (default ``runs/seq2seq-<backend>``): ``log.jsonl`` (``ste
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
 
 import numpy as np
 
 from .. import UserError
-from ..plumbing.backends import BACKENDS, NonFiniteError
 from ..plumbing.tasks import TaskModel
 from ..plumbing.tasks_sequence import BOS, EOS, SequenceTask
 from .shared import (
     TaskOutput,
-    add_model_and_optimizer_arguments,
+    add_task_arguments,
     batches,
     check_min_lr,
-    check_out,
     check_task_size,
-    check_weights_finite,
     int_range,
-    path_text,
     positive_int,
-    refuse_to_replace,
-    seed_int,
-    stopped_training,
+    task_out,
+    train_task,
     training_options,
 )
 
@@ -43,23 +36,25 @@ MAX_N_VAL = 100_000
 #: The longest --max-len: every evaluation decodes each held-out sequence token by token,
 #: so its time grows with the square of the length.
 MAX_LEN = 32
-LOG_FILE = TaskOutput.LOG_FILE
-METRICS_FILE = TaskOutput.METRICS_FILE
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=BACKENDS, required=True, help="required")
+    add_task_arguments(
+        p,
+        "seq2seq",
+        "weights, held-out set and batches",
+        max_iters=1500,
+        n_layers=(2, "blocks in encoder and decoder"),
+        batch_size=(64, "sequences per step"),
+        dropout=0.0,
+        lr=1e-3,
+        warmup_iters=100,
+        weight_decay=0.01,
+        eval_interval=250,
+    )
     p.add_argument(
         "--task", choices=SequenceTask.TASKS, default="reverse", help="what to map each sequence to"
     )
-    p.add_argument("--out", type=path_text, metavar="DIR", help="default: runs/seq2seq-<backend>")
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="write into an --out that already holds a run's log.jsonl and metrics.json, "
-        "replacing them (refused without it)",
-    )
-    p.add_argument("--seed", type=seed_int, default=1337, help="weights, held-out set and batches")
     p.add_argument("--min-len", type=positive_int, default=3, help="shortest sequence")
     p.add_argument(
         "--max-len",
@@ -72,17 +67,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         type=int_range(1, MAX_N_VAL),
         default=1000,
         help=f"held-out sequences (at most {MAX_N_VAL:,}), each decoded at every evaluation",
-    )
-    p.add_argument("--max-iters", type=positive_int, default=1500, help="optimizer steps")
-    add_model_and_optimizer_arguments(
-        p,
-        n_layers=(2, "blocks in encoder and decoder"),
-        batch_size=(64, "sequences per step"),
-        dropout=0.0,
-        lr=1e-3,
-        warmup_iters=100,
-        weight_decay=0.01,
-        eval_interval=250,
     )
 
 
@@ -111,7 +95,6 @@ def run(args: argparse.Namespace) -> dict:
         UserError: bad arguments.
     """
     check_min_lr(args)
-    check_out(args.out)
     if args.min_len > args.max_len:
         raise UserError(f"--min-len ({args.min_len}) must not exceed --max-len ({args.max_len})")
     n_possible = sum(SequenceTask.n_digits**n for n in range(args.min_len, args.max_len + 1))
@@ -126,10 +109,7 @@ def run(args: argparse.Namespace) -> dict:
             f"sequences of {lengths}), got {args.n_val:,}"
         )
     check_task_size(args, 13, 13, decoder=True, block_size=args.max_len + 1)
-    out_dir = Path(args.out or f"runs/seq2seq-{args.backend}")
-    refuse_to_replace(
-        out_dir, (LOG_FILE, METRICS_FILE), args.overwrite, kind="seq2seq"
-    )  # before the work
+    out_dir = task_out(args, "seq2seq")  # before the work
     try:
         task = SequenceTask(args.task, args.min_len, args.max_len, args.n_val, args.seed)
         model = TaskModel(
@@ -150,33 +130,26 @@ def run(args: argparse.Namespace) -> dict:
         )
     except ValueError as e:
         raise UserError(str(e)) from e
+
+    def sequences():
+        while True:
+            b = task.batch(task.train_sequences(args.batch_size))
+            inputs = {k: b[k] for k in ("src", "src_mask", "tgt_mask")} | {"tgt": b["tgt_in"]}
+            yield inputs, b["tgt_out"]
+
+    def say(row: dict) -> str:
+        return (
+            f"step {row['step']:5d}: train loss {row['train_loss']:.4f}, held-out exact "
+            f"match {row['exact_match']:.1%}, tokens {row['token_accuracy']:.2%}, "
+            f"{row['elapsed_s']:.0f} s"
+        )
+
     with TaskOutput(out_dir, args.overwrite, "seq2seq") as output:
         print(
             f"{args.backend} backend, {model.num_parameters():,} parameters; task {args.task}: "
             f"{args.min_len} to {args.max_len} digits, {len(task.val)} held-out sequences"
         )
-        t0, recent, metrics = time.perf_counter(), [], {}
-        while model.step < args.max_iters:
-            b = task.batch(task.train_sequences(args.batch_size))
-            inputs = {k: b[k] for k in ("src", "src_mask", "tgt_mask")} | {"tgt": b["tgt_in"]}
-            try:
-                recent.append(model.train_step(inputs, b["tgt_out"]))
-            except NonFiniteError as e:
-                raise stopped_training(e, output.log_path) from e
-            if model.step % args.eval_interval == 0 or model.step == args.max_iters:
-                check_weights_finite(model, output.log_path)
-                row = {"step": model.step, "train_loss": float(np.mean(recent))}
-                row |= evaluate(model, task)
-                row["elapsed_s"] = round(time.perf_counter() - t0, 3)
-                recent = []
-                output.row(row)
-                metrics = row
-                print(
-                    f"step {row['step']:5d}: train loss {row['train_loss']:.4f}, held-out exact "
-                    f"match {row['exact_match']:.1%}, tokens {row['token_accuracy']:.2%}, "
-                    f"{row['elapsed_s']:.0f} s",
-                    flush=True,
-                )
+        metrics = train_task(model, args, output, sequences(), lambda: evaluate(model, task), say)
         b = task.batch(task.val[:3])
         examples = model.generate(b["src"], b["src_mask"], task.max_len + 1, BOS, EOS)
         for s, g in zip(task.val[:3], examples, strict=True):

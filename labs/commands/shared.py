@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import time
 from pathlib import Path
+
+import numpy as np
+
+from ..plumbing.backends import BACKENDS, NonFiniteError
 
 
 def add_model_and_optimizer_arguments(
@@ -20,20 +25,26 @@ def add_model_and_optimizer_arguments(
     warmup_iters: int,
     weight_decay: float,
     eval_interval: int,
+    d_model: int = 64,
+    d_ff_help: str = "FFN width (default: 4 d_model)",
+    attn_impl: tuple[tuple, str | None, str] = (("sdpa", "explicit"), "sdpa", "torch only"),
 ):
-    """The "model" and "optimization" option groups ``labs classify`` and ``labs seq2seq``
-    share, with each command's defaults (``n_layers`` and ``batch_size``: default and
-    help text). Returns the model group, for a command's own model options."""
+    """The "model" and "optimization" option groups of ``labs train``, ``classify`` and
+    ``seq2seq``, with each command's defaults (``n_layers``, ``batch_size``: default and
+    help; ``attn_impl``: choices, default, help). Returns the two groups."""
     g = p.add_argument_group("model")
     g.add_argument("--n-layers", type=positive_int, default=n_layers[0], help=n_layers[1])
     g.add_argument("--n-heads", type=positive_int, default=4, help="attention heads per block")
-    g.add_argument("--d-model", type=positive_int, default=64, help="width of the residual stream")
-    g.add_argument("--d-ff", type=positive_int, default=None, help="FFN width (default: 4 d_model)")
+    g.add_argument(
+        "--d-model", type=positive_int, default=d_model, help="width C of the residual stream"
+    )
+    g.add_argument("--d-ff", type=positive_int, default=None, help=d_ff_help)
     g.add_argument("--dropout", type=fraction, default=dropout, help="dropout probability")
     g.add_argument(
         "--dtype", choices=("float32", "float64"), default="float32", help="parameter dtype"
     )
-    g.add_argument("--attn-impl", choices=("sdpa", "explicit"), default="sdpa", help="torch only")
+    choices, default, help_text = attn_impl
+    g.add_argument("--attn-impl", choices=choices, default=default, help=help_text)
     o = p.add_argument_group("optimization")
     o.add_argument("--batch-size", type=positive_int, default=batch_size[0], help=batch_size[1])
     o.add_argument("--lr", type=number(0, low_open=True), default=lr, help="peak learning rate")
@@ -44,13 +55,27 @@ def add_model_and_optimizer_arguments(
     o.add_argument(
         "--weight-decay", type=number(0), default=weight_decay, help="AdamW decay of the matrices"
     )
-    o.add_argument(
-        "--eval-interval",
-        type=positive_int,
-        default=eval_interval,
-        help="steps between evaluations",
+    every = "steps between evaluations"
+    o.add_argument("--eval-interval", type=positive_int, default=eval_interval, help=every)
+    return g, o
+
+
+def add_task_arguments(p, kind: str, seed_help: str, **defaults):
+    """The options of ``labs classify`` and ``labs seq2seq`` (``kind``) that every run has, and
+    :func:`add_model_and_optimizer_arguments` with ``defaults``. Returns the model group."""
+    p.add_argument("--backend", choices=BACKENDS, required=True, help="required")
+    p.add_argument("--out", type=path_text, metavar="DIR", help=f"default: runs/{kind}-<backend>")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an --out that already holds a run's log.jsonl and metrics.json, "
+        "replacing them (refused without it)",
     )
-    return g
+    p.add_argument("--seed", type=seed_int, default=1337, help=seed_help)
+    p.add_argument(
+        "--max-iters", type=positive_int, default=defaults.pop("max_iters"), help="optimizer steps"
+    )
+    return add_model_and_optimizer_arguments(p, **defaults)[0]
 
 
 def training_options(args) -> dict:
@@ -355,34 +380,45 @@ class TaskOutput:
         self._write(self.metrics_path, lambda: write_atomic(self.metrics_path, data))
 
 
-def check_weights_finite(model, log_path) -> None:
-    """Before an evaluation: weights that an update made infinite would give NaN logits,
-    and an argmax of NaN is class 0, a wrong answer that looks like one."""
+def task_out(args, kind: str) -> Path:
+    """``--out`` (default ``runs/KIND-BACKEND``), refused before any work if it holds a run."""
+    check_out(args.out)
+    out = Path(args.out or f"runs/{kind}-{args.backend}")
+    names = (TaskOutput.LOG_FILE, TaskOutput.METRICS_FILE)
+    refuse_to_replace(out, names, args.overwrite, kind=kind)
+    return out
+
+
+def train_task(model, args, output: TaskOutput, batches_, evaluate, say) -> dict:
+    """Train ``model`` on ``batches_``'s ``(inputs, targets)`` up to ``--max-iters``; every
+    ``--eval-interval`` steps and at the end, log a row of ``evaluate()``'s numbers and print
+    ``say(row)``. Returns the last row.
+
+    Raises:
+        UserError: a non-finite step, or weights made non-finite (an argmax of NaN logits is
+            class 0: a wrong answer that looks like one); nothing is written after it.
+    """
     from .. import UserError
 
-    name = model.first_nonfinite_parameter()
-    if name is not None:
-        raise UserError(
-            f"training stopped at step {model.step}: the update made the weights non-finite "
-            f"(the first is {name}); nothing was evaluated ({log_path} holds the evaluations "
-            "before; no metrics.json). Try a lower --lr"
-        )
-
-
-def stopped_training(e, log_path) -> Exception:
-    """The ``UserError`` of a non-finite training step (a ``NonFiniteError``)."""
-    from .. import UserError
-
-    where = (
-        f"the first parameter whose gradient is non-finite is {e.parameter}"
-        if e.parameter is not None
-        else "every gradient is finite"
-    )
-    return UserError(
-        f"training stopped at step {e.step}: the loss is {e.loss} and the gradient norm "
-        f"{e.grad_norm}; {where}. Nothing was written after it ({log_path} holds the "
-        "evaluations before; no metrics.json). Try a lower --lr"
-    )
+    t0, recent, row = time.perf_counter(), [], {}
+    after = f"({output.log_path} holds the evaluations before; no metrics.json). Try a lower --lr"
+    while model.step < args.max_iters:
+        try:
+            recent.append(model.train_step(*next(batches_)))
+        except NonFiniteError as e:
+            raise UserError(f"training stopped at {e}. Nothing was written after it {after}") from e
+        if model.step % args.eval_interval == 0 or model.step == args.max_iters:
+            if (name := model.first_nonfinite_parameter()) is not None:
+                raise UserError(
+                    f"training stopped at step {model.step}: the update made the weights "
+                    f"non-finite (the first is {name}); nothing was evaluated {after}"
+                )
+            row = {"step": model.step, "train_loss": float(np.mean(recent)), **evaluate()}
+            row["elapsed_s"] = round(time.perf_counter() - t0, 3)
+            recent = []
+            output.row(row)
+            print(say(row), flush=True)
+    return row
 
 
 def check_task_size(

@@ -29,6 +29,7 @@ from ..plumbing.checkpoint_format import parameter_count
 from ..plumbing.data import DATA_ENV_VAR
 from ..plumbing.tokenization import KINDS
 from .shared import (
+    add_model_and_optimizer_arguments,
     check_min_lr,
     check_out,
     check_size,
@@ -133,7 +134,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=1000,
         help="BPE vocabulary size (with --tokenizer bpe)",
     )
-    g = p.add_argument_group("model")
+    g, o = add_model_and_optimizer_arguments(
+        p,
+        n_layers=(4, "transformer blocks"),
+        batch_size=(
+            12,
+            "sequences per step B (per micro-batch with --grad-accum; with several "
+            "processes: in all, split over them)",
+        ),
+        dropout=0.0,
+        lr=1e-3,
+        warmup_iters=100,
+        weight_decay=0.1,
+        eval_interval=250,
+        d_model=128,
+        d_ff_help="FFN hidden width (default: 4 d_model for gpt2; for llama, the multiple of 8 "
+        "that brings the parameter count closest to gpt2's)",
+        attn_impl=(
+            ATTN_IMPLS,
+            None,
+            "attention: the backend's fast path (the default; 'sdpa' and 'flash' both name "
+            "it: torch's fused kernel, NumPy's FlashAttention tiles) or 'explicit', the formula "
+            "written out",
+        ),
+    )
     g.add_argument(
         "--arch",
         choices=tuple(ARCHS),
@@ -141,16 +165,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="gpt2: learned positions, LayerNorm, GELU MLP, biases (default); llama: RoPE, "
         "RMSNorm, SwiGLU, no biases, d_ff chosen for the gpt2 model's parameter count",
     )
-    g.add_argument(
-        "--d-ff",
-        type=positive_int,
-        default=None,
-        help="FFN hidden width (default: 4 d_model for gpt2; for llama, the multiple of 8 "
-        "that brings the parameter count closest to gpt2's)",
-    )
     g.add_argument("--block-size", type=positive_int, default=64, help="context length T")
-    g.add_argument("--n-layers", type=positive_int, default=4, help="transformer blocks")
-    g.add_argument("--n-heads", type=positive_int, default=4, help="attention heads per block")
     g.add_argument(
         "--n-kv-heads",
         type=positive_int,
@@ -158,10 +173,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="llama: key/value heads, dividing --n-heads (grouped-query attention; 1: "
         "multi-query; default: --n-heads)",
     )
-    g.add_argument(
-        "--d-model", type=positive_int, default=128, help="width C of the residual stream"
-    )
-    g.add_argument("--dropout", type=fraction, default=0.0, help="dropout probability")
     g.add_argument(
         "--bias",
         action=argparse.BooleanOptionalAction,
@@ -173,17 +184,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("tanh", "none"),
         default="tanh",
         help="GELU form: tanh approximation (GPT-2) or exact erf ('none')",
-    )
-    g.add_argument(
-        "--dtype", choices=("float32", "float64"), default="float32", help="parameter dtype"
-    )
-    g.add_argument(
-        "--attn-impl",
-        choices=ATTN_IMPLS,
-        default=None,
-        help="attention: the backend's fast path (the default; 'sdpa' and 'flash' both name "
-        "it: torch's fused kernel, NumPy's FlashAttention tiles) or 'explicit', the formula "
-        "written out",
     )
     g.add_argument(
         "--no-fast",
@@ -205,6 +205,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="torch backend: where the model runs (cpu, cuda, cuda:1, ...); under torchrun "
         "with cuda, process N uses cuda:N",
     )
+    o.add_argument(
+        "--grad-accum",
+        type=positive_int,
+        default=1,
+        help="micro-batches of --batch-size sequences per step, gradients added before the "
+        "update: the step of a batch N times larger, one micro-batch's activations in memory",
+    )
+    o.add_argument(
+        "--lr-decay-iters",
+        type=natural_int,
+        default=None,
+        help="step where the cosine reaches --min-lr (default: --max-iters, "
+        "at least --warmup-iters + 1)",
+    )
+    o.add_argument("--beta1", type=fraction, default=0.9, help="AdamW first-moment decay")
+    o.add_argument("--beta2", type=fraction, default=0.99, help="AdamW second-moment decay")
+    o.add_argument(
+        "--grad-clip",
+        type=number(0, what=" (0: no clipping)"),
+        default=1.0,
+        help="0 disables clipping",
+    )
+    g = p.add_argument_group("evaluation")
+    g.add_argument("--eval-batches", type=positive_int, default=20, help="fixed batches per split")
+    g.add_argument(
+        "--eval-batch-size", type=positive_int, default=60, help="sequences per eval batch"
+    )
+    g.add_argument(
+        "--sample-tokens", type=natural_int, default=500, help="sample printed at the end"
+    )
     g = p.add_argument_group("processes")
     g.add_argument(
         "--processes",
@@ -220,53 +250,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=25.0,
         help="several ranks: gradients all-reduced in buckets of this many MiB, each started "
         "as soon as backward has filled it (0: one per block; DDP's bucket_cap_mb)",
-    )
-    g = p.add_argument_group("optimization")
-    g.add_argument(
-        "--batch-size",
-        type=positive_int,
-        default=12,
-        help="sequences per step B (per micro-batch with --grad-accum; with several "
-        "processes: in all, split over them)",
-    )
-    g.add_argument(
-        "--grad-accum",
-        type=positive_int,
-        default=1,
-        help="micro-batches of --batch-size sequences per step, gradients added before the "
-        "update: the step of a batch N times larger, one micro-batch's activations in memory",
-    )
-    g.add_argument("--lr", type=number(0, low_open=True), default=1e-3, help="peak learning rate")
-    g.add_argument("--min-lr", type=number(0), default=1e-4, help="final learning rate")
-    g.add_argument("--warmup-iters", type=natural_int, default=100, help="linear warmup steps")
-    g.add_argument(
-        "--lr-decay-iters",
-        type=natural_int,
-        default=None,
-        help="step where the cosine reaches --min-lr (default: --max-iters, "
-        "at least --warmup-iters + 1)",
-    )
-    g.add_argument("--beta1", type=fraction, default=0.9, help="AdamW first-moment decay")
-    g.add_argument("--beta2", type=fraction, default=0.99, help="AdamW second-moment decay")
-    g.add_argument(
-        "--weight-decay", type=number(0), default=0.1, help="AdamW decay of the matrices"
-    )
-    g.add_argument(
-        "--grad-clip",
-        type=number(0, what=" (0: no clipping)"),
-        default=1.0,
-        help="0 disables clipping",
-    )
-    g = p.add_argument_group("evaluation")
-    g.add_argument(
-        "--eval-interval", type=positive_int, default=250, help="steps between evaluations"
-    )
-    g.add_argument("--eval-batches", type=positive_int, default=20, help="fixed batches per split")
-    g.add_argument(
-        "--eval-batch-size", type=positive_int, default=60, help="sequences per eval batch"
-    )
-    g.add_argument(
-        "--sample-tokens", type=natural_int, default=500, help="sample printed at the end"
     )
 
 

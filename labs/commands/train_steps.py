@@ -400,15 +400,9 @@ def train_loop(run: Run, resumed: _Resumed | None) -> float:
                 stats = backend.train_step(x, y, grad_accum=N)
             except NonFiniteError as e:
                 raise UserError(
-                    f"training stopped at step {e.step}: the loss is {e.loss} and the gradient "
-                    f"norm {e.grad_norm}; "
-                    + (
-                        f"the first parameter whose gradient is non-finite is {e.parameter}"
-                        if e.parameter is not None
-                        else "every gradient is finite"
-                    )
-                    + f". The last good checkpoint (step {run.last_saved}) is kept in {run.out}, "
-                    "not overwritten. Try a lower --lr or keep --grad-clip on"
+                    f"training stopped at {e}. The last good checkpoint (step {run.last_saved}) "
+                    f"is kept in {run.out}, not overwritten. Try a lower --lr or keep "
+                    "--grad-clip on"
                 ) from e
             dt = time.perf_counter() - t0
             run.train_time += dt
