@@ -15,11 +15,9 @@ hand and once with PyTorch's machinery. The NumPy training step spells out what
     clip_grad_norm_(params, clip)          clip_grad_norm_(params, clip)
     optimizer.step()                       optimizer.step()
 
-(N = 1 without ``--grad-accum``; both backward passes add into ``.grad``.) Both take
-the learning rate from nanoGPT's schedule, so a resumed run needs only its step.
-Everything crossing this boundary is NumPy (int64 batches in; state dicts and
-optimizer moments out, in the model's dtype, by the shared names): checkpoints are
-interchangeable. This module holds what the adapters share and :func:`make_backend`.
+Everything crossing this boundary is NumPy (int64 batches in; state dicts and AdamW
+moments out, by the shared names): checkpoints are interchangeable. This module holds
+what the adapters share and :func:`make_backend`.
 """
 
 from __future__ import annotations
@@ -62,11 +60,8 @@ def _check_dtype(dtype: str) -> str:
 
 
 def _micro_batches(x, y, grad_accum: int) -> tuple[list, list]:
-    """``x`` and ``y`` cut into ``grad_accum`` equal micro-batches along the batch axis.
-
-    Raises:
-        ValueError: ``grad_accum`` not a positive integer dividing the batch size.
-    """
+    """``x`` and ``y`` cut into ``grad_accum`` equal micro-batches (ValueError: it does not
+    divide the batch)."""
     B = x.shape[0]
     if isinstance(grad_accum, bool) or not isinstance(grad_accum, int) or grad_accum < 1:
         raise ValueError(f"grad_accum: expected a positive integer, got {grad_accum!r}")
@@ -85,16 +80,12 @@ def _global_norm(grads) -> float:
 
 
 class NonFiniteError(FloatingPointError):
-    """The loss or the gradient norm of a training step is NaN or infinite.
-
-    Raised by ``train_step`` after the backward pass and *before* the optimizer
-    step, so the weights are still those of the last good step.
+    """The loss or the gradient norm of a training step is NaN or infinite: raised after
+    the backward pass, before the update (the weights are the last good step's).
 
     Attributes:
-        step: the step that failed (0-based, as the learning-rate schedule counts).
-        loss, grad_norm: the two numbers, as floats (NaN and inf included).
-        parameter: the first parameter, in ``named_parameters`` order, whose
-            gradient holds a NaN or an infinity (None if every gradient is finite).
+        step: the step that failed (0-based); loss, grad_norm: the two numbers;
+        parameter: the first parameter whose gradient is not finite (None: none is).
     """
 
     def __init__(self, step: int, loss: float, grad_norm: float, parameter: str | None):
@@ -120,13 +111,8 @@ def _first_nonfinite(named_grads) -> str | None:
 def _check_state_dict(
     sd: dict[str, np.ndarray], own: dict[str, tuple[int, ...]], tied: bool
 ) -> dict[str, np.ndarray]:
-    """``sd`` with the tied head filled in, after checking it names exactly the
-    model's parameters with their shapes.
-
-    Raises:
-        CheckpointError: listing every missing and unexpected key and every
-            shape mismatch (the same error for both backends).
-    """
+    """``sd`` with the tied head filled in, checked to name exactly the model's parameters
+    with their shapes (CheckpointError: every difference listed)."""
     sd = _with_tied_head(sd, tied)
     missing = sorted(set(own) - set(sd))
     unexpected = sorted(set(sd) - set(own))
@@ -146,23 +132,36 @@ def _check_state_dict(
 
 
 def _with_tied_head(sd: dict[str, np.ndarray], tied: bool) -> dict[str, np.ndarray]:
-    """Add ``head.weight`` (= ``tok_emb.weight``) when tied and absent."""
+    """Add ``head.weight`` (``tok_emb.weight``) when tied and absent."""
     if tied and "head.weight" not in sd and "tok_emb.weight" in sd:
         return {**sd, "head.weight": sd["tok_emb.weight"]}
     return sd
 
 
-def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
-    """``NumpyBackend`` or ``TorchBackend`` by ``name``, ``model_config``, ``seed`` and
-    ``kwargs`` (``train_config``, ``dtype``, ``attn_impl``, ``device``, ``amp``, ``fast``;
-    the NumPy backend takes ``device="cpu"`` and no ``amp``, torch no ``fast=False``).
-    ``attn_impl``: ``"explicit"`` (the formula), or the backend's fast path by either name
-    or None (torch's fused ``"sdpa"``, NumPy's FlashAttention tiles ``"flash"``).
+class Adapter:
+    """What the two adapters share: the learning rate of each step (``_cosine_lr``: the
+    backend's ``optim.cosine_lr``)."""
 
-    Raises:
-        ValueError: unknown name (and whatever the backend raises).
-    """
-    # imported here, not at the top: the adapters import this module's shared pieces
+    def current_lr(self) -> float:
+        """The learning rate the next :meth:`train_step` will use."""
+        tc = self.train_config
+        return self._cosine_lr(
+            self.step, tc["lr"], tc["min_lr"], tc["warmup_iters"], tc["lr_decay_iters"]
+        )
+
+    def _set_lr(self) -> float:
+        """Set :meth:`current_lr` into every parameter group (nanoGPT's way); return it."""
+        lr = self.current_lr()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        return lr
+
+
+def make_backend(name: str, model_config: dict, seed: int = 0, **kwargs):
+    """``NumpyBackend`` or ``TorchBackend`` by ``name`` (ValueError: another), with
+    ``kwargs`` ``train_config``, ``dtype``, ``attn_impl``, ``device``, ``amp``, ``fast``
+    (NumPy: the CPU, no ``amp``; torch: no ``fast=False``). ``attn_impl``: ``"explicit"``,
+    or the backend's fast path by either name or None (``"sdpa"``, ``"flash"``)."""
     if name == "numpy":
         from .backends_numpy import NumpyBackend
 

@@ -12,6 +12,7 @@ import numpy as np
 
 from .backends import (
     ADAM_EPS,
+    Adapter,
     NonFiniteError,
     _check_dtype,
     _check_state_dict,
@@ -20,27 +21,24 @@ from .backends import (
     _micro_batches,
     _train_config,
 )
+from .distributed import with_ranks
 
 
-class NumpyBackend:
+class NumpyBackend(Adapter):
     """The from-scratch model: ``numpy_impl`` with hand-written backward passes.
 
     Args:
         model_config: GPTConfig fields as a dict.
         seed: seed of the initial weights.
-        train_config: optimizer and schedule settings (keys of
-            :data:`DEFAULT_TRAIN_CONFIG`; missing keys take those defaults).
+        train_config: keys of :data:`DEFAULT_TRAIN_CONFIG` (missing ones: its defaults).
         dtype: ``"float32"`` (training) or ``"float64"``.
-        attn_impl: ``"flash"`` (FlashAttention's tiles, the default here) or
-            ``"explicit"`` (the formula of chapter 03); see
-            :class:`numpy_impl.attention.SelfAttention`.
-        fast: apply the fast backend (``numpy_impl/fast.py``: :func:`accelerate` and the
-            flat-buffer AdamW, tested equal to the formulas); False trains the formulas the
-            chapters write, one parameter at a time (``labs train --no-fast``).
+        attn_impl: ``"flash"`` (FlashAttention's tiles) or ``"explicit"`` (chapter 03).
+        fast: apply ``numpy_impl/fast.py`` (:func:`accelerate`, the flat-buffer AdamW);
+            False trains the chapters' formulas (``labs train --no-fast``).
 
     Raises:
-        ValueError: an invalid model config (the field is named), unknown
-            train_config keys, or an unknown dtype.
+        ValueError: an invalid model config (the field named), unknown train_config keys,
+            or an unknown dtype.
     """
 
     name = "numpy"
@@ -57,8 +55,9 @@ class NumpyBackend:
         from numpy_impl.fast import accelerate
         from numpy_impl.gpt import GPT, GPTConfig
         from numpy_impl.loss import CrossEntropyLoss
-        from numpy_impl.optim import AdamW, configure_param_groups
+        from numpy_impl.optim import AdamW, configure_param_groups, cosine_lr
 
+        self._cosine_lr = cosine_lr
         self.config = GPTConfig.from_dict(dict(model_config))
         self.train_config = tc = _train_config(train_config)
         dtype = np.dtype(_check_dtype(dtype))
@@ -82,11 +81,8 @@ class NumpyBackend:
         self._seed, self._sync = seed, None  # _sync: the ranks' all-reduce, after distribute()
 
     def distribute(self, bucket_mb: float = 25.0) -> None:
-        """Train under ``torch.distributed`` (the process group initialised): rank 0's
-        weights broadcast, each rank's gradients summed over the ranks and divided by
-        their number after the last micro-batch (``labs/plumbing/distributed.py``), each
-        rank r > 0 its own dropout masks (seeded seed + r). As :meth:`TorchBackend.distribute`.
-        """
+        """As :meth:`TorchBackend.distribute`, with ``distributed.GradientAllReduce`` for DDP;
+        rank r > 0 draws its own dropout masks (seeded seed + r)."""
         from .distributed import GradientAllReduce, rank_and_world
 
         self._sync = GradientAllReduce(self.model, bucket_mb)
@@ -95,42 +91,24 @@ class NumpyBackend:
             fresh = np.random.default_rng(self._seed + rank).bit_generator.state
             self.model.dropout_rng.bit_generator.state = fresh
 
-    def current_lr(self) -> float:
-        """The learning rate the next :meth:`train_step` will use."""
-        from numpy_impl.optim import cosine_lr
-
-        tc = self.train_config
-        return cosine_lr(
-            self.step, tc["lr"], tc["min_lr"], tc["warmup_iters"], tc["lr_decay_iters"]
-        )
-
     def train_step(self, x: np.ndarray, y: np.ndarray, grad_accum: int = 1) -> dict:
-        """One optimizer step on the batch ``x``, ``y``: both ``(B, T)`` int64.
-
-        With ``grad_accum = N`` the batch is run as N micro-batches of ``B / N`` rows,
-        one forward and backward each, before the one update: the gradient of the
-        whole batch's mean loss, ``sum_j (1/N) grad(mean loss of micro-batch j)``,
-        with the activations of ``B / N`` rows in memory at a time. Every backward
-        ADDS into ``p.grad`` (zeroed once, before the first), so accumulating takes
-        nothing but the ``1 / N`` on each micro-batch's loss gradient.
+        """One optimizer step on the batch ``x``, ``y`` (both ``(B, T)`` int64), run as
+        ``grad_accum`` = N micro-batches of ``B / N`` rows: every backward ADDS into
+        ``p.grad``, so the gradient of the batch's mean loss needs only ``1 / N`` on each.
 
         Returns:
-            ``{"loss": float, "lr": float, "grad_norm": float}``: the batch's
-            loss before the update, the learning rate used, and the global
+            ``{"loss", "lr", "grad_norm"}``: the loss before the update, the rate used, the
             gradient norm before clipping.
 
         Raises:
             ValueError: ``grad_accum`` not a positive divisor of B.
-            NonFiniteError: the loss or the gradient norm is NaN or infinite;
-                the weights and the optimizer are left as they were.
+            NonFiniteError: a NaN or infinite loss or gradient norm; nothing updated.
         """
         from numpy_impl import fast, flat_buffers
         from numpy_impl.optim import clip_grad_norm_
 
         micro_x, micro_y = _micro_batches(x, y, grad_accum)
-        lr = self.current_lr()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = self._set_lr()
         self.model.train()
         flat = self._flat_parameters() if self.fast else None
         if flat is not None:
@@ -168,10 +146,9 @@ class NumpyBackend:
         return {"loss": float(loss), "lr": float(lr), "grad_norm": float(grad_norm)}
 
     def _flat_parameters(self):
-        """The parameters as views of two flat buffers (``flat_buffers.FlatParameters``), made at
-        the first training step (a model that only samples keeps its arrays and allocates
-        no gradients) and again if something rebound a parameter's array; None when the
-        optimizer's groups are not exactly the model's parameters, each once."""
+        """The parameters as views of two flat buffers (``flat_buffers.FlatParameters``), made
+        at the first training step and again if a parameter's array was rebound; None when
+        the optimizer's groups are not exactly the model's parameters, each once."""
         from numpy_impl import flat_buffers
 
         order = [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -197,16 +174,15 @@ class NumpyBackend:
         return float(np.mean(losses))
 
     def state_dict(self, copy: bool = True) -> dict[str, np.ndarray]:
-        """Every state-dict name (``head.weight`` included) -> a copy in the model's dtype
-        (``copy=False``: the live arrays, for a save that only reads them)."""
+        """Every state-dict name (``head.weight`` included) -> a copy (``copy=False``: the
+        live arrays, for a save that only reads them)."""
         return {k: v.copy() if copy else v for k, v in self.model.state_dict().items()}
 
     def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
         """Copy weights in (``head.weight`` may be omitted when tied).
 
         Raises:
-            CheckpointError: (a ``ValueError``) missing or unexpected names or
-                wrong shapes, every one listed; nothing is copied then.
+            CheckpointError: missing or unexpected names or wrong shapes, all listed.
         """
         own = {k: v.shape for k, v in self.model.state_dict().items()}
         self.model.load_state_dict(_check_state_dict(sd, own, self.config.tie_weights))
@@ -215,15 +191,10 @@ class NumpyBackend:
         """The dropout generator's state, JSON-ready (``bit_generator.state``); after
         :meth:`distribute`, every rank's under ``"by_rank"`` (a collective)."""
         state = {"backend": self.name, "dropout": self.model.dropout_rng.bit_generator.state}
-        if self._sync is None:
-            return state
-        from .distributed import with_ranks
-
-        return with_ranks(state)
+        return state if self._sync is None else with_ranks(state)
 
     def set_rng_state(self, state: dict) -> None:
-        """Restore :meth:`rng_state`'s dict: the next dropout masks are the
-        ones the saved model would have drawn.
+        """Restore :meth:`rng_state`'s dict: the next dropout masks are the saved model's.
 
         Raises:
             ValueError: not a state of this backend's generator.
@@ -241,10 +212,8 @@ class NumpyBackend:
             raise ValueError(f"rng state: not a valid dropout generator state ({e})") from e
 
     def optimizer_state(self, copy: bool = True) -> dict[str, np.ndarray]:
-        """AdamW's moments by parameter name (model dtype), plus ``"step"`` (0-d int64).
-
-        Parameters the optimizer has not touched yet report zero moments. ``copy``: as
-        :meth:`state_dict`'s."""
+        """AdamW's moments by parameter name (zero where untouched yet), plus ``"step"``
+        (0-d int64). ``copy``: as :meth:`state_dict`'s."""
         state = {"step": np.array(self.step, dtype=np.int64)}
         for name, p in self.model.named_parameters():
             st = self.optimizer.state.get(p)
@@ -271,23 +240,11 @@ class NumpyBackend:
         self.step = step
 
     def generate(
-        self,
-        prompt_ids: list[int],
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        use_cache: bool = True,
-        on_token=None,
+        self, prompt_ids: list[int], max_new_tokens: int, seed=None, on_token=None, **sampling
     ) -> list[int]:
         """The ``max_new_tokens`` ids that follow ``prompt_ids`` (prompt excluded).
-
-        ``use_cache`` (the default): decode with the KV cache (chapter 12), one token
-        per forward after the prompt: at GPT-2's size (124M parameters, context 1024)
-        the difference between seconds and minutes. The tokens are those of the plain
-        loop (greedy: identical but for a near-tie's rounding). ``on_token``: called
-        with each new id as it is drawn.
+        ``sampling``: ``temperature``, ``top_k``, ``top_p`` and ``use_cache`` (default True: the
+        KV cache of chapter 12); ``on_token``: called with each new id as it is drawn.
 
         Raises:
             ValueError: empty prompt, invalid sampling settings.
@@ -299,10 +256,7 @@ class NumpyBackend:
             self.model,
             idx,
             max_new_tokens,
-            temperature=temperature,
-            top_k=top_k,
-            top_p=top_p,
-            use_cache=use_cache,
+            **{"use_cache": True, **sampling},
             rng=np.random.default_rng(seed),
             on_token=None if on_token is None else lambda ids: on_token(int(ids[0])),
         )

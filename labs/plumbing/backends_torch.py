@@ -14,16 +14,19 @@ import numpy as np
 from .backends import (
     ADAM_EPS,
     AMP_DTYPES,
+    Adapter,
     NonFiniteError,
     _check_dtype,
     _check_state_dict,
     _first_nonfinite,
     _global_norm,
+    _micro_batches,
     _train_config,
 )
+from .distributed import own_state, with_ranks
 
 
-class TorchBackend:
+class TorchBackend(Adapter):
     """The library model: ``torch_impl``, gradients by autograd; the interface and arguments
     of :class:`NumpyBackend`, plus ``attn_impl`` (``"sdpa"``, fused, or ``"explicit"``),
     ``device`` (``"cpu"``, ``"cuda:1"``...; weights are drawn on the CPU first, so a seed
@@ -50,9 +53,9 @@ class TorchBackend:
 
         from torch_impl.gpt import GPT, GPTConfig
         from torch_impl.loss import CrossEntropyLoss
-        from torch_impl.optim import AdamW, configure_param_groups
+        from torch_impl.optim import AdamW, configure_param_groups, cosine_lr
 
-        self.torch = torch
+        self.torch, self._cosine_lr = torch, cosine_lr
         self.config = GPTConfig(**dict(model_config))
         self.train_config = tc = _train_config(train_config)
         self.dtype = {"float32": torch.float32, "float64": torch.float64}[_check_dtype(dtype)]
@@ -90,8 +93,7 @@ class TorchBackend:
         return self.torch.autocast(device_type=self.device.type, dtype=dtype)
 
     def scaler_state(self) -> dict | None:
-        """The fp16 GradScaler's state (its scale and growth counter), JSON-ready; None
-        without one."""
+        """The fp16 GradScaler's state (scale, growth counter), JSON-ready; None without one."""
         return None if self.scaler is None else dict(self.scaler.state_dict())
 
     def set_scaler_state(self, state: dict | None) -> None:
@@ -100,13 +102,10 @@ class TorchBackend:
             self.scaler.load_state_dict(state)
 
     def distribute(self, bucket_mb: float = 25.0) -> None:
-        """Train under ``torch.distributed`` (the process group must be initialised,
-        e.g. by ``torchrun``): the model is wrapped in DistributedDataParallel,
-        which averages the gradients of all ranks during ``backward``, in buckets of
-        ``bucket_mb`` MiB (Li et al. 2020, "PyTorch Distributed"). Each rank then passes
-        its own slice of the batch to :meth:`train_step`; with equal slices the averaged
-        gradient is exactly the gradient of the mean loss over the whole batch.
-        """
+        """Train under ``torch.distributed`` (the process group initialised): the model in
+        DistributedDataParallel, which averages the ranks' gradients during ``backward`` in
+        buckets of ``bucket_mb`` MiB (Li et al. 2020). With equal slices of the batch, that
+        is the gradient of the whole batch's mean loss."""
         from torch.nn.parallel import DistributedDataParallel
 
         # DDP broadcasts rank 0's weights to the others: every rank starts equal
@@ -115,15 +114,6 @@ class TorchBackend:
         rank = self.torch.distributed.get_rank()
         if rank > 0:  # every rank its own dropout masks (rank 0 keeps the 1-process stream)
             self.torch.manual_seed(self._seed + rank)
-
-    def current_lr(self) -> float:
-        """The learning rate the next :meth:`train_step` will use."""
-        from torch_impl.optim import cosine_lr
-
-        tc = self.train_config
-        return cosine_lr(
-            self.step, tc["lr"], tc["min_lr"], tc["warmup_iters"], tc["lr_decay_iters"]
-        )
 
     def train_step(self, x: np.ndarray, y: np.ndarray, grad_accum: int = 1) -> dict:
         """As :meth:`NumpyBackend.train_step` (``grad_accum`` micro-batches, each loss
@@ -136,13 +126,9 @@ class TorchBackend:
 
         from torch_impl.optim import clip_grad_norm_
 
-        from .backends import _micro_batches
-
         torch = self.torch
         micro_x, micro_y = _micro_batches(x, y, grad_accum)
-        lr = self.current_lr()
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        lr = self._set_lr()
         model = self.model if self._ddp is None else self._ddp
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -234,14 +220,9 @@ class TorchBackend:
         )
 
     def rng_state(self) -> dict:
-        """Torch's global generator of the model's device (it draws the dropout
-        masks), as base64 of ``torch.get_rng_state()``'s bytes (and of the CUDA
-        device's, on a GPU): JSON-ready.
-
-        Under DistributedDataParallel each rank draws its own masks, and
-        ``"by_rank"`` lists every rank's states: gathering them is a collective
-        operation, so every rank must call this, at the same point.
-        """
+        """Torch's global generators (they draw the dropout masks) as base64 of their bytes,
+        the CPU's and, on a GPU, the device's; under DDP every rank's in ``"by_rank"``
+        (a collective: every rank calls it)."""
         torch = self.torch
 
         def b64(state) -> str:
@@ -251,16 +232,11 @@ class TorchBackend:
         if self.device.type == "cuda":
             own["cuda"] = torch.cuda.get_rng_state(self.device)
         state = {"backend": self.name, **{k: b64(v) for k, v in own.items()}}
-        if self._ddp is None:
-            return state
-        from .distributed import with_ranks
-
-        return with_ranks(state)
+        return state if self._ddp is None else with_ranks(state)
 
     def set_rng_state(self, state: dict) -> None:
-        """Restore :meth:`rng_state`'s dict into torch's global generators (under
-        DistributedDataParallel, this rank's; a rank the saved run did not have
-        is seeded as a fresh run seeds it).
+        """Restore :meth:`rng_state`'s dict (under DDP this rank's; a rank the saved run
+        did not have is seeded as a fresh run seeds it).
 
         Raises:
             ValueError: not a state saved by this backend.
@@ -270,8 +246,6 @@ class TorchBackend:
             raise ValueError(f"rng state: from the {state.get('backend')!r} backend, not torch")
         own = state
         if self._ddp is not None:
-            from .distributed import own_state
-
             own = own_state(state)
             if own is None:  # a rank the saved run did not have: seeded as a fresh run
                 torch.manual_seed(self._seed + torch.distributed.get_rank())
@@ -319,15 +293,7 @@ class TorchBackend:
         self.step = step  # the learning rate is cosine_lr(step, ...): nothing else to restore
 
     def generate(
-        self,
-        prompt_ids: list[int],
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        top_k: int | None = None,
-        top_p: float | None = None,
-        seed: int | None = None,
-        use_cache: bool = True,
-        on_token=None,
+        self, prompt_ids: list[int], max_new_tokens: int, seed=None, on_token=None, **sampling
     ) -> list[int]:
         """As :meth:`NumpyBackend.generate` (same seed, different random
         numbers: the two backends' generators differ)."""
@@ -345,10 +311,7 @@ class TorchBackend:
                 self.model,
                 idx,
                 max_new_tokens,
-                temperature=temperature,
-                top_k=top_k,
-                top_p=top_p,
-                use_cache=use_cache,
+                **{"use_cache": True, **sampling},
                 generator=generator,
                 on_token=None if on_token is None else lambda ids: on_token(int(ids[0])),
             )
