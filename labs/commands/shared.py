@@ -243,14 +243,10 @@ def refuse_to_replace(
             "that run away yourself)"
         )
     if held and not overwrite:
-        from ..plumbing.checkpoint_format import CONFIG_FILE, _loads_strict
+        from ..plumbing.checkpoint import _step_of
 
-        what = ", ".join(held)
-        try:
-            step = _loads_strict((Path(out) / CONFIG_FILE).read_text(encoding="utf-8"))["step"]
-            what = f"its checkpoint is at step {int(step)}"
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        step = _step_of(Path(out))
+        what = ", ".join(held) if step is None else f"its checkpoint is at step {step}"
         raise UserError(
             f"--out {out} already holds a run ({what}): "
             + (f"continue it with {resume}, or " if resume else "")

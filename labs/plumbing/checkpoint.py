@@ -9,30 +9,18 @@
                                the batch sampler's and the dropout RNGs' states
     DIR/.previous/             the checkpoint before the last one, whole (hard links)
 
-Weights are stored with safetensors (a JSON header and raw little-endian
-arrays: no pickle, so loading a checkpoint cannot run code); everything else
-is JSON. A save never leaves DIR without a complete checkpoint, whenever the
-process dies (SIGKILL, power cut): the new set is written in full to
-``DIR/.staging/`` and fsynced, the current set is kept as ``DIR/.previous/``,
-and only then are the new files moved into place with ``os.replace`` (atomic
-on POSIX), ``config.json`` last. config.json records the SHA-256 of the files
-it belongs with, so a set mixed by a kill between two renames is recognised:
-its config.json is still the one ``.previous`` holds, and :func:`load_checkpoint`
-loads that same checkpoint from ``.previous`` (nothing committed is lost). A set
-damaged otherwise (a truncated file, an edit) is reported as such
-(:class:`CorruptCheckpointError`); loading the older checkpoint in ``.previous``
-instead is the caller's choice (``previous=True``; ``--from-previous`` on the
-command line). A save that fails (a full disk) leaves the last checkpoint as it
-was and removes what it had written; the next save removes what a killed writer
-left behind (:func:`remove_leftovers`).
+Weights are safetensors (no pickle: loading runs no code), the rest JSON; a checkpoint
+written by either backend loads into either. A save never leaves DIR without a complete
+checkpoint, whenever the process dies: the new set is written and fsynced in
+``DIR/.staging/``, the current one kept whole as ``DIR/.previous/``, then the files are
+moved in with ``os.replace``, config.json last. config.json records the SHA-256 of its
+files, so a set mixed by a kill between two renames is recognised and loaded from
+``.previous`` (nothing committed is lost); a set damaged otherwise raises
+:class:`CorruptCheckpointError` unless the caller asks for ``.previous``
+(``--from-previous``). A failed save leaves the last checkpoint as it was.
 
-Because both backends use the same names and shapes (PyTorch's layout), a
-checkpoint written by either loads into either.
-
-This module saves and loads a set; ``checkpoint_format.py`` says what a set
-holds and checks it (:func:`expected_shapes`, :class:`CheckpointError`), and
-``checkpoint_files.py`` is the file layer underneath (fsynced writes, the test
-hook that pauses the writer).
+``checkpoint_format.py`` says what a set holds and checks it; ``checkpoint_files.py`` is
+the file layer underneath (fsynced writes, the test hook that pauses the writer).
 """
 
 from __future__ import annotations
@@ -85,18 +73,10 @@ PREVIOUS_DIR = ".previous"  # a full copy (hard links) of the set being replaced
 
 
 def remove_leftovers(directory: str | os.PathLike, pattern: str = ".*") -> list[str]:
-    """Remove what a writer killed mid-save leaves in ``directory``: ``.staging/``,
-    ``.previous.tmp/``, any other hidden ``.*.tmp`` file or directory (a half-written
-    log, say) and a ``.NAME.PID.partial`` directory (:func:`new_directory`'s) whose
-    process is gone. None of them is part of a checkpoint: the set in ``directory``
-    and the one in ``.previous`` are whole whenever these exist.
-
-    Args:
-        pattern: the names looked at (a glob), ``.*``: every hidden one.
-
-    Returns:
-        the names removed.
-    """
+    """Remove (and return the names of) what a writer killed mid-save leaves among the
+    ``pattern`` names of ``directory``: ``.staging/``, any hidden ``.*.tmp`` and a
+    ``.NAME.PID.partial`` directory (:func:`new_directory`'s) whose process is gone. None
+    is part of a checkpoint: the sets in ``directory`` and ``.previous`` are whole."""
     directory = Path(directory)
     removed = []
     for path in sorted(directory.glob(pattern)):
@@ -123,9 +103,8 @@ def _running(pid: int) -> bool:
 
 
 def _keep_previous(directory: Path) -> None:
-    """Copy ``directory``'s checkpoint set into ``directory/.previous`` if it is
-    complete and intact (a set left broken by a killed writer is not kept:
-    ``.previous`` then still holds the last good one)."""
+    """Copy ``directory``'s set into ``directory/.previous`` if it is complete and intact
+    (else ``.previous`` keeps the last good one)."""
     try:
         document = _read_config(directory)
         files = document.get("files") or {}
@@ -156,23 +135,21 @@ def save_checkpoint(
     meta: dict | None = None,
     extra_files: dict[str, bytes] | None = None,
 ) -> Path:
-    """Write a checkpoint into ``directory`` (created if needed) as the module says: staged,
-    the previous set kept, committed by ``os.replace``, config.json last, so a crash at
-    any moment leaves a complete checkpoint. A test can stop the writer
-    (:data:`PAUSE_ENV_VAR`) at ``writing``, ``staged``, ``keeping-previous``,
-    ``previous-removed``, ``kept-previous``, ``moved-<file>`` and ``committed``.
+    """Write a checkpoint into ``directory`` (created if needed) as the module says. A test
+    can stop the writer (:data:`PAUSE_ENV_VAR`) at ``writing``, ``staged``,
+    ``keeping-previous``, ``previous-removed``, ``kept-previous``, ``moved-<file>`` and
+    ``committed``.
 
     Args:
         model_state: a backend's ``state_dict()`` (``head.weight`` dropped when tied).
-        config: ``{"model": ..., "tokenizer": ..., "train": ...}`` (``"train"`` optional).
-        optimizer_state: ``{"exp_avg.NAME", "exp_avg_sq.NAME", "step"}``, or None
-            (weights only).
+        config: ``{"model", "tokenizer"}`` sections (and ``"train"``).
+        optimizer_state: ``{"exp_avg.NAME", "exp_avg_sq.NAME", "step"}``, or None.
         meta: JSON values merged into config.json (``step``, ``backend``, ``metrics``, ...).
         extra_files: ``{file name: bytes}`` written and hashed alike (``tokenizer.json``).
 
     Raises:
-        ValueError: a section missing, or a state that does not match the config
-            (keys and shapes listed); nothing is written then.
+        ValueError: a section missing, or a state that does not match the config (keys
+            and shapes listed); nothing is written then.
         OSError: the directory cannot be written or the disk is full; the checkpoint
             there is unchanged and the partial files are removed.
     """
@@ -261,19 +238,13 @@ def save_checkpoint(
 
 # -- load ------------------------------------------------------------------------
 class CheckpointWarning(UserWarning):
-    """The checkpoint in DIR was loaded from ``DIR/.previous``: said with the reason,
-    and with the steps lost when there are any."""
+    """The checkpoint in DIR was loaded from ``DIR/.previous`` (the reason, the steps lost)."""
 
 
 class CorruptCheckpointError(CheckpointError):
-    """The checkpoint in DIR is damaged (not an interrupted save) while
-    ``DIR/.previous`` holds an intact, older one; loading that one loses steps,
-    so it is the caller's choice (``load_checkpoint(DIR, previous=True)``).
-
-    Attributes:
-        step: the damaged checkpoint's step (None when its config.json is unreadable).
-        previous_step: the step of the checkpoint in ``.previous``.
-    """
+    """The checkpoint in DIR is damaged (not an interrupted save) while ``DIR/.previous``
+    holds an intact, older one: loading that one (``previous=True``) loses steps.
+    ``step``: the damaged one's (None if unreadable); ``previous_step``: the older one's."""
 
     def __init__(self, message: str, step: int | None, previous_step: int):
         super().__init__(message)
@@ -337,14 +308,12 @@ def _step_of(directory: Path) -> int | None:
 def load_checkpoint(
     directory: str | os.PathLike, previous: bool = False
 ) -> tuple[dict[str, np.ndarray], dict, dict[str, np.ndarray] | None]:
-    """``(model_state, config, optimizer_state)`` of a checkpoint directory (with tied
-    weights ``head.weight`` *is* the ``tok_emb.weight`` array; ``optimizer_state`` None
-    when there is none).
+    """``(model_state, config, optimizer_state)`` of a checkpoint directory (a tied
+    ``head.weight`` *is* the ``tok_emb.weight`` array; ``optimizer_state`` may be None).
 
-    A set left mixed by a save killed while moving its files in is the checkpoint in
-    ``.previous``: loaded, with a :class:`CheckpointWarning`. A set damaged otherwise
-    raises :class:`CorruptCheckpointError`, unless ``previous``: then the older
-    ``.previous`` is loaded, with a warning counting the steps lost.
+    A set mixed by an interrupted save loads from ``.previous`` with a
+    :class:`CheckpointWarning`; a set damaged otherwise raises :class:`CorruptCheckpointError`
+    unless ``previous`` (then ``.previous`` loads, the warning counting the steps lost).
     ``config["loaded_from"]`` names ``.previous`` in both cases.
 
     Raises:

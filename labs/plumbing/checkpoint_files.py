@@ -1,9 +1,6 @@
-"""The file layer of checkpoints: writes that a crash cannot leave half done.
-
-Every file is written whole and fsynced before any name points at it
-(:func:`_write_file`), new names are made durable (:func:`_fsync_dir`), and a
-test can stop the writer at a named stage (:data:`PAUSE_ENV_VAR`) to kill it
-there. ``checkpoint.py`` builds its crash-safe save from these.
+"""The file layer of checkpoints: writes that a crash cannot leave half done (every file
+fsynced before a name points at it, new names made durable), and the test hook
+(:data:`PAUSE_ENV_VAR`) that stops the writer at a named stage.
 """
 
 from __future__ import annotations
@@ -21,10 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-#: Test hook: ``STAGE`` or ``STAGE@N`` makes the writer stop the Nth time (default 1)
-#: it reaches STAGE (see ``checkpoint.py``'s :func:`save_checkpoint`), print
-#: ``checkpoint writer paused at STAGE`` on stderr and sleep, so a test can SIGKILL
-#: it at a known point.
+#: Test hook: ``STAGE`` or ``STAGE@N`` makes the writer print ``checkpoint writer paused at
+#: STAGE`` on stderr and sleep the Nth time (default 1) it reaches STAGE, to be SIGKILLed.
 PAUSE_ENV_VAR = "TWINFORMER_TEST_CHECKPOINT_PAUSE"
 _stages_reached: dict[str, int] = {}
 
@@ -50,21 +45,14 @@ def _fsync_dir(path: Path) -> None:
 
 
 class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: corrupt or truncated files, an
-    interrupted write, contents (keys, shapes, vocabulary) that do not
-    match its config.json or the model they are loaded into, or a directory
-    holding links or names it should not. The message lists every offending
-    key. Raised the same way by both backends."""
+    """A checkpoint that cannot be used: corrupt or truncated files, an interrupted write,
+    contents that do not match its config.json or the model, a directory holding links or
+    names it should not. The message lists every offending key; both backends raise it."""
 
 
 def check_directory(directory: Path) -> None:
-    """Refuse a run directory with a symbolic link or a special file (a FIFO, a
-    device) in it or in its ``.previous``: a shared run directory must not make a
-    save write, or a load read, anywhere but inside it.
-
-    Raises:
-        CheckpointError: the entry, named.
-    """
+    """Refuse (CheckpointError, the entry named) a run directory with a symbolic link or a
+    special file in it or its ``.previous``: a save writes, a load reads, only inside it."""
     directory = Path(directory)
     for folder in (directory, directory / ".previous"):
         if folder != directory and not os.path.lexists(folder):
@@ -86,12 +74,8 @@ def check_directory(directory: Path) -> None:
 
 
 def member(directory: Path, name: str) -> Path:
-    """``directory / name`` for a file name a config supplied, proven to stay inside:
-    ``name`` is a plain name (no separator, not hidden), and the path is not a link.
-
-    Raises:
-        CheckpointError: any other name, or a path that is a link or not a regular file.
-    """
+    """``directory / name`` for a name a config supplied, proven to stay inside: a plain
+    name (no separator, not hidden), not a link (CheckpointError otherwise)."""
     if not isinstance(name, str) or name != os.path.basename(name) or name.startswith("."):
         raise CheckpointError(f"{directory}: {name!r} is not a plain file name")
     path = Path(directory) / name
@@ -117,8 +101,7 @@ def _write_file(path: Path, data: bytes) -> None:
 
 
 def _write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """``arrays`` as a new safetensors file ``path``, fsynced: written by safetensors from
-    the arrays (no serialised copy of the whole file held in memory)."""
+    """``arrays`` as a new safetensors file ``path`` (no copy in memory), fsynced."""
     from safetensors.numpy import save_file
 
     save_file(arrays, str(path))
@@ -131,10 +114,8 @@ def _write_arrays(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:
-    """Replace ``path`` by ``data`` whole: a new temporary file in the same directory
-    (a rename across file systems is not atomic), fsynced, renamed onto ``path``. A
-    kill leaves the old file or the new one; a link at ``path`` is replaced, never
-    written through."""
+    """Replace ``path`` by ``data`` whole: a temporary file beside it, fsynced, renamed onto
+    ``path`` (a link there is replaced, never written through)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -172,18 +153,12 @@ def _sha256(path: Path) -> str:
 
 @contextlib.contextmanager
 def new_directory(path: str | os.PathLike):
-    """Create the directory ``path``, which must not exist, all at once or not at all.
-
-    Yields a hidden sibling (``.NAME.PID.partial``) to write into (one a killed
-    process left is removed first); when the block
-    ends without an error, its files are made durable and it is renamed to
-    ``path`` (one atomic rename), otherwise it is removed. Whatever happens,
-    ``path`` is either absent or complete, and an existing ``path`` is never
-    touched: a user's run or export cannot be overwritten.
+    """Create the directory ``path`` all at once or not at all: yields a hidden sibling
+    (``.NAME.PID.partial``) to write into, renamed to ``path`` when the block ends without
+    an error, else removed. An existing ``path`` is never touched.
 
     Raises:
-        FileExistsError: ``path`` exists (checked before anything is written, and
-            again before the rename).
+        FileExistsError: ``path`` exists (checked first, and again before the rename).
     """
     path = Path(path)
     if path.exists() or path.is_symlink():

@@ -1,11 +1,9 @@
-"""What a checkpoint directory holds, and the checks that it holds it.
+"""What a checkpoint directory holds, and the checks that it holds it (CheckpointError).
 
-The file names and the format tag; the state-dict names and shapes a model
-config implies (:func:`expected_shapes`, written from the architecture alone);
-and the checks a load makes: config.json on its own (:func:`_read_config`),
-each file against the SHA-256 recorded in config.json (:func:`_check_belongs`),
-the arrays against the config (:func:`_mismatches`). A failed check raises
-:class:`CheckpointError`.
+The file names and the format tag; the state-dict shapes a model config implies
+(:func:`expected_shapes`); config.json on its own (:func:`_read_config`), each file
+against its recorded SHA-256 (:func:`_check_belongs`), the arrays against the config
+(:func:`_mismatches`).
 """
 
 from __future__ import annotations
@@ -36,22 +34,9 @@ TIED_KEY, TIED_SOURCE = "head.weight", "tok_emb.weight"
 
 # -- the expected contents, derived from the config alone -------------------------
 def expected_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
-    """Every state-dict name and shape of a GPT with this config.
-
-    Written from the architecture (docs/architecture.md), independently of
-    either backend, so a checkpoint can be checked before any model is built.
-    ``head.weight`` is included even when tied, as in a state dict.
-
-    Args:
-        model_config: GPTConfig fields (``vocab_size`` required; the others
-            default as in GPTConfig).
-
-    Returns:
-        ``{name: shape}`` in the models' parameter order.
-
-    Raises:
-        ValueError: ``vocab_size`` missing.
-    """
+    """``{name: shape}`` of a GPT with these GPTConfig fields, in the models' order
+    (``head.weight`` even when tied), from the architecture alone (docs/architecture.md):
+    a checkpoint is checked before any model is built. ValueError: no ``vocab_size``."""
     if "vocab_size" not in model_config:
         raise ValueError("model config: 'vocab_size' is missing")
     V = int(model_config["vocab_size"])
@@ -111,9 +96,7 @@ def parameter_count(model_config: dict) -> int:
     shapes alone: one layer's count times ``n_layers``, so a huge value costs nothing."""
 
     def count(n_layers: int) -> int:
-        shapes = expected_shapes({**model_config, "n_layers": n_layers})
-        if _is_tied(model_config):
-            del shapes[TIED_KEY]
+        shapes = _trainable_shapes({**model_config, "n_layers": n_layers})
         return sum(math.prod(s) for s in shapes.values())
 
     base = count(0)
@@ -133,13 +116,9 @@ _OPTIONAL_SIZES = ("d_ff", "n_kv_heads", "head_dim")  # None: the default
 
 
 def check_declared_size(model_config: dict, where: str, layers_present: int | None = None):
-    """Refuse a declared model before anything loops over its layers or allocates it:
-    each size a positive integer, ``n_layers`` equal to the layers whose weights are
-    present (when known), and the float32 weights within this machine's memory.
-
-    Raises:
-        CheckpointError: the field, its value and the bound, with ``where`` first.
-    """
+    """Refuse a declared model before anything loops over its layers or allocates it: each
+    size a positive integer, ``n_layers`` the layers present (when known), the float32
+    weights within this machine's memory (CheckpointError, ``where`` first)."""
     for key in (*_SIZES, *_OPTIONAL_SIZES):
         value = model_config.get(key)
         if key not in model_config or (key in _OPTIONAL_SIZES and value is None):
@@ -167,8 +146,8 @@ def layers_in(keys) -> int:
 
 
 def config_sha256(document: dict) -> str:
-    """The SHA-256 of a config's model and tokenizer sections (canonical JSON): an edit
-    to either after the save (heads, norm position...) is refused like an edited file."""
+    """The SHA-256 of a config's model and tokenizer sections (canonical JSON): an edit to
+    either after the save is refused like an edited file."""
     sections = {k: document.get(k) for k in ("model", "tokenizer")}
     return hashlib.sha256(json.dumps(sections, sort_keys=True).encode("utf-8")).hexdigest()
 
@@ -178,8 +157,7 @@ def _is_tied(model_config: dict) -> bool:
 
 
 def _trainable_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
-    """As :func:`expected_shapes`, with the tied head counted once (as in
-    ``named_parameters``): the names the optimizer state is keyed by."""
+    """:func:`expected_shapes` with a tied head once: the optimizer state's names."""
     shapes = expected_shapes(model_config)
     if _is_tied(model_config):
         del shapes[TIED_KEY]
@@ -189,8 +167,7 @@ def _trainable_shapes(model_config: dict) -> dict[str, tuple[int, ...]]:
 def _mismatches(
     what: str, got: dict[str, np.ndarray], expected: dict[str, tuple[int, ...]], limit: int = 8
 ) -> list[str]:
-    """Human-readable differences between arrays and expected shapes (at most
-    ``limit`` names per kind, then a count)."""
+    """The differences between arrays and expected shapes (``limit`` names per kind)."""
 
     def shorten(names: list[str]) -> str:
         more = f" and {len(names) - limit} more" if len(names) > limit else ""
@@ -212,8 +189,7 @@ def _mismatches(
 
 
 def first_nonfinite(state: dict[str, np.ndarray]) -> tuple[str, int] | None:
-    """The first tensor of ``state`` holding NaN or infinity, and how many such values
-    it holds (None when every value is finite): a model with it computes NaN."""
+    """The first tensor of ``state`` holding NaN or infinity and how many (None: none)."""
     for name, array in state.items():
         array = np.asarray(array)
         if array.dtype.kind in "fc" and not np.isfinite(array).all():
@@ -271,8 +247,7 @@ def _reject_constant(name: str):
 
 
 def _loads_strict(text: str):
-    """``json.loads`` that refuses NaN and infinities (Python's json writes and reads
-    them, but they are not JSON: other parsers reject the file)."""
+    """``json.loads`` that refuses NaN and infinities (not JSON, though Python reads them)."""
     return json.loads(text, parse_constant=_reject_constant)
 
 
