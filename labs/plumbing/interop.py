@@ -1,13 +1,8 @@
-"""Hugging Face interop: GPT-2 and Llama weights into the project's layout and back.
+"""Hugging Face interop, the helpers of ``interop_gpt2.py`` and ``interop_llama.py``.
 
-``transformers`` is an optional dependency (``pip install -e ".[interop]"``);
-only :func:`to_gpt2`, :func:`gpt2_config`, :func:`to_llama` and
-:func:`llama_config` import it. The conversions
-themselves work on NumPy arrays (a torch state dict is converted on the way
-in), so both backends load the result like any checkpoint.
-
-The conversions are in ``interop_gpt2.py`` (GPT-2) and ``interop_llama.py``
-(Llama); this module has the helpers both use.
+The conversions work on NumPy arrays (a torch state dict is converted on the way in);
+only the functions that build ``transformers`` objects need it
+(``pip install -e ".[interop]"``).
 """
 
 from __future__ import annotations
@@ -47,3 +42,23 @@ def _numpy(value) -> np.ndarray:
 
 
 _check_keys = check_keys  # numpy_impl/pretrained.py's: the same message for every format
+
+
+def _hf_model(model, hf_state: dict, dtype, ignored: tuple[str, ...], tied: bool):
+    """``model`` (a fresh ``transformers`` model) holding ``hf_state``, in eval mode, in
+    ``dtype`` (torch's or NumPy's); ValueError if a key other than the ``ignored`` buffers
+    is missing or unexpected."""
+    import torch
+
+    if not isinstance(dtype, torch.dtype):
+        dtype = torch.from_numpy(np.zeros(0, dtype)).dtype
+    model = model.to(dtype)
+    tensors = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in hf_state.items()}
+    missing, unexpected = model.load_state_dict(tensors, strict=False)
+    missing = [k for k in missing if not k.endswith(ignored)]
+    if missing or unexpected:
+        name = type(model).__name__
+        raise ValueError(f"{name}: missing keys {missing}, unexpected keys {unexpected}")
+    if tied:
+        model.tie_weights()
+    return model.eval()

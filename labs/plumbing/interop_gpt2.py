@@ -1,7 +1,5 @@
-"""Hugging Face interop, GPT-2: its weights into the project's layout and back.
-
-``transformers`` is needed by :func:`to_gpt2` and :func:`gpt2_config` only
-(``pip install -e ".[interop]"``); the conversions work on NumPy arrays.
+"""Hugging Face interop, GPT-2: its weights into the project's layout and back
+(``transformers`` needed by :func:`to_gpt2` and :func:`gpt2_config` only).
 
 GPT-2 (Radford et al. 2019) as ``GPT2LMHeadModel`` names it, and here::
 
@@ -16,14 +14,9 @@ GPT-2 (Radford et al. 2019) as ``GPT2LMHeadModel`` names it, and here::
     transformer.ln_f.*                  ln_f.*
     lm_head.weight                      head.weight              (tied to wte by default)
 
-GPT-2's four projections are ``Conv1D``: ``x @ weight + bias`` with ``weight`` stored
-``(in, out)``, the transpose of ``nn.Linear``'s ``(out, in)`` used here; the rest
-(q, k, v order, head split) is the same. :func:`from_gpt2_config` accepts what this
-project builds (tanh GELU ``gelu_new``, LayerNorm eps 1e-5, scores scaled by
-1/sqrt(d_k), no cross-attention) and refuses the rest. The renames and transposes
-are ``numpy_impl/pretrained.py``'s (chapter 17); this module adds the configs and the
-``transformers`` models; :func:`gpt2_config_dict` writes an export's config.json
-without ``transformers``.
+GPT-2's four projections are ``Conv1D``, ``weight`` stored ``(in, out)``: the transpose
+of ``nn.Linear``'s. The renames and transposes are ``numpy_impl/pretrained.py``'s
+(chapter 17); this module adds the configs and the ``transformers`` models.
 """
 
 from __future__ import annotations
@@ -34,7 +27,7 @@ import numpy as np
 
 from numpy_impl import pretrained
 
-from .interop import _flag, _get, _has, _numpy
+from .interop import _flag, _get, _has, _hf_model, _numpy
 
 _GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
 #: GPT2Config's defaults, for a config.json that leaves a field out (the hub's gpt2 has no
@@ -60,14 +53,8 @@ GPT2_DEFAULTS = {
 
 
 def from_gpt2_config(hf_config) -> dict:
-    """The GPTConfig fields (a dict) of the model a GPT-2 config describes.
-
-    Args:
-        hf_config: a ``transformers.GPT2Config`` or its ``to_dict()``.
-
-    Returns:
-        ``{"vocab_size", "block_size", "n_layers", "n_heads", "d_model", "d_ff",
-        "dropout", "bias", "tie_weights", "gelu_approximate"}``.
+    """The GPTConfig fields (a dict) of the model a ``GPT2Config`` (or its ``to_dict()``)
+    describes.
 
     Raises:
         ValueError: a setting this project's GPT does not have (named): another
@@ -117,13 +104,11 @@ def from_gpt2_config(hf_config) -> dict:
 
 
 def gpt2_config_dict(model_config: dict) -> dict:
-    """The ``config.json`` fields of a ``GPT2LMHeadModel`` with these GPTConfig fields
-    (``model_type`` and ``architectures`` included; no ``transformers`` needed).
+    """The ``config.json`` fields (``model_type`` and ``architectures`` included) of a
+    ``GPT2LMHeadModel`` with these GPTConfig fields.
 
     Raises:
-        ValueError: a model without biases (GPT-2 always has them), or one that is not
-            GPT-2-style, naming the field (``pos_emb`` "learned", ``norm`` "layernorm",
-            ``ffn`` "gelu", ``norm_position`` "pre" are needed).
+        ValueError: a model without biases, or not GPT-2-style, naming the field.
     """
     if not model_config.get("bias", True):
         raise ValueError("bias: GPT-2 has biases everywhere; this model has none")
@@ -162,13 +147,8 @@ def gpt2_config_dict(model_config: dict) -> dict:
 
 
 def gpt2_config(model_config: dict):
-    """The ``transformers.GPT2Config`` of a model with these GPTConfig fields
-    (:func:`gpt2_config_dict`'s fields).
-
-    Raises:
-        ImportError: transformers is not installed (``pip install -e ".[interop]"``).
-        ValueError: as :func:`gpt2_config_dict`.
-    """
+    """The ``transformers.GPT2Config`` of :func:`gpt2_config_dict`'s fields (ValueError as
+    there; ImportError without transformers)."""
     from transformers import GPT2Config
 
     fields = gpt2_config_dict(model_config)
@@ -185,65 +165,38 @@ def _shape_args(model_config: dict) -> dict:
 
 
 def from_gpt2_state(hf_state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
-    """GPT-2's state dict (``GPT2LMHeadModel.state_dict()``, torch tensors or
-    arrays) as this project's state dict: :func:`numpy_impl.pretrained.from_gpt2_state`
-    (the four Conv1D weights transposed from ``(in, out)`` to ``(out, in)``, the rest
-    renamed; with tied weights, ``head.weight`` is the ``tok_emb.weight`` array).
-
-    Raises:
-        ValueError: keys missing or unexpected (all listed; GPT-2's causal-mask
-            buffers are ignored).
-    """
+    """GPT-2's state dict (tensors or arrays) as this project's
+    (:func:`numpy_impl.pretrained.from_gpt2_state`; ValueError: keys missing or unexpected,
+    all listed, the causal-mask buffers ignored)."""
     arrays = {k: _numpy(v) for k, v in hf_state.items()}
     return pretrained.from_gpt2_state(arrays, **_shape_args(model_config))
 
 
 def to_gpt2_state(state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
-    """The inverse of :func:`from_gpt2_state`: this project's state dict as
-    GPT-2's (Conv1D weights transposed back to ``(in, out)``; with tied
-    weights ``lm_head.weight`` is ``transformer.wte.weight``)."""
+    """The inverse of :func:`from_gpt2_state`."""
     arrays = {k: _numpy(v) for k, v in state.items()}
     return pretrained.to_gpt2_state(arrays, **_shape_args(model_config))
 
 
 def from_gpt2(hf_model) -> tuple[dict, dict[str, np.ndarray]]:
-    """``(model_config, state_dict)`` of a ``GPT2LMHeadModel``, ready for
-    ``make_backend(name, model_config).load_state_dict(state_dict)`` or
-    :func:`labs.plumbing.checkpoint.save_checkpoint`.
-
-    Raises:
-        ValueError: as :func:`from_gpt2_config` and :func:`from_gpt2_state`.
-    """
+    """``(model_config, state_dict)`` of a ``GPT2LMHeadModel``, for ``make_backend`` or
+    ``save_checkpoint`` (ValueError: as :func:`from_gpt2_config`, :func:`from_gpt2_state`)."""
     model_config = from_gpt2_config(hf_model.config)
     return model_config, from_gpt2_state(hf_model.state_dict(), model_config)
 
 
 def to_gpt2(model_config: dict, state: Mapping, dtype=None):
-    """A ``transformers.GPT2LMHeadModel`` holding this project's weights, in eval mode.
-
-    Args:
-        model_config: GPTConfig fields.
-        state: a state dict from either backend (or a checkpoint).
-        dtype: torch dtype of the HF model (default: the weights' dtype).
+    """A ``transformers.GPT2LMHeadModel`` holding this project's weights (a state dict from
+    either backend), in eval mode, in ``dtype`` (default: the weights').
 
     Raises:
         ImportError: transformers is not installed.
         ValueError: as :func:`gpt2_config` and :func:`to_gpt2_state`.
     """
-    import torch
     from transformers import GPT2LMHeadModel
 
     hf_config = gpt2_config(model_config)  # first: a wrong architecture is named as such
     hf_state = to_gpt2_state(state, model_config)
-    if dtype is None:
-        dtype = torch.from_numpy(np.zeros(0, hf_state["transformer.wte.weight"].dtype)).dtype
-    model = GPT2LMHeadModel(hf_config).to(dtype)
-    tensors = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in hf_state.items()}
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    # only the causal-mask buffers may be left to the model's own values
-    missing = [k for k in missing if not k.endswith(pretrained.BUFFER_SUFFIXES)]
-    if missing or unexpected:
-        raise ValueError(f"GPT-2 model: missing keys {missing}, unexpected keys {unexpected}")
-    if model_config.get("tie_weights", True):
-        model.tie_weights()
-    return model.eval()
+    dtype = dtype or hf_state["transformer.wte.weight"].dtype
+    tied = model_config.get("tie_weights", True)  # the causal-mask buffers stay the model's
+    return _hf_model(GPT2LMHeadModel(hf_config), hf_state, dtype, pretrained.BUFFER_SUFFIXES, tied)

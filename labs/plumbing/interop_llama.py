@@ -1,7 +1,5 @@
-"""Hugging Face interop, Llama: its weights into the project's layout and back.
-
-``transformers`` is needed by :func:`to_llama` and :func:`llama_config` only
-(``pip install -e ".[interop]"``); the conversions work on NumPy arrays.
+"""Hugging Face interop, Llama: its weights into the project's layout and back
+(``transformers`` needed by :func:`to_llama` and :func:`llama_config` only).
 
 Llama (Touvron et al. 2023) as ``LlamaForCausalLM`` names it, and here (the
 GPT configured with ``pos_emb="rope", norm="rmsnorm", ffn="swiglu", bias=False``)::
@@ -19,22 +17,13 @@ GPT configured with ``pos_emb="rope", norm="rmsnorm", ffn="swiglu", bias=False``
     model.norm.weight                         ln_f.weight
     lm_head.weight                            head.weight             (untied by default)
 
-Every weight is an ``nn.Linear`` ``(out, in)`` on both sides: nothing is
-transposed. Two things differ. HF keeps q, k and v in three matrices, this
-project in one ``qkv_proj`` (rows q, k, v, each split into heads the same way).
-And the RoPE layout: HF rotates the feature pairs (i, i + d_k/2) of each head
-(``rotate_half``, the "half" layout), Meta's checkpoints and this project's
-default the pairs (2i, 2i + 1) ("interleaved"). The two are the same model up
-to a fixed permutation of each head's q and k rows
-(:func:`numpy_impl.rope.rope_permutation`, the ``permute`` of HF's
-convert_llama_weights_to_hf.py), applied here on the way in and out.
-
-With grouped-query attention ``qkv_proj`` has ``(H + 2 H_kv) d_k`` rows. The
-same layout serves Mistral (``sliding_window`` null) and Qwen2 (q, k, v biases:
-``qkv_bias``; exported as ``Qwen2ForCausalLM``). The architectures agree for
-any ``num_key_value_heads``, ``head_dim``, ``rms_norm_eps``, the plain, linear
-or llama3 RoPE, SiLU, no other biases and no attention dropout;
-:func:`from_llama_config` refuses the rest, naming the field.
+Nothing is transposed (``nn.Linear`` on both sides). HF keeps q, k and v in three
+matrices, this project in one ``qkv_proj`` (``(H + 2 H_kv) d_k`` rows). HF rotates the
+pairs (i, i + d_k/2) of each head (the "half" RoPE layout), Meta and this project's
+default (2i, 2i + 1) ("interleaved"): the same model up to a permutation of each head's
+q and k rows (:func:`numpy_impl.rope.rope_permutation`), applied on the way in and out.
+Mistral (``sliding_window`` null) and Qwen2 (q, k, v biases) share the layout;
+:func:`from_llama_config` refuses what differs, naming the field.
 """
 
 from __future__ import annotations
@@ -45,7 +34,7 @@ import numpy as np
 
 from numpy_impl.pretrained import check_tied_head
 
-from .interop import _check_keys, _flag, _get, _has, _numpy, _optional
+from .interop import _check_keys, _flag, _get, _has, _hf_model, _numpy, _optional
 
 #: (our name, Llama's name without "model.layers.N.") for block N; q, k, v are apart.
 _LLAMA_BLOCK_KEYS = (
@@ -117,12 +106,9 @@ def _qkv_kinds(model_config: dict) -> list[tuple[int, str]]:
 
 
 def _rope(hf_config) -> tuple[float, dict | None]:
-    """RoPE's base and scaling (None, or ``check_rope_scaling``'s dict) from a Llama config.
-
-    transformers 5 keeps them in ``rope_parameters`` (``{"rope_type", "rope_theta", ...}``),
-    4.x in ``rope_theta`` and ``rope_scaling``. Every section given must say the same:
-    one base, one scaling (``rope_type`` "default", "linear" or "llama3").
-    """
+    """RoPE's base and scaling (None, or ``check_rope_scaling``'s dict) from a Llama config:
+    ``rope_parameters`` (transformers 5) or ``rope_theta`` and ``rope_scaling`` (4.x), every
+    section given saying the same (ValueError otherwise)."""
     from numpy_impl.rope import check_rope_scaling
 
     thetas: dict[str, object] = {}
@@ -161,28 +147,15 @@ def _rope(hf_config) -> tuple[float, dict | None]:
 
 
 def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
-    """The GPTConfig fields (a dict) of the Llama-style model a Llama config describes.
-
-    Args:
-        hf_config: a ``transformers.LlamaConfig`` or its ``to_dict()``.
-        rope_layout: the layout of the returned model. ``"half"`` is HF's own
-            (the weights load unchanged); ``"interleaved"`` (Meta's, this
-            project's default) has :func:`from_llama_state` permute q and k.
-
-    Returns:
-        ``{"vocab_size", "block_size", "n_layers", "n_heads", "d_model", "d_ff",
-        "dropout", "bias", "tie_weights", "pos_emb", "rope_layout", "rope_base",
-        "norm", "ffn", "norm_position"}``.
+    """The GPTConfig fields (a dict) of the model a Llama, Mistral or Qwen2 config (a
+    ``transformers`` config or its ``to_dict()``) describes; ``rope_layout``: ``"half"``
+    (HF's: the weights load unchanged) or ``"interleaved"`` (:func:`from_llama_state`
+    permutes q and k).
 
     Raises:
-        ValueError: a setting this project's GPT does not have (named):
-            ``num_key_value_heads != num_attention_heads`` (grouped-query
-            attention), a scaled RoPE (``rope_scaling`` / ``rope_parameters``),
-            ``head_dim`` other than ``hidden_size / num_attention_heads``,
-            ``hidden_act`` other than SiLU, ``attention_bias`` or ``mlp_bias``,
-            ``rms_norm_eps`` other than 1e-5, ``attention_dropout`` other than 0
-            (this GPT's one dropout acts elsewhere too), ``pretraining_tp`` other
-            than 1; an unknown ``rope_layout``.
+        ValueError: a setting this GPT does not have, named (another activation, an
+            o_proj or MLP bias, attention dropout, a sliding window, a RoPE scaling other
+            than linear or llama3...); an unknown ``rope_layout``.
     """
     if rope_layout not in ("interleaved", "half"):
         raise ValueError(f"rope_layout: expected 'interleaved' or 'half', got {rope_layout!r}")
@@ -235,16 +208,12 @@ def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
 
 
 def llama_config_dict(model_config: dict) -> dict:
-    """The ``config.json`` fields of a ``LlamaForCausalLM`` with these GPTConfig fields
-    (``model_type`` and ``architectures`` included; no ``transformers`` needed).
-
-    ``dropout`` is not carried: Llama's config has an attention dropout only, and
-    the exported model is for inference (its dropout is off in eval mode anyway).
+    """The ``config.json`` fields (``model_type`` and ``architectures`` included) of a
+    ``LlamaForCausalLM`` (``Qwen2ForCausalLM`` with q, k, v biases) with these GPTConfig
+    fields; ``dropout`` is not carried (the export is for inference).
 
     Raises:
-        ValueError: a model that is not Llama-style, naming the field (``pos_emb``
-            "rope", ``norm`` "rmsnorm", ``ffn`` "swiglu", ``bias`` False and
-            ``norm_position`` "pre" are needed).
+        ValueError: a model that is not Llama-style, naming the field.
     """
     from numpy_impl.ffn import swiglu_hidden_dim
 
@@ -289,13 +258,8 @@ def llama_config_dict(model_config: dict) -> dict:
 
 
 def llama_config(model_config: dict):
-    """The ``transformers.LlamaConfig`` of a model with these GPTConfig fields
-    (:func:`llama_config_dict`'s fields).
-
-    Raises:
-        ImportError: transformers is not installed (``pip install -e ".[interop]"``).
-        ValueError: as :func:`llama_config_dict`.
-    """
+    """The ``transformers`` config of :func:`llama_config_dict`'s fields (ValueError as
+    there; ImportError without transformers)."""
     from transformers import AutoConfig
 
     fields = llama_config_dict(model_config)
@@ -325,19 +289,12 @@ def _permute_qk(qkv: np.ndarray, model_config: dict, from_layout: str, to_layout
 
 
 def from_llama_state(hf_state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
-    """Llama's state dict (``LlamaForCausalLM.state_dict()``, torch tensors or
-    arrays) as this project's state dict.
-
-    q, k and v are stacked into ``qkv_proj`` (rows q, k, v); with
-    ``model_config["rope_layout"] == "interleaved"`` the q and k rows of each
-    head are then permuted from HF's "half" layout. Nothing is transposed (both
-    sides are ``nn.Linear``, ``(out, in)``). With tied weights, ``head.weight``
-    is the ``tok_emb.weight`` array.
+    """Llama's state dict (tensors or arrays) as this project's: q, k and v stacked into
+    ``qkv_proj``, their rows permuted to an ``"interleaved"`` model's layout; a tied
+    ``head.weight`` is the ``tok_emb.weight`` array.
 
     Raises:
-        ValueError: keys missing or unexpected (all listed; the rotary
-            embedding's ``inv_freq`` buffer, kept by old transformers versions,
-            is ignored).
+        ValueError: keys missing or unexpected, all listed (old ``inv_freq`` buffers ignored).
     """
     tied = model_config.get("tie_weights", True)
     n_layers = model_config.get("n_layers", 4)
@@ -360,15 +317,8 @@ def from_llama_state(hf_state: Mapping, model_config: dict) -> dict[str, np.ndar
 
 
 def to_llama_state(state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
-    """The inverse of :func:`from_llama_state`: this project's state dict as
-    Llama's (``qkv_proj`` permuted to the "half" layout if the model's is
-    "interleaved", then split into q, k, v; with tied weights ``lm_head.weight``
-    is ``model.embed_tokens.weight``).
-
-    Raises:
-        ValueError: keys missing or unexpected (all listed); a ``qkv_proj`` whose
-            rows do not split into ``n_heads`` heads.
-    """
+    """The inverse of :func:`from_llama_state` (ValueError: keys missing or unexpected,
+    all listed)."""
     tied = model_config.get("tie_weights", True)
     n_layers = model_config.get("n_layers", 4)
     table = _llama_key_table(n_layers, tied)
@@ -388,50 +338,25 @@ def to_llama_state(state: Mapping, model_config: dict) -> dict[str, np.ndarray]:
 
 
 def from_llama(hf_model, rope_layout: str = "half") -> tuple[dict, dict[str, np.ndarray]]:
-    """``(model_config, state_dict)`` of a ``LlamaForCausalLM``, ready for
-    ``make_backend(name, model_config).load_state_dict(state_dict)`` or
-    :func:`labs.plumbing.checkpoint.save_checkpoint`.
-
-    Args:
-        hf_model: a ``LlamaForCausalLM``.
-        rope_layout: of the returned model; ``"half"`` (HF's, the default) or
-            ``"interleaved"`` (q and k rows permuted; the same function).
-
-    Raises:
-        ValueError: as :func:`from_llama_config` and :func:`from_llama_state`.
-    """
+    """``(model_config, state_dict)`` of a ``LlamaForCausalLM``, for ``make_backend`` or
+    ``save_checkpoint`` (ValueError: as :func:`from_llama_config`, :func:`from_llama_state`)."""
     model_config = from_llama_config(hf_model.config, rope_layout)
     return model_config, from_llama_state(hf_model.state_dict(), model_config)
 
 
 def to_llama(model_config: dict, state: Mapping, dtype=None):
-    """A ``transformers.LlamaForCausalLM`` holding this project's weights, in eval mode.
-
-    A model with ``rope_layout="interleaved"`` has its q and k rows permuted to
-    HF's "half" layout (:func:`to_llama_state`): the logits are the same.
-
-    Args:
-        model_config: GPTConfig fields of a Llama-style model.
-        state: a state dict from either backend (or a checkpoint).
-        dtype: torch dtype of the HF model (default: the weights' dtype).
+    """A ``transformers`` Llama holding this project's weights (a state dict from either
+    backend), in eval mode, in ``dtype`` (default: the weights').
 
     Raises:
         ImportError: transformers is not installed.
         ValueError: as :func:`llama_config` and :func:`to_llama_state`.
     """
-    import torch
     from transformers import AutoModelForCausalLM
 
     hf_config = llama_config(model_config)
     hf_state = to_llama_state(state, model_config)
-    if dtype is None:
-        dtype = torch.from_numpy(np.zeros(0, hf_state["model.embed_tokens.weight"].dtype)).dtype
-    model = AutoModelForCausalLM.from_config(hf_config).to(dtype)
-    tensors = {k: torch.from_numpy(v.copy()).to(dtype) for k, v in hf_state.items()}
-    missing, unexpected = model.load_state_dict(tensors, strict=False)
-    missing = [k for k in missing if not k.endswith("rotary_emb.inv_freq")]
-    if missing or unexpected:
-        raise ValueError(f"Llama model: missing keys {missing}, unexpected keys {unexpected}")
-    if model_config.get("tie_weights", True):
-        model.tie_weights()
-    return model.eval()
+    dtype = dtype or hf_state["model.embed_tokens.weight"].dtype
+    model = AutoModelForCausalLM.from_config(hf_config)
+    tied = model_config.get("tie_weights", True)
+    return _hf_model(model, hf_state, dtype, ("rotary_emb.inv_freq",), tied)
