@@ -1,18 +1,11 @@
 """``python -m labs train``: train a GPT on Tiny Shakespeare (characters or BPE tokens).
 
-The defaults are nanoGPT's CPU "baby GPT" (config/train_shakespeare_char.py, scaled
-down as its README suggests): 4 layers, 4 heads, d_model 128, context 64, batch 12,
-2000 steps, AdamW lr 1e-3 -> 1e-4 (100 warmup steps, then a cosine), beta2 0.99,
-weight decay 0.1, clipping at 1.0, no dropout; it ends near a validation loss of 1.9
-nats per character. The same seed gives the same batches on either backend.
-
-``--out`` (default ``runs/<backend>``) receives ``log.jsonl`` (a row per evaluation),
-the checkpoint (rewritten atomically at every evaluation) and ``loss.png``.
-``--resume`` continues a run exactly; ``--init-from`` fine-tunes a checkpoint with a
-fresh optimizer; ``--grad-accum N`` adds N micro-batches' gradients per step;
-``--amp`` (torch) computes the forward in 16 bits. With N processes (``--processes``
-or ``torchrun``) every rank draws the same batch and keeps its ``B / N`` rows, so the
-run is the one-process run with batch B; rank 0 alone prints and writes.
+The defaults are nanoGPT's CPU "baby GPT" (config/train_shakespeare_char.py, scaled down
+as its README suggests); it ends near a validation loss of 1.9 nats per character. The
+same seed gives the same batches on either backend. ``--out`` (default ``runs/<backend>``)
+receives ``log.jsonl``, the checkpoint (rewritten atomically at every evaluation) and
+``loss.png``. With N processes every rank draws the same batch and keeps its ``B / N``
+rows: the one-process run with batch B; rank 0 alone prints and writes.
 
 The steps are in ``train_steps.py``, resuming in ``train_resume.py``, fine-tuning in
 ``train_init.py``, several processes in ``train_distributed.py``.
@@ -62,10 +55,8 @@ from .train_steps import (
     train_loop,
 )
 
-#: ``--arch``: GPTConfig fields that differ from the GPT-2 defaults. Llama-style
-#: (Touvron et al. 2023, sec. 2.2): RoPE (Meta's interleaved pairs), RMSNorm,
-#: SwiGLU, no biases. The LM head stays tied to the embedding, as in the gpt2
-#: model, so the comparison changes only what the paper changes.
+#: ``--arch``: GPTConfig fields that differ from the GPT-2 defaults. Llama-style (Touvron
+#: et al. 2023, sec. 2.2); the head stays tied, so only what the paper changes changes.
 ARCHS: dict[str, dict] = {
     "gpt2": {},
     "llama": {
@@ -254,8 +245,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check_args(args: argparse.Namespace) -> None:
-    """Every option, before anything is read or written: the same checks whichever
-    the backend (a NaN or an infinity is refused everywhere)."""
+    """Every option, before anything is read or written, whichever the backend."""
     if args.backend is None:
         raise UserError("--backend is required (numpy or torch), except with --resume DIR")
     check_out(args.out)
@@ -287,8 +277,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def _check_device(args: argparse.Namespace) -> None:
-    """``--device``: cpu for the NumPy backend; for torch, a device torch can name and
-    this machine has."""
+    """``--device``: cpu for NumPy; for torch, a device torch names and this machine has."""
     if args.backend == "numpy":
         if args.device != "cpu":
             raise UserError(f"--device {args.device}: the numpy backend runs on the CPU only")
@@ -320,16 +309,9 @@ def _decay_iters(args: argparse.Namespace) -> int:
 
 
 def matched_d_ff(model_config: dict, multiple_of: int = 8) -> tuple[int, int, int]:
-    """The SwiGLU width that brings a model closest to the gpt2 model's parameter count.
-
-    Args:
-        model_config: GPTConfig fields of the model to size (its ``d_ff`` is ignored).
-        multiple_of: the width is a multiple of this (Llama's rounding rule).
-
-    Returns:
-        ``(d_ff, its parameter count, the gpt2 model's parameter count)``; the
-        gpt2 model has the same vocabulary, context, depth, heads and width.
-    """
+    """``(d_ff, its parameter count, the gpt2 model's)``: the SwiGLU width, a multiple of
+    ``multiple_of`` (Llama's rounding), that brings the model of ``model_config`` closest
+    to the gpt2 model of the same vocabulary, context, depth, heads and width."""
     keys = ("vocab_size", "block_size", "n_layers", "n_heads", "d_model")
     target = parameter_count({k: model_config[k] for k in keys})
     at = {f: parameter_count({**model_config, "d_ff": f}) for f in (multiple_of, 2 * multiple_of)}
@@ -339,7 +321,7 @@ def matched_d_ff(model_config: dict, multiple_of: int = 8) -> tuple[int, int, in
 
 
 def _check_size(args: argparse.Namespace, model_config: dict) -> None:
-    """Refuse a model that cannot train in this machine's memory (before allocating it)."""
+    """Refuse a model that cannot train in this machine's memory, before allocating it."""
     B, T, C = args.batch_size, args.block_size, args.d_model
     V, L = model_config["vocab_size"], args.n_layers
     logits = 2 * B * T * V  # the logits and their gradient
@@ -393,8 +375,7 @@ def run(args: argparse.Namespace) -> dict:
     """Train as ``args`` says; print progress; return the final metrics.
 
     Raises:
-        UserError: a missing or unreadable corpus, bad arguments, or (with
-            ``--resume``) a missing or mismatched checkpoint.
+        UserError: a missing corpus, bad arguments, an unusable checkpoint to resume.
     """
     resumed = _prepare_resume(args) if args.resume is not None else None
     init = _prepare_init(args, resumed)
@@ -459,8 +440,7 @@ def _train(this: Run, resumed, init, say) -> dict:
 
 
 def _how_it_runs(backend) -> str:
-    """``attention flash, fast backend, 2 threads``: the attention the model runs, (NumPy)
-    whether the fast backend is applied, and the CPU threads."""
+    """``attention flash, fast backend, 2 threads``: how the model runs."""
     impl = getattr(backend.model, "attn_impl", None)
     if backend.name == "numpy":
         from threadpoolctl import threadpool_info

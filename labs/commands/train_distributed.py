@@ -1,10 +1,7 @@
 """``python -m labs train`` in several processes: the process group, and the launcher.
 
-Under ``torchrun`` the ranks exist already and join its group. Otherwise ``labs
-train`` starts them itself (:func:`launch`): ``--processes N`` ranks (the NumPy
-backend's default: one per core) through torch's own launcher API, meeting at a
-``TCPStore`` this process hosts, as torchrun's agent does. Rank 0 alone prints and
-writes; every rank draws the same batch and keeps its slice (see ``train.py``).
+Under ``torchrun`` the ranks exist already. Otherwise :func:`launch` starts them through
+torch's own launcher API, meeting at a ``TCPStore`` this process hosts (torchrun's way).
 """
 
 from __future__ import annotations
@@ -33,14 +30,9 @@ def _cores() -> int:
 
 
 def processes_to_start(args: argparse.Namespace) -> int:
-    """How many ranks ``labs train`` starts itself: 1 under torchrun (it started them);
-    else ``--processes``, ``$TWINFORMER_PROCESSES`` or (NumPy) one per core, lowered to
-    the largest count that divides the batch (said). A run to resume brings its recorded
-    backend and batch size; one that cannot be read runs here, to say why.
-
-    Raises:
-        UserError: a bad ``$TWINFORMER_PROCESSES``.
-    """
+    """How many ranks ``labs train`` starts itself: 1 under torchrun; else ``--processes``,
+    ``$TWINFORMER_PROCESSES`` (UserError: not a count) or (NumPy) one per core, lowered to
+    the largest count dividing the batch (a resumed run's, as recorded)."""
     if "WORLD_SIZE" in os.environ:
         return 1
     wanted = args.processes
@@ -73,10 +65,8 @@ def processes_to_start(args: argparse.Namespace) -> int:
 
 
 def launch(args: argparse.Namespace, n: int) -> int:
-    """Run ``args.argv`` in ``n`` ranks (``torch.multiprocessing.start_processes``,
-    spawned); return rank 0's exit status, or the first failing rank's. The ranks die
-    with this process; Ctrl-C here ends them (KeyboardInterrupt raised again).
-    """
+    """Run ``args.argv`` in ``n`` spawned ranks; return rank 0's exit status, or the first
+    failing rank's. The ranks die with this process; Ctrl-C here ends them (and is raised)."""
     from multiprocessing.connection import wait
 
     import torch.distributed as dist
@@ -149,10 +139,8 @@ def _rank(rank: int, argv: list[str]) -> None:
 
 # -- several processes: the group --------------------------------------------------
 def _init_distributed(args: argparse.Namespace) -> tuple[int, int]:
-    """``(rank, world_size)``: ``(0, 1)`` in a plain process; with more than one
-    process (torchrun's, or :func:`launch`'s), joins the process group: gloo on the
-    CPU, nccl with ``--device cuda``.
-    """
+    """``(rank, world_size)``, joining the process group of several processes (gloo on the
+    CPU, nccl with ``--device cuda``)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:
         return 0, 1
@@ -194,15 +182,9 @@ def _shutdown_distributed() -> None:
 
 
 def exit_worker(code: int) -> None:
-    """End a torchrun worker process now, skipping the interpreter's finalization.
-
-    Gloo's worker threads can still hold work objects whose tensors are freed
-    during finalization, after the interpreter can no longer take the GIL; the
-    process then aborts with SIGABRT after a run that finished and wrote
-    everything (pytorch/pytorch pull request 179291 describes the crash). Every
-    file this project writes is complete (atomic writes) before this is called.
-    A plain process (no torchrun) exits normally.
-    """
+    """End a rank now, skipping the interpreter's finalization (a plain process exits
+    normally): gloo's threads may free tensors after the GIL is gone and abort a run that
+    wrote everything (pytorch/pytorch PR 179291). Every file is complete by then."""
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -1,16 +1,9 @@
 """``python -m labs train --init-from RUN``: fine-tune a checkpoint on another text.
 
-The model (every GPTConfig field, and the weights) and the tokenizer come from
-the checkpoint in RUN: a training run, or a model brought in by ``python -m labs
-import`` (GPT-2, nanoGPT, Llama). The text comes from ``--data``, encoded with
-RUN's tokenizer; the optimizer starts fresh at step 0 with this command's
-schedule. Options that would change the model or the tokenizer are refused;
-``--dropout`` may change the model's dropout (nanoGPT's fine-tuning does the
-same), and ``--block-size`` is the training context, at most the model's (by
-default the command's 64, or the model's context if that is shorter).
-
-The run records ``init_from`` and the model's real settings, so ``--resume``
-continues it like any other run (its own checkpoint then holds the model).
+The model and the tokenizer come from RUN (a run, or an import); the text from ``--data``;
+the optimizer starts fresh at step 0. Options that would change the model or the tokenizer
+are refused, but ``--dropout`` (as nanoGPT's fine-tuning) and ``--block-size`` (at most the
+model's context). The run records the model's real settings: ``--resume`` continues it.
 """
 
 from __future__ import annotations
@@ -51,8 +44,7 @@ class _Init:
 
 
 def _explicit_options(args: argparse.Namespace) -> set[str]:
-    """The options the command line gave (``args.argv``); without a command line, those
-    that differ from their defaults."""
+    """The options ``args.argv`` gives (without one: those that differ from the defaults)."""
     from .train_resume import _given_options, _probe
 
     if getattr(args, "argv", None) is not None:
@@ -62,13 +54,13 @@ def _explicit_options(args: argparse.Namespace) -> set[str]:
 
 
 def _prepare_init(args: argparse.Namespace, resumed) -> _Init | None:
-    """The checkpoint this run's model and tokenizer come from: ``--init-from RUN`` for a
-    fresh run, the resumed checkpoint for a resumed fine-tuning run, else None. Fills in
-    ``--backend`` (RUN's, else numpy) and records the model's real settings in ``args``.
+    """The checkpoint of this run's model and tokenizer (``--init-from RUN``, or a resumed
+    fine-tuning run's), else None. Fills in ``--backend`` (RUN's, else numpy) and the
+    model's real settings in ``args``.
 
     Raises:
         UserError: an unusable RUN, options that would change its model or tokenizer,
-            a ``--block-size`` above the model's, a text its tokenizer cannot encode.
+            a ``--block-size`` above the model's.
     """
     given = _explicit_options(args)
     if resumed is not None:
@@ -129,11 +121,7 @@ def _prepare_init(args: argparse.Namespace, resumed) -> _Init | None:
 
 
 def load_init_weights(run, init: _Init, say=print) -> None:
-    """Copy RUN's weights into the fresh run's backend (before its step-0 evaluation).
-
-    Raises:
-        UserError: weights that do not fit the model (every key listed).
-    """
+    """Copy RUN's weights into the fresh run's backend (UserError: they do not fit)."""
     try:
         run.backend.load_state_dict(init.model_state)
     except CheckpointError as e:

@@ -1,8 +1,6 @@
-"""``python -m labs train --resume DIR``: continue a run exactly where its checkpoint stopped.
-
-The checkpoint brings back the weights, the AdamW state and the step (hence the
-schedule), the batch sampler's and the dropout generator's states, and the
-recorded settings, unless the command line gives them again.
+"""``python -m labs train --resume DIR``: continue a run exactly where its checkpoint stopped
+(weights, AdamW, step, the sampler's and the dropout generator's states, and the recorded
+settings the command line does not give again).
 """
 
 from __future__ import annotations
@@ -44,13 +42,8 @@ _NOT_RESTORED = (
 
 
 def load_for_command(directory, from_previous: bool, flag: str, say=print):
-    """``load_checkpoint(directory)`` for a command: a damaged checkpoint is a
-    ``UserError`` that says how to take the older one (``flag``), and what loading
-    ``.previous`` means (a warning) is said on its own line.
-
-    Raises:
-        UserError: no checkpoint, or an unusable one (the reason named).
-    """
+    """``load_checkpoint(directory)`` for a command: UserError for an unusable checkpoint
+    (a damaged one: how to take the older with ``flag``); a warning is ``say``-ed."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
@@ -73,8 +66,7 @@ def _probe() -> argparse.ArgumentParser:
 
 
 def _given_options(args: argparse.Namespace) -> set[str]:
-    """The options the command line set explicitly (``args.argv``, kept by
-    ``labs/__main__.py``); all of them when there is no command line."""
+    """The options ``args.argv`` sets explicitly (all of them without a command line)."""
     argv = getattr(args, "argv", None)
     if argv is None:
         return set(vars(args))
@@ -87,13 +79,13 @@ def _given_options(args: argparse.Namespace) -> set[str]:
 
 
 def _prepare_resume(args: argparse.Namespace) -> _Resumed:
-    """Load the checkpoint to resume and fill ``args`` with the run's recorded
-    settings, except those the command line gives again (those win, and are
-    listed). ``--data`` falls back to the usual search if the recorded file is gone.
+    """Load the checkpoint to resume and fill ``args`` with the run's recorded settings but
+    those the command line gives again (listed). A recorded ``--data`` that is gone falls
+    back to the usual search.
 
     Raises:
-        UserError: no checkpoint, or an unusable one (the reason named); a
-            ``--max-iters`` not above the checkpoint's step (nothing to train).
+        UserError: an unusable checkpoint, options that change the model, a
+            ``--max-iters`` not above the checkpoint's step.
     """
     if args.resume:
         directory = Path(args.resume)
@@ -157,8 +149,7 @@ def _prepare_resume(args: argparse.Namespace) -> _Resumed:
 
 
 def _resume(resumed: _Resumed, backend, sampler: BatchSampler, config: dict, say=print) -> float:
-    """Load the checkpoint into ``backend`` (weights, optimizer, schedule, dropout
-    RNG) and ``sampler``; return the wall time the earlier run had already spent."""
+    """Load the checkpoint into ``backend`` and ``sampler``; return the earlier wall time."""
     directory, saved = resumed.directory, resumed.config
     try:  # a config saved before some GPTConfig fields existed: fill in their defaults
         saved["model"] = dataclasses.asdict(type(backend.config).from_dict(saved["model"]))

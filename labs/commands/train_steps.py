@@ -1,10 +1,7 @@
-"""The steps of ``python -m labs train``, in the order ``train.run`` takes them.
-
-:func:`load_data` (the corpus, its tokens, the batches), :func:`build_backend`
-(the model and its optimizer), :func:`run_config` (what config.json records),
-:func:`prepare_output` (the output directory and the log, or the resumed run's),
-:func:`train_loop` (the steps, an evaluation and a checkpoint every
-``--eval-interval``), :func:`summarize` (the plot, the final numbers, a sample).
+"""The steps of ``python -m labs train``, in the order ``train.run`` takes them:
+:func:`load_data`, :func:`build_backend`, :func:`run_config`, :func:`prepare_output`,
+:func:`train_loop` (an evaluation and a checkpoint every ``--eval-interval``),
+:func:`summarize`.
 """
 
 from __future__ import annotations
@@ -60,9 +57,7 @@ def _resume_hint(out: Path) -> str:
     return f"`python -m labs train --resume {out} --max-iters N`"
 
 
-#: Sampling settings of the sample printed after training. nanoGPT uses
-#: temperature 0.8 and top_k 200; with 65 characters top_k 200 keeps them
-#: all, so we leave top-k off and only sharpen the distribution a little.
+#: The sample printed after training: nanoGPT's temperature (its top_k 200 keeps every char).
 FINAL_SAMPLE = {"temperature": 0.8, "top_k": None, "top_p": None}
 
 
@@ -78,9 +73,7 @@ def plot_losses(log_path: Path, png_path: Path, title: str = "", unit: str = "ch
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     ax.plot(steps, [r["train_loss"] for r in rows], marker="o", ms=3, label="train")
     ax.plot(steps, [r["val_loss"] for r in rows], marker="o", ms=3, label="val")
-    ax.set_xlabel("step")
-    ax.set_ylabel(f"loss (nats per {unit})")
-    ax.set_title(title)
+    ax.set(xlabel="step", ylabel=f"loss (nats per {unit})", title=title)
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
@@ -112,18 +105,16 @@ def load_data(args: argparse.Namespace, tokenizer=None) -> Data:
     ids and set up the batches (``--batch-size`` x ``--grad-accum`` sequences per step).
 
     Raises:
-        UserError: a missing or unreadable corpus, a bad ``--vocab-size``, a text the
-            given tokenizer cannot encode, or a split shorter than ``--block-size + 1``.
+        UserError: an unreadable corpus, a bad ``--vocab-size``, a text the tokenizer
+            cannot encode, a split shorter than ``--block-size + 1``.
     """
     try:
         corpus_path = resolve_corpus(args.data)
         text = load_corpus(corpus_path)
     except (OSError, ValueError, CorpusUnavailableError) as e:
         raise UserError(str(e)) from e
-    # The split is made on the text: BPE learns its merges from the training text
-    # alone (merges learned from the validation text would flatter its loss). The
-    # characters of a char run are those of the whole corpus (a validation character
-    # must be encodable), so its split is the one of the ids.
+    # Split the text: BPE learns its merges from the training text alone (else they would
+    # flatter the validation loss); a char vocabulary holds every character of the corpus.
     cut = int(TRAIN_FRACTION * len(text))
     train_text, val_text = text[:cut], text[cut:]
     if tokenizer is None:
@@ -147,26 +138,17 @@ def load_data(args: argparse.Namespace, tokenizer=None) -> Data:
             )
     val_bytes_per_token = bytes_per_token(tokenizer, val_ids)  # for bits per byte
     sampler = BatchSampler(train_ids, T, B, seed=args.seed)
-    # Evaluation batches are drawn once, so every evaluation sees the same text.
-    eval_sets = {
-        "train": fixed_eval_batches(
-            train_ids, T, args.eval_batch_size, args.eval_batches, seed=args.seed + 1
-        ),
-        "val": fixed_eval_batches(
-            val_ids, T, args.eval_batch_size, args.eval_batches, seed=args.seed + 2
-        ),
+    eval_sets = {  # drawn once: every evaluation sees the same text
+        split: fixed_eval_batches(ids, T, args.eval_batch_size, args.eval_batches, args.seed + i)
+        for i, (split, ids) in enumerate((("train", train_ids), ("val", val_ids)), start=1)
     }
     return Data(corpus_path, tokenizer, train_ids, val_ids, val_bytes_per_token, sampler, eval_sets)
 
 
 # -- model and optimizer ------------------------------------------------------------
 def build_backend(args: argparse.Namespace, model_config: dict, train_config: dict, world: int):
-    """The backend ``--backend`` names, with its model and optimizer; with several
-    ranks, distributed (DistributedDataParallel, or NumPy's twin of it).
-
-    Raises:
-        UserError: a model config the backend refuses.
-    """
+    """The backend ``--backend`` names, with its model and optimizer, distributed over
+    several ranks (UserError: a model config it refuses)."""
     try:
         backend = make_backend(
             args.backend,
@@ -227,17 +209,14 @@ class Run:
 
 
 def prepare_output(run: Run, resumed: _Resumed | None, say=print) -> None:
-    """Take the output directory (rank 0): create it, lock it against a second
-    process, refuse to replace a run in it (unless ``--overwrite``), and remove what a
-    killed writer left. A resumed run loads its checkpoint into the backend and the
-    sampler, gets a log of exactly one row per evaluation up to the checkpoint's step
-    (a line a crash cut short dropped, a row lost between the checkpoint and the log
-    restored) and counts its wall time on (``run.elapsed_before``). A fresh run writes
-    nothing yet: its first checkpoint replaces the files of a run it overwrites.
+    """Take the output directory (rank 0): create and lock it, refuse to replace a run
+    (unless ``--overwrite``), remove what a killed writer left. A resumed run loads its
+    checkpoint and gets a log of one row per evaluation up to its step; a fresh run writes
+    nothing yet (its first checkpoint replaces an overwritten run's files).
 
     Raises:
-        UserError: the directory cannot be created or is in use, holds a run that
-            ``--overwrite`` does not allow to replace, or the checkpoint does not fit.
+        UserError: the directory cannot be created or is in use, holds a run not to
+            replace, or the checkpoint does not fit.
     """
     out, rank, log_path = run.out, run.rank, run.log_path
     continuing = resumed is not None and out.resolve() == resumed.directory.resolve()
@@ -318,6 +297,7 @@ def evaluate_and_save(run: Run) -> None:
         if run.log_started
         else "nothing of this run was written"
     )
+    scaler = getattr(backend, "scaler_state", lambda: None)()  # --amp fp16's loss scale
     try:
         save_checkpoint(
             out,
@@ -331,7 +311,7 @@ def evaluate_and_save(run: Run) -> None:
                 "log_row": row,  # the log's line of this evaluation, restored if lost
                 "sampler_state": run.data.sampler.get_state(),
                 "rng_state": rng_state,  # the dropout masks to come
-                **({"grad_scaler": scaler} if (scaler := _scaler_state(backend)) else {}),
+                **({"grad_scaler": scaler} if scaler else {}),
             },
             extra_files=run.tokenizer_files,
         )
@@ -355,20 +335,12 @@ def evaluate_and_save(run: Run) -> None:
         ) from e
 
 
-def _scaler_state(backend) -> dict | None:
-    """The fp16 GradScaler's state (``--amp fp16``), None otherwise."""
-    get = getattr(backend, "scaler_state", None)
-    return get() if get is not None else None
-
-
 def train_loop(run: Run, resumed: _Resumed | None) -> float:
-    """Train up to ``--max-iters`` steps, evaluating and saving every
-    ``--eval-interval`` and at the end; return the run's wall time (the resumed
-    run's included).
+    """Train up to ``--max-iters`` steps, evaluating and saving every ``--eval-interval``
+    and at the end; return the run's wall time (the resumed run's included).
 
     Raises:
-        UserError: a step whose loss or gradient is not finite (the last good
-            checkpoint is kept), or a non-finite evaluation loss.
+        UserError: a non-finite step or evaluation (the last good checkpoint is kept).
     """
     from tqdm import tqdm
 
