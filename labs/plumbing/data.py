@@ -1,18 +1,10 @@
-"""The corpus and the batches: Tiny Shakespeare, split, sampled.
+"""The corpus and the batches: Tiny Shakespeare, split, sampled, in NumPy for both backends
+(a seed gives the same batches whatever the backend).
 
-Everything here is NumPy, shared by both backends: the NumPy model eats the
-arrays directly, the PyTorch model wraps them with ``torch.from_numpy``. So a
-given seed yields the same batches whatever the backend, and two training runs
-differ only by their models.
-
-Where the corpus comes from (:func:`resolve_corpus`), first match wins:
-
-1. an explicit path (``--data PATH``);
-2. the environment variable ``TWINFORMER_DATA``;
-3. the cache, ``$XDG_CACHE_HOME/twinformer/tinyshakespeare.txt``
-   (``~/.cache/twinformer/...`` when ``XDG_CACHE_HOME`` is unset);
-4. a download of Karpathy's char-rnn copy into that cache, checked against its
-   SHA-256.
+Where the corpus comes from (:func:`resolve_corpus`), first match wins: ``--data PATH``;
+``$TWINFORMER_DATA``; the cache, ``$XDG_CACHE_HOME/twinformer/tinyshakespeare.txt``
+(``~/.cache/...``); a download of Karpathy's char-rnn copy into the cache, its SHA-256
+checked.
 """
 
 from __future__ import annotations
@@ -41,8 +33,7 @@ class CorpusUnavailableError(RuntimeError):
 
 # -- finding the corpus --------------------------------------------------------
 def cache_path() -> Path:
-    """Where the downloaded corpus is kept: ``$XDG_CACHE_HOME/twinformer/``
-    (default ``~/.cache/twinformer/``) ``tinyshakespeare.txt``."""
+    """Where the downloaded corpus is kept."""
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "twinformer" / CORPUS_FILENAME
 
@@ -53,14 +44,9 @@ def download_corpus(
     sha256: str | None = CORPUS_SHA256,
     timeout: float = DOWNLOAD_TIMEOUT_S,
 ) -> Path:
-    """Download ``url`` (``file://`` too: the tests run offline) to ``dest`` atomically:
-    a temporary file beside it, its SHA-256 checked (unless ``sha256`` is None), fsynced,
-    renamed. ``timeout``: seconds before a stalled connection is abandoned. Returns ``dest``.
-
-    Raises:
-        CorpusUnavailableError: the download failed or the digest differs (the
-            temporary file is removed).
-    """
+    """Download ``url`` (``file://`` too) to ``dest`` atomically, its SHA-256 checked unless
+    ``sha256`` is None; return ``dest``. ``timeout``: seconds before a stalled connection
+    is abandoned. CorpusUnavailableError: the download failed or the digest differs."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
@@ -85,12 +71,11 @@ def download_corpus(
 
 
 def resolve_corpus(path: str | os.PathLike | None = None, url: str = CORPUS_URL) -> Path:
-    """The corpus file, found in the module's order (downloaded into the cache last).
+    """The corpus file, found in the module's order.
 
     Raises:
         FileNotFoundError: ``path`` (or ``$TWINFORMER_DATA``) names no file (named).
-        CorpusUnavailableError: nothing local and the download failed (says how to
-            pass a path).
+        CorpusUnavailableError: nothing local and the download failed.
     """
     if path is not None:
         return _existing_file(Path(path).expanduser(), "")
@@ -119,13 +104,7 @@ def _existing_file(p: Path, source: str) -> Path:
 
 
 def load_corpus(path: str | os.PathLike) -> str:
-    """The whole file as text.
-
-    Raises:
-        FileNotFoundError: no such file (named).
-        ValueError: the file is empty or is not UTF-8 (named, with the byte
-            offset of the first bad byte).
-    """
+    """The whole file as text (FileNotFoundError; ValueError: empty, or not UTF-8)."""
     path = Path(path)
     data = path.read_bytes()
     if not data:
@@ -140,12 +119,8 @@ def load_corpus(path: str | os.PathLike) -> str:
 
 # -- splitting and batching ----------------------------------------------------
 def train_val_split(ids: np.ndarray, frac: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
-    """``(train, val)``: the first ``frac`` of the ``(N,)`` ids and the rest, views split at
-    ``int(frac * N)``. Contiguous, as nanoGPT's: validation is text the model never saw.
-
-    Raises:
-        ValueError: ``ids`` is not 1-D, or ``frac`` is outside ``(0, 1)``.
-    """
+    """``(train, val)``: the first ``frac`` of the ``(N,)`` ids and the rest, contiguous as
+    nanoGPT's (ValueError: ``ids`` not 1-D, ``frac`` outside ``(0, 1)``)."""
     ids = np.asarray(ids)
     if ids.ndim != 1:
         raise ValueError(f"ids: expected a 1-D array, got shape {ids.shape}")
@@ -156,9 +131,8 @@ def train_val_split(ids: np.ndarray, frac: float = 0.9) -> tuple[np.ndarray, np.
 
 
 class BatchSampler:
-    """Random (input, target) windows of a ``(N,)`` token stream, reproducibly: ``batch_size``
-    (B) windows of ``block_size + 1`` (T + 1) tokens at random offsets drawn by its own
-    ``np.random.default_rng(seed)``; the target is the input shifted by one.
+    """``batch_size`` (B) random windows of ``block_size + 1`` (T + 1) tokens of a ``(N,)``
+    stream, offsets drawn by its own ``default_rng(seed)``; the target is the input shifted.
 
     Raises:
         ValueError: ``data`` not 1-D or not longer than ``block_size``, non-positive sizes.
@@ -187,12 +161,7 @@ class BatchSampler:
         self._arange = np.arange(block_size)
 
     def next(self) -> tuple[np.ndarray, np.ndarray]:
-        """The next batch.
-
-        Returns:
-            ``(x, y)``, both ``(B, T)`` int64, ``y[:, t] == x[:, t + 1]`` for
-            ``t < T - 1`` and ``y[:, -1]`` the token after the window.
-        """
+        """The next batch ``(x, y)``, both ``(B, T)`` int64, ``y[:, t] == x[:, t + 1]``."""
         # One offset per row; N - T is the largest start that leaves room for y.
         offsets = self.rng.integers(0, len(self.data) - self.block_size, size=self.batch_size)
         idx = offsets[:, None] + self._arange  # (B, 1) + (T,) -> (B, T)
@@ -200,22 +169,12 @@ class BatchSampler:
         y = self.data[idx + 1].astype(np.int64)
         return x, y
 
-    __next__ = next
-
-    def __iter__(self):
-        return self
-
     def get_state(self) -> dict:
         """The RNG state (``bit_generator.state``): a JSON-serialisable dict."""
         return self.rng.bit_generator.state
 
     def set_state(self, state: dict) -> None:
-        """Resume from :meth:`get_state`'s dict: the next batches are the ones
-        the saved sampler would have produced.
-
-        Raises:
-            ValueError: ``state`` is not a state of this sampler's generator.
-        """
+        """Resume from :meth:`get_state`'s dict (ValueError: not such a state)."""
         try:
             self.rng.bit_generator.state = state
         except (TypeError, ValueError, KeyError) as e:
@@ -225,12 +184,8 @@ class BatchSampler:
 def fixed_eval_batches(
     data: np.ndarray, block_size: int, batch_size: int, n_batches: int, seed: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``n_batches`` batches ``(x, y)``, each ``(batch_size, block_size)`` int64, drawn once:
-    every evaluation sees the same tokens, so successive losses differ by the model alone.
-
-    Raises:
-        ValueError: as :class:`BatchSampler`, or ``n_batches < 1``.
-    """
+    """``n_batches`` batches ``(x, y)`` drawn once, so every evaluation sees the same tokens
+    (ValueError: as :class:`BatchSampler`, or ``n_batches < 1``)."""
     if n_batches < 1:
         raise ValueError(f"n_batches: expected >= 1, got {n_batches}")
     sampler = BatchSampler(data, block_size, batch_size, seed)

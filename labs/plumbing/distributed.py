@@ -1,15 +1,9 @@
 """Data parallelism on ``torch.distributed``, for the NumPy twin and shared with the torch one.
 
-Each rank (a process: ``labs train`` spawns one per core, or ``torchrun`` starts them)
-runs its rows of the batch through its own copy of the model. :class:`GradientAllReduce`
-is the NumPy twin's ``DistributedDataParallel``: rank 0's weights broadcast at the start,
-then, after the last micro-batch's backward, every gradient summed over the ranks by
-gloo's all-reduce and divided by their number. The NumPy arrays go to gloo as
-``torch.from_numpy`` views (no copy); ``numpy_impl`` itself never imports torch.
-
-Both backends share the rest: :func:`eval_mean` (each rank evaluates its share of the
-batches), :func:`with_ranks` and :func:`own_state` (every rank's dropout generator in
-the checkpoint).
+Each rank runs its rows of the batch through its own copy of the model.
+:class:`GradientAllReduce` is the NumPy twin's ``DistributedDataParallel``: the gradients
+summed over the ranks by gloo's all-reduce, as ``torch.from_numpy`` views (no copy).
+Both backends share :func:`eval_mean`, :func:`with_ranks` and :func:`own_state`.
 
 Source: Li et al. 2020, "PyTorch Distributed: Experiences on Accelerating Data Parallel
 Training", sec. 3 (broadcast at construction, gradient buckets all-reduced in the order
@@ -24,8 +18,7 @@ import numpy as np
 
 
 def rank_and_world() -> tuple[int, int]:
-    """``(rank, world size)`` of the process group; ``(0, 1)`` without one (torch
-    not even imported: a process group needs it)."""
+    """``(rank, world size)`` of the process group; ``(0, 1)`` without one."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
@@ -34,10 +27,7 @@ def rank_and_world() -> tuple[int, int]:
 
 def eval_mean(eval_loss, batches: list) -> float:
     """``eval_loss(batches)`` (a mean over equal batches), each rank evaluating
-    ``batches[rank::world]``: the ranks' sums and counts gathered, the mean of all.
-
-    A collective under ``torch.distributed``: every rank calls it, with the same batches.
-    """
+    ``batches[rank::world]`` (a collective: every rank calls it, with the same batches)."""
     rank, world = rank_and_world()
     if world == 1:
         return eval_loss(batches)
@@ -101,14 +91,10 @@ def buckets(model, cap_bytes: float) -> list[tuple[object, list]]:
 class GradientAllReduce:
     """Sum a NumPy model's gradients over the ranks, DistributedDataParallel's way.
 
-    Broadcasts rank 0's weights at construction (every rank starts equal). Each bucket
-    (:func:`buckets`) starts its asynchronous all-reduce as soon as the backward of its
-    last module returns, while the earlier layers' backward runs; :meth:`finish` waits
-    for them all and divides by the number of ranks: with equal shards, the gradient of
-    the whole batch's mean loss. Only after :meth:`arm` (the last micro-batch's backward):
-    accumulating micro-batches reduce nothing. A bucket that is one run of a
-    :class:`~numpy_impl.flat_buffers.FlatParameters`' gradient buffer is reduced in place;
-    another goes through a buffer of its own.
+    Broadcasts rank 0's weights at construction. After :meth:`arm` (the last micro-batch),
+    each bucket (:func:`buckets`) starts its asynchronous all-reduce when the backward of
+    its last module returns; :meth:`finish` waits and divides by the number of ranks. A
+    bucket that is one run of a flat gradient buffer is reduced in place.
 
     Args:
         model: a ``numpy_impl`` Module; its top-level children's ``backward`` are wrapped

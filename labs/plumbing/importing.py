@@ -1,15 +1,10 @@
-"""Real models in: a Hugging Face GPT-2 or Llama directory, or nanoGPT's ``ckpt.pt``,
-as an ordinary twinformer checkpoint (``python -m labs import``).
+"""Real models in: a Hugging Face GPT-2 or Llama directory, or nanoGPT's ``ckpt.pt``, as
+an ordinary twinformer checkpoint (``python -m labs import``).
 
-Each ``import_*`` function reads its source without ``transformers``
-(``hf_files.py``: JSON and safetensors; ``nanogpt.py``: ``torch.load(weights_only=True)``
-and a restricted unpickler), maps the config onto this project's GPTConfig
-(refusing what does not fit, the field named: ``interop_gpt2.from_gpt2_config``,
-``interop_llama.from_llama_config``, ``nanogpt.model_config``), renames the
-weights (``numpy_impl/pretrained.py``, ``interop_llama.from_llama_state``) and
-returns an :class:`Imported`. :func:`write_run` checks it against the config and
-writes the checkpoint (model.safetensors, config.json, tokenizer.json) into a
-directory that must not exist yet, all at once.
+Each ``import_*`` reads its source without ``transformers`` (``hf_files.py``,
+``nanogpt.py``), maps the config onto GPTConfig (refusing what does not fit, the field
+named), renames the weights and returns an :class:`Imported`; :func:`write_run` checks
+it and writes the checkpoint into a new directory, all at once.
 """
 
 from __future__ import annotations
@@ -56,8 +51,8 @@ def _tokenizer_of(directory: Path, vocab_size: int, notes: list[str]):
 
 
 def _untie_if_different(model_config: dict, weights: dict, embedding: str, notes: list[str]):
-    """A config that ties the head whose file holds another ``lm_head.weight`` is untied,
-    as transformers loads it (never the head silently dropped)."""
+    """Untie a config that ties the head when the file holds another ``lm_head.weight``
+    (as transformers loads it: the head is never silently dropped)."""
     head = weights.get("lm_head.weight")
     if model_config["tie_weights"] and head is not None:
         if not np.array_equal(head, weights.get(embedding)):
@@ -69,8 +64,8 @@ def _untie_if_different(model_config: dict, weights: dict, embedding: str, notes
 
 
 def _with_gpt2_prefix(weights: dict[str, np.ndarray], notes: list[str]) -> dict:
-    """GPT-2's keys as ``GPT2LMHeadModel`` names them: the hub's ``gpt2`` files were saved
-    from the inner ``GPT2Model`` (``h.0.attn.c_attn.weight``, no ``transformer.``)."""
+    """GPT-2's keys as ``GPT2LMHeadModel`` names them (the hub's ``gpt2`` has none of the
+    ``transformer.`` prefixes)."""
     if any(k.startswith("transformer.") for k in weights):
         return weights
     notes.append("the weights' keys have no 'transformer.' prefix (GPT2Model's names): added")
@@ -103,13 +98,7 @@ def import_gpt2(directory: str | Path) -> Imported:
 
 
 def import_llama(directory: str | Path, rope_layout: str = "half") -> Imported:
-    """A Hugging Face Llama, Mistral or Qwen2 directory whose config this GPT can run
-    (``from_llama_config`` names the field that does not fit) and whose tokenizer is
-    byte-level BPE.
-
-    Raises:
-        as :func:`import_gpt2`.
-    """
+    """A Hugging Face Llama, Mistral or Qwen2 directory (raises as :func:`import_gpt2`)."""
     from .interop_llama import from_llama_config, from_llama_state
 
     directory = Path(directory)
@@ -131,8 +120,7 @@ def import_nanogpt(
     ckpt: str | Path, meta: str | Path | None = None, tokenizer_dir: str | Path | None = None
 ) -> Imported:
     """nanoGPT's ``ckpt.pt``, with its tokenizer: the characters of its ``meta.pkl``, or
-    GPT-2's BPE files in ``tokenizer_dir`` (nanoGPT's GPT-2-token runs use tiktoken's
-    ``gpt2`` encoding, the same BPE; its vocabulary rounded up to 50304 is padded).
+    GPT-2's BPE files in ``tokenizer_dir`` (tiktoken's ``gpt2``; a padded vocabulary fits).
 
     Raises:
         ValueError: both or neither tokenizer source, an unreadable or refused pickle,
@@ -186,11 +174,8 @@ def import_nanogpt(
 
 
 def write_run(out: str | Path, imported: Imported) -> Path:
-    """Write ``imported`` as a twinformer checkpoint in the new directory ``out``.
-
-    Everything is checked first (GPTConfig's field checks, every key and shape
-    against the config); then the checkpoint is written into a hidden sibling and
-    renamed to ``out`` in one step. ``out`` must not exist.
+    """Write ``imported`` as a twinformer checkpoint in the new directory ``out``, all at
+    once, after every check (GPTConfig's, every key and shape against the config).
 
     Raises:
         FileExistsError: ``out`` exists (nothing written).

@@ -7,20 +7,13 @@ nanoGPT's ``train.py`` (Karpathy) saves one ``torch.save`` file::
      "model_args": {"n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size", "dropout"},
      "iter_num": int, "best_val_loss": tensor, "config": the run's settings}
 
-and its character-level datasets (``data/shakespeare_char/prepare.py``) a pickle,
-``meta.pkl``: ``{"vocab_size": 65, "itos": {0: "\\n", 1: " ", ...}, "stoi": {...}}``.
+and its character-level datasets a pickle, ``meta.pkl``:
+``{"vocab_size": 65, "itos": {0: "\\n", 1: " ", ...}, "stoi": {...}}``.
 
-Both are pickles, and unpickling can run any code the file names. So
-``ckpt.pt`` is read with ``torch.load(weights_only=True)`` (PyTorch's
-restricted unpickler: tensors, plain containers and numbers only) and
-``meta.pkl`` with :class:`PlainUnpickler`, which builds dicts, lists, strings
-and numbers and refuses every class or function a pickle names.
-
-nanoGPT's GPT is this project's GPT-2 model (the project follows nanoGPT), with
-the exact GELU (``nn.GELU()``), a tied head, and either every bias or none
-(``bias=False`` drops the LayerNorm biases too, as ``bias=False`` does here).
-Its Linear layers store ``(out, in)`` like ours: the weights are renamed only
-(``numpy_impl/pretrained.py``, ``conv1d=False``).
+Unpickling can run any code the file names, so ``ckpt.pt`` is read with
+``torch.load(weights_only=True)`` and ``meta.pkl`` with :class:`PlainUnpickler`, which
+refuses every class or function a pickle names. nanoGPT's GPT is this project's GPT-2
+model with the exact GELU; its weights are renamed only (``conv1d=False``).
 """
 
 from __future__ import annotations
@@ -37,16 +30,13 @@ _REQUIRED = ("n_layer", "n_head", "n_embd", "block_size", "bias", "vocab_size")
 
 
 def read_ckpt(path: str | Path) -> tuple[dict, dict[str, np.ndarray], dict]:
-    """``(model_args, state dict as float32 arrays, what else it says)`` of a ``ckpt.pt``.
-
-    The state dict's keys are as saved (``_orig_mod.`` prefixes included); the third
-    item has ``iter_num``, ``best_val_loss`` and the dataset's name when recorded.
+    """``(model_args, state dict as float32 arrays, iter_num, best_val_loss and dataset
+    when recorded)`` of a ``ckpt.pt`` (keys as saved).
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: not a checkpoint torch can read with ``weights_only=True`` (a pickle
-            that names other objects is refused, not run), or not nanoGPT's layout (the
-            missing entry named).
+        ValueError: not readable with ``weights_only=True`` (a pickle naming other objects
+            is refused, not run), or not nanoGPT's layout (the missing entry named).
     """
     import torch
 
@@ -90,12 +80,8 @@ def read_ckpt(path: str | Path) -> tuple[dict, dict[str, np.ndarray], dict]:
 
 
 def model_config(model_args: dict, tied: bool = True) -> dict:
-    """This GPT's config (GPTConfig fields) of nanoGPT's ``model_args``.
-
-    Raises:
-        ValueError: a field missing or of the wrong type, or one nanoGPT does not
-            have (a fork's addition may change the architecture: refused, named).
-    """
+    """This GPT's config (GPTConfig fields) of nanoGPT's ``model_args`` (ValueError: a field
+    missing, of the wrong type, or one nanoGPT does not have, named)."""
     unknown = sorted(set(model_args) - set(MODEL_ARGS))
     if unknown:
         raise ValueError(
@@ -129,10 +115,8 @@ def model_config(model_args: dict, tied: bool = True) -> dict:
 
 
 class PlainUnpickler(pickle.Unpickler):
-    """An unpickler that builds plain data only: dicts, lists, tuples, sets, strings,
-    bytes, numbers, booleans and None (the pickle opcodes make those without naming
-    anything). Any class or function the file names is refused, so loading cannot
-    run code. ``pickle.loads`` would run whatever ``meta.pkl`` asked for."""
+    """An unpickler that builds plain data only (containers, strings, numbers: the opcodes
+    make those without naming anything); any class or function named is refused."""
 
     def find_class(self, module: str, name: str):
         raise pickle.UnpicklingError(
@@ -141,15 +125,12 @@ class PlainUnpickler(pickle.Unpickler):
 
 
 def read_meta(path: str | Path) -> str:
-    """The characters of nanoGPT's ``meta.pkl``, in nanoGPT's id order (``itos[i]`` is
-    character ``i``).
+    """The characters of nanoGPT's ``meta.pkl``, in its id order (``itos[i]``).
 
     Raises:
         FileNotFoundError: no such file.
         ValueError: a pickle that names a class or function (refused, not run), or not a
-            character vocabulary: ``itos`` (or ``stoi``) missing, ids that are not
-            ``0 .. n-1``, entries that are not single characters, or a ``vocab_size``
-            that disagrees.
+            character vocabulary (what is wrong named).
     """
     path = Path(path)
     if not path.is_file():
@@ -191,12 +172,8 @@ def read_meta(path: str | Path) -> str:
 
 
 def char_permutation(nanogpt_chars: str) -> np.ndarray | None:
-    """``perm`` with our id ``j`` = nanoGPT's id ``perm[j]``; None when they agree.
-
-    Our :class:`CharTokenizer` numbers the characters in sorted order; nanoGPT's
-    prepare.py does too, but a meta.pkl from elsewhere may not: then the embedding's
-    (and an untied head's) rows are reordered with ``perm``.
-    """
+    """``perm`` with our id ``j`` = nanoGPT's id ``perm[j]`` (ours are the sorted
+    characters); None when they agree."""
     ours = sorted(nanogpt_chars)
     if ours == list(nanogpt_chars):
         return None

@@ -1,20 +1,10 @@
 """A run's output directory: never destroyed, never shared, one log row per checkpoint.
 
-What ``python -m labs train`` (and ``classify``, ``seq2seq``) write into ``--out``
-goes through here:
-
-* :func:`existing_outputs`: what a directory already holds of a run, so that a
-  new run refuses to replace it (unless told to, ``--overwrite``);
-* :class:`RunLock`: one process at a time per directory (an advisory ``flock`` on
-  ``DIR/.lock``, released by the kernel when the process ends, even by SIGKILL);
-* the log, ``log.jsonl``: :func:`read_log` drops what a crash leaves (a line cut
-  short, the NUL bytes a power cut can leave at the end of a file) and says so;
-  :func:`append_row` writes a row and makes it durable; :func:`write_log`
-  replaces the whole file atomically; :func:`reconcile_log` makes the log of a
-  resumed run hold exactly one row per evaluation up to its checkpoint.
-
-Every JSON document is written strictly (:func:`dumps_strict`: no NaN, no
-infinities, which Python's json writes but no other parser reads).
+:func:`existing_outputs` (what a directory holds of a run), :class:`RunLock` (one process
+at a time: a ``flock`` the kernel releases even after SIGKILL), and the log,
+``log.jsonl``: :func:`read_log` drops what a crash leaves and says so, :func:`append_row`
+is durable, :func:`write_log` atomic, :func:`reconcile_log` gives a resumed run one row
+per evaluation up to its checkpoint. JSON is strict (:func:`dumps_strict`: no NaN).
 """
 
 from __future__ import annotations
@@ -53,8 +43,7 @@ def existing_outputs(directory: Path, names: tuple[str, ...]) -> list[str]:
 
 
 class RunLock:
-    """An exclusive advisory lock on ``directory/.lock`` for this process's lifetime
-    (or until :meth:`release`).
+    """An exclusive advisory lock on ``directory/.lock`` until :meth:`release` or the end.
 
     Raises:
         RunDirectoryBusy: another process holds it.
@@ -86,10 +75,8 @@ class RunLock:
 
 # -- the log ---------------------------------------------------------------------------
 def read_log(path: Path) -> tuple[list[dict], list[str]]:
-    """The rows of ``path`` (a JSON object per line, each with an int ``"step"``),
-    and a note for every line dropped: a line a crash cut short (usually the last),
-    NUL bytes, anything that is not such a row. A missing file has no rows.
-    """
+    """The rows of ``path`` (JSON objects with an int ``"step"``; none if it is missing),
+    and a note for every line dropped (cut short by a crash, NUL bytes, not such a row)."""
     path = Path(path)
     if not path.is_file():
         return [], []
@@ -116,13 +103,12 @@ def read_log(path: Path) -> tuple[list[dict], list[str]]:
 
 
 def write_log(path: Path, rows: list[dict]) -> None:
-    """Replace ``path`` with ``rows`` atomically (a temporary file, fsynced, renamed)."""
+    """Replace ``path`` with ``rows`` atomically."""
     write_atomic(path, "".join(dumps_strict(r) + "\n" for r in rows).encode("utf-8"))
 
 
 def append_row(path: Path, row: dict) -> None:
-    """Append one row to ``path`` and make it durable (a crash may cut the line
-    short: :func:`read_log` drops such a line)."""
+    """Append one row to ``path`` durably (a line a crash cuts short, read_log drops)."""
     line = (dumps_strict(row) + "\n").encode("utf-8")
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     with open(fd, "ab") as f:
@@ -132,8 +118,7 @@ def append_row(path: Path, row: dict) -> None:
 
 
 def checkpoint_row(config: dict) -> dict | None:
-    """The log row of the evaluation a checkpoint was saved with (``config["log_row"]``;
-    for checkpoints written before it was recorded, rebuilt from ``config["metrics"]``)."""
+    """The log row a checkpoint was saved with (older ones: rebuilt from its metrics)."""
     if isinstance(config.get("log_row"), dict):
         return dict(config["log_row"])
     metrics = config.get("metrics") or {}
@@ -143,13 +128,9 @@ def checkpoint_row(config: dict) -> dict | None:
 
 
 def reconcile_log(src: Path, dst: Path, step: int, row: dict | None) -> list[str]:
-    """Write to ``dst`` the log of a run resumed at checkpoint ``step``: the rows
-    of ``src`` before ``step`` (one per step: a repeated step keeps its last row),
-    then ``row``, the checkpoint's own (or, without it, the log's row of ``step``).
-    Rows after ``step`` belong to a stretch the checkpoint does not hold; a row
-    missing because the process died between the checkpoint and its log line is
-    restored. Returns the notes of :func:`read_log`.
-    """
+    """Write to ``dst`` the log of a run resumed at checkpoint ``step``: ``src``'s rows
+    before ``step`` (the last of a repeated step), then ``row`` (the checkpoint's own, or
+    the log's); rows after ``step`` are dropped. Returns the notes of :func:`read_log`."""
     rows, notes = read_log(src)
     by_step: dict[int, dict] = {}
     for r in rows:

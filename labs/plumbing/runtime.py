@@ -1,19 +1,11 @@
-"""Process-level settings for every ``python -m labs`` command: the memory allocator,
-OpenBLAS's idle threads, and the check of ``OPENBLAS_THREAD_TIMEOUT`` before a command
-starts.
+"""Process-level settings that ``python -m labs`` applies at start-up (lab scripts and
+pytest do not): the memory allocator and OpenBLAS's idle threads.
 
-**The allocator.** A NumPy step allocates and frees dozens of megabyte-sized
-temporaries; with glibc's defaults each comes fresh from the kernel (mmap, trim) and
-pays its page faults again. :func:`tune_malloc` takes every block from the heap and
-raises the trim threshold to 1 GiB, so the next step reuses mapped pages. It changes
-no result, only where memory comes from; ``TWINFORMER_MALLOC=default`` keeps glibc's
-behaviour. ``python -m labs`` applies it at start-up; lab scripts and pytest do not.
-
-**OpenBLAS's idle threads** poll for the next product for 2^28 cycles before they
-sleep, taking a core from the GELU or LayerNorm that follows.
-:func:`let_idle_blas_threads_sleep` sets ``OPENBLAS_THREAD_TIMEOUT`` to 4 (2^4
-cycles) before NumPy loads, unless the variable is already set;
-:func:`check_thread_env` refuses a value that is not a whole number.
+A NumPy step allocates and frees dozens of megabyte-sized temporaries; glibc gives each
+back to the kernel and pays its page faults again. :func:`tune_malloc` keeps them in the
+heap (``TWINFORMER_MALLOC=default``: glibc's way). OpenBLAS's idle threads poll 2^28
+cycles before they sleep, taking a core from the layer that follows:
+:func:`let_idle_blas_threads_sleep` sets ``OPENBLAS_THREAD_TIMEOUT`` to 4 unless set.
 """
 
 from __future__ import annotations
@@ -45,15 +37,8 @@ BLAS_THREAD_TIMEOUT = "4"  # OPENBLAS_THREAD_TIMEOUT: idle BLAS threads poll 2^4
 
 
 def let_idle_blas_threads_sleep() -> bool:
-    """Set ``OPENBLAS_THREAD_TIMEOUT`` for this process unless already set (see above).
-
-    An empty (or blank) value counts as not set: OpenBLAS reads such a value as
-    0, its own default (2^28 cycles of polling), the same as no variable at all,
-    so ``OPENBLAS_THREAD_TIMEOUT= python -m labs ...`` gets the short timeout too.
-
-    Returns True if set. Too late once NumPy is imported (OpenBLAS has read its
-    environment by then): returns False and changes nothing.
-    """
+    """Set ``OPENBLAS_THREAD_TIMEOUT`` unless set to something (blank is OpenBLAS's default,
+    as unset); True if set. Too late once NumPy is imported: False, nothing changed."""
     if "numpy" in sys.modules or os.environ.get("OPENBLAS_THREAD_TIMEOUT", "").strip():
         return False
     os.environ["OPENBLAS_THREAD_TIMEOUT"] = BLAS_THREAD_TIMEOUT
@@ -61,13 +46,8 @@ def let_idle_blas_threads_sleep() -> bool:
 
 
 def check_thread_env() -> None:
-    """Refuse a bad ``OPENBLAS_THREAD_TIMEOUT`` before the command starts: OpenBLAS reads
-    anything but a whole number as 0, its own default, so a typo would silently bring
-    back the polling threads.
-
-    Raises:
-        UserError: naming the variable, the value it holds and what it expects.
-    """
+    """Refuse (UserError) an ``OPENBLAS_THREAD_TIMEOUT`` that is not a whole number: OpenBLAS
+    would silently read it as its default."""
     from .. import UserError
 
     timeout = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "").strip()

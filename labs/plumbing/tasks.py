@@ -1,14 +1,6 @@
-"""The data and the training adapters of the two non-GPT tasks, shared by both backends.
-
-* ``tasks_speakers.py`` (:func:`speaker_dataset`): who says this speech? The N most
-  frequent speakers are the classes; speeches (not lines) are split train/held-out.
-* ``tasks_sequence.py`` (:class:`SequenceTask`): reverse or sort a string of digits,
-  with a fixed held-out set training never draws from.
-* here, :class:`TaskModel`: one model, its loss and its AdamW for either backend,
-  NumPy arrays in and out, so ``labs classify`` and ``labs seq2seq`` do not care
-  which backend runs.
-
-Everything here is NumPy; a given seed yields the same data for both backends.
+"""The model adapter of the two non-GPT tasks, :class:`TaskModel`: one model, its loss and
+its AdamW for either backend, NumPy arrays in and out. Their data: ``tasks_speakers.py``
+(who says this speech?) and ``tasks_sequence.py`` (reverse or sort digits).
 """
 
 from __future__ import annotations
@@ -24,12 +16,9 @@ IGNORE_INDEX = -100  # targets that count for nothing (padding), as in CrossEntr
 
 # -- one model, its loss and its optimizer, either backend ---------------------------------------
 class TaskModel:
-    """A ``numpy_impl`` or ``torch_impl`` model with a cross-entropy loss, AdamW (no decay on
-    1-D parameters), a warmup + cosine learning rate and gradient clipping: the recipe of
-    ``python -m labs train``, for any model whose ``forward(**inputs)`` gives logits.
-
-    NumPy arrays in and out. The two backends get the same batches; their weights
-    start from different generators (each backend's own initialisation, same scheme).
+    """A ``numpy_impl`` or ``torch_impl`` model whose ``forward(**inputs)`` gives logits, with
+    ``labs train``'s recipe: cross-entropy, AdamW (no decay on 1-D parameters), warmup +
+    cosine, clipping. The weights start from each backend's own generator.
 
     Args:
         backend: ``"numpy"`` or ``"torch"``.
@@ -103,12 +92,8 @@ class TaskModel:
         return sum(p.numel() for p in self.model.parameters())
 
     def train_step(self, inputs: dict[str, np.ndarray], targets: np.ndarray) -> float:
-        """One AdamW step on ``loss(model(**inputs), targets)``; returns the loss before it.
-
-        Raises:
-            NonFiniteError: the loss or the gradient norm is NaN or infinite; the
-                weights and the optimizer are left as they were (as in ``labs train``).
-        """
+        """One AdamW step on ``loss(model(**inputs), targets)``; returns the loss before it
+        (NonFiniteError: a NaN or infinite loss or gradient norm; nothing updated)."""
         if self.backend == "numpy":
             from numpy_impl.optim import clip_grad_norm_, cosine_lr
         else:
@@ -163,8 +148,7 @@ class TaskModel:
             raise NonFiniteError(self.step, loss, grad_norm, _first_nonfinite(named_grads))
 
     def predict(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
-        """Logits in eval mode (no dropout), as a NumPy array; no backward caches kept
-        (``no_grad``, as the torch side's ``inference_mode``)."""
+        """Logits in eval mode, as a NumPy array, keeping no backward caches."""
         if self.backend == "numpy":
             from numpy_impl.module import no_grad
 

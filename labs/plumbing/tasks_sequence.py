@@ -1,10 +1,4 @@
-"""An algorithmic sequence-to-sequence task with a known answer.
-
-:class:`SequenceTask`: reverse or sort a string of digits, with a fixed held-out
-set that training never draws from.
-
-Everything here is NumPy; a given seed yields the same data for both backends.
-"""
+"""An algorithmic sequence-to-sequence task with a known answer (:class:`SequenceTask`)."""
 
 from __future__ import annotations
 
@@ -19,15 +13,8 @@ SPECIALS = ("<pad>", "<bos>", "<eos>")
 class SequenceTask:
     """Reverse (or sort) a string of digits: ``"3141" -> "1413"`` (``"1134"`` sorted).
 
-    Source and target share one vocabulary: ``PAD, BOS, EOS`` then the digits 0-9
-    (13 ids). A batch is padded to the longest sequence of the task (``max_len``):
-    the source ``(B, max_len)``, the decoder input ``[BOS] + target`` and the
-    teacher-forcing targets ``target + [EOS]``, both ``(B, max_len + 1)``, with
-    ``IGNORE_INDEX`` at padded target positions.
-
-    The held-out set (``n_val`` distinct sequences, its own seed) is never trained on:
-    a draw that lands in it is redrawn (hence ``min_len=3``: lengths 1 and 2 have only
-    10 and 100 sequences, which a held-out set would take from training).
+    One vocabulary: ``PAD, BOS, EOS`` then the digits 0-9. The held-out set (``n_val``
+    distinct sequences, seed ``seed``) is never trained on: a draw in it is redrawn.
 
     Args:
         task: ``"reverse"`` or ``"sort"``.
@@ -76,7 +63,7 @@ class SequenceTask:
         return digits[::-1] if self.task == "reverse" else np.sort(digits)
 
     def train_sequences(self, n: int) -> list[np.ndarray]:
-        """``n`` fresh training sequences, none of them in the held-out set."""
+        """``n`` fresh training sequences, none in the held-out set."""
         out = []
         while len(out) < n:
             s = self._draw(self._rng)
@@ -85,7 +72,8 @@ class SequenceTask:
         return out
 
     def batch(self, sequences: list[np.ndarray]) -> dict[str, np.ndarray]:
-        """``src``, ``src_mask`` ``(B, max_len)``; ``tgt_in``, ``tgt_mask``, ``tgt_out``
+        """``src``, ``src_mask`` ``(B, max_len)``; ``tgt_in`` (``[BOS] + target``),
+        ``tgt_mask``, ``tgt_out`` (``target + [EOS]``, IGNORE_INDEX at padding)
         ``(B, max_len + 1)``."""
         B, L = len(sequences), self.max_len
         src = np.full((B, L), PAD, dtype=np.int64)
@@ -115,8 +103,7 @@ class SequenceTask:
         return "".join(out)
 
     def exact_match(self, generated: np.ndarray, sequences: list[np.ndarray]) -> np.ndarray:
-        """Bool per sequence: the greedy output, up to its first EOS, is exactly the answer
-        followed by EOS (a missing EOS, or an extra digit, is a miss)."""
+        """Bool per sequence: the output begins with exactly the answer and EOS."""
         hits = np.zeros(len(sequences), dtype=bool)
         for i, s in enumerate(sequences):
             want = np.append(3 + self.answer(s), EOS)

@@ -1,11 +1,6 @@
-"""Who says this speech? The speaker classification task, built from the corpus itself.
-
-Tiny Shakespeare is a sequence of speeches, each a ``NAME:`` line followed by the
-lines spoken; the N most frequent speakers become the classes, and the
-speeches are split (not the lines, and not the characters) into a training
-and a held-out set (:func:`parse_speeches`, :func:`speaker_dataset`).
-
-Everything here is NumPy; a given seed yields the same data for both backends.
+"""Who says this speech? The speaker classification task, built from the corpus itself:
+the N most frequent speakers are the classes, their speeches split into a training and
+a held-out set (:func:`speaker_dataset`).
 """
 
 from __future__ import annotations
@@ -22,13 +17,8 @@ SPEAKER_LINE = re.compile(r"^([A-Z][A-Za-z' .\-]*):$")
 
 
 def parse_speeches(text: str) -> list[tuple[str, str]]:
-    """``[(speaker, speech), ...]`` in the order of the text.
-
-    A speech is a block of lines separated from the next by a blank line, whose
-    first line is ``NAME:``; the speech is the lines after it, newlines kept.
-    Blocks without such a header (stage directions, the odd ``Senators, &C:``) or
-    without any line after it are skipped.
-    """
+    """``[(speaker, speech), ...]`` in the order of the text: each block of lines (blank
+    lines between) whose first line is ``NAME:`` gives the lines after it; others are skipped."""
     speeches = []
     for block in re.split(r"\n\s*\n", text.replace("\r\n", "\n")):
         lines = block.strip("\n").split("\n")
@@ -41,13 +31,8 @@ def parse_speeches(text: str) -> list[tuple[str, str]]:
 
 @dataclass
 class SpeakerData:
-    """The speeches of each split and their speakers.
-
-    Attributes:
-        speakers: the class names, most frequent first (class i = ``speakers[i]``).
-        train_texts, val_texts: the speeches of each split (strings, whole).
-        train_labels, val_labels: int64 class ids.
-    """
+    """The speeches of each split and their speakers (class i: ``speakers[i]``, the most
+    frequent first)."""
 
     speakers: list[str]
     train_texts: list[str]
@@ -63,16 +48,8 @@ class SpeakerData:
 
 
 class WordTokenizer:
-    """Lower-cased words and punctuation marks, a small closed vocabulary.
-
-    A token is ``\\w+('\\w+)?`` (a word, "o'er" and "'tis" kept whole) or one
-    punctuation mark. The vocabulary is the ``max_vocab`` most frequent tokens of
-    the texts it is built from (ties by first appearance); id 0 is ``<pad>``,
-    id 1 ``<unk>`` for every other token.
-
-    Args:
-        words: the vocabulary, ids 2, 3, ... in this order.
-    """
+    """Lower-cased words (``o'er`` whole) and punctuation marks: ``<pad>``, ``<unk>`` (every
+    other token), then ``words`` (``from_texts``: the most frequent, ties by first seen)."""
 
     PATTERN = re.compile(r"\w+(?:'\w+)?|[^\w\s]")
 
@@ -95,8 +72,7 @@ def encode_padded(
     tokenizer, texts: list[str], block_size: int, rng: np.random.Generator | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """``(ids, mask)``, both ``(len(texts), block_size)``: each text's first ``block_size``
-    tokens, then padding (id 0, mask False). With ``rng``, a text longer than that gives
-    a window starting at a random token instead (:func:`random_crops`)."""
+    tokens (with ``rng``: a random window of a longer one), then padding (id 0, False)."""
     ids = np.zeros((len(texts), block_size), dtype=np.int64)
     mask = np.zeros((len(texts), block_size), dtype=bool)
     for i, text in enumerate(texts):
@@ -117,12 +93,8 @@ def random_crops(tokenizer, texts: list[str], block_size: int, rng: np.random.Ge
 
 def speaker_dataset(text: str, n_speakers: int, val_fraction: float, seed: int) -> SpeakerData:
     """The speeches of the ``n_speakers`` most frequent speakers, split at random (seeded)
-    by speech into training and held-out sets, stratified per speaker.
-
-    Raises:
-        ValueError: fewer than ``n_speakers`` speakers, ``n_speakers < 2``, or a
-            ``val_fraction`` outside ``(0, 1)``.
-    """
+    into training and held-out sets, stratified per speaker (ValueError: fewer speakers,
+    ``n_speakers < 2``, ``val_fraction`` outside ``(0, 1)``)."""
     if n_speakers < 2:
         raise ValueError(f"n_speakers: need at least 2 classes, got {n_speakers}")
     if not 0.0 < val_fraction < 1.0:
