@@ -1,11 +1,7 @@
 """``python -m labs export RUN --to hf --out DIR``: a checkpoint as a Hugging Face directory.
 
-DIR gets ``config.json`` (``model_type`` "gpt2" or "llama", as the model's config
-says), ``model.safetensors``, ``tokenizer.json`` and ``tokenizer_config.json``, so that
-``transformers``' ``AutoModelForCausalLM.from_pretrained(DIR)`` and
-``AutoTokenizer.from_pretrained(DIR)`` load them. What the architecture cannot
-express is refused, the field named. DIR must not exist; it is written all at once.
-The code: ``labs/plumbing/exporting.py``.
+DIR (new, written all at once) gets what ``transformers``' ``from_pretrained`` loads;
+what the architecture cannot express is refused (``labs/plumbing/exporting.py``).
 """
 
 from __future__ import annotations
@@ -25,11 +21,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Export; print what was written.
-
-    Raises:
-        UserError: DIR exists, RUN unusable, or a model HF cannot express (the field named).
-    """
+    """Export; print what was written (UserError: DIR exists, RUN unusable, or a model HF
+    cannot express)."""
     try:
         out, hf_config, notes = export_run(args.run, args.out, args.to)
     except FileExistsError as e:

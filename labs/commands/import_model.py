@@ -5,14 +5,9 @@
     python -m labs import nanogpt ckpt.pt --meta meta.pkl --out RUN    # nanoGPT, characters
     python -m labs import nanogpt ckpt.pt --tokenizer GPT2DIR --out RUN  # nanoGPT, GPT-2 tokens
 
-DIR is a local directory in Hugging Face's layout (``config.json``,
-``model.safetensors``, ``tokenizer.json`` or ``vocab.json`` + ``merges.txt``),
-read with JSON and safetensors: ``transformers`` is not needed, and nothing is
-downloaded. RUN is an ordinary checkpoint directory (weights, config.json,
-tokenizer.json) that ``sample``, ``train --init-from``, ``inspect`` and
-``export`` take like any other. RUN must not exist: an import never replaces
-anything, and it is written all at once after every check has passed.
-The code: ``labs/plumbing/importing.py``.
+DIR is a local directory in Hugging Face's layout, read with JSON and safetensors (no
+``transformers``, no download). RUN, a new checkpoint directory, is written all at once
+after every check (``labs/plumbing/importing.py``).
 """
 
 from __future__ import annotations
@@ -56,12 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    """Read, convert, check, write; print what was imported.
-
-    Raises:
-        UserError: RUN exists, a file is missing or unreadable, or the model does not
-            fit this GPT (the field named).
-    """
+    """Read, convert, check, write; print what was imported (UserError: RUN exists, a file
+    is missing or unreadable, the model does not fit this GPT)."""
     if args.kind != "nanogpt" and (args.meta or args.tokenizer):
         raise UserError(f"--meta and --tokenizer are nanogpt's; {args.kind} reads SOURCE's own")
     if args.kind != "llama" and args.rope_layout != "half":

@@ -1,8 +1,5 @@
-"""``python -m labs inspect RUN``: what a checkpoint holds, without building a model.
-
-The architecture (every GPTConfig field), where it came from (a training run or an
-import), the tokenizer, the parameters by component (the tied head counted once:
-it *is* the token embedding), and the last metrics of a training run.
+"""``python -m labs inspect RUN``: what a checkpoint holds (the architecture, its origin,
+the tokenizer, the parameters by component, the last metrics), without building a model.
 """
 
 from __future__ import annotations
@@ -22,11 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def summary(run: str) -> dict:
-    """The facts ``inspect`` prints, as a dict.
-
-    Raises:
-        FileNotFoundError, CheckpointError: as ``load_checkpoint``.
-    """
+    """The facts ``inspect`` prints, as a dict (raises as ``load_checkpoint``)."""
     state, config, optimizer = load_checkpoint(run)
     model = config["model"]
     tied = bool(model.get("tie_weights", True))

@@ -1,11 +1,8 @@
 """``python -m labs sample``: continue a prompt with a trained checkpoint.
 
-A checkpoint written by either backend loads into either backend: they share
-parameter names and shapes, so ``--backend`` only chooses who does the
-arithmetic. (The same seed gives different samples on the two backends: their
-random number generators differ. With ``--temperature 0``, greedy decoding,
-they agree up to float32 rounding.)
-Decoding uses the KV cache by default (``--no-kv-cache``: the plain loop).
+A checkpoint of either backend loads into either: ``--backend`` chooses who does the
+arithmetic. The same seed samples differently on the two (their generators differ);
+greedy decoding (``--temperature 0``) agrees up to rounding.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ from .. import UserError
 from ..plumbing.backends import ATTN_IMPLS, BACKENDS, make_backend
 from ..plumbing.checkpoint_format import first_nonfinite, physical_memory
 from ..plumbing.tokenization import load_tokenizer
-from .shared import int_range, number, path_text, positive_int, seed_int
+from .shared import int_range, naming, number, path_text, positive_int, seed_int
 from .train_resume import load_for_command
 
 
@@ -82,8 +79,7 @@ def main(args: argparse.Namespace) -> int:
     """Load, encode the prompt, generate, print prompt + continuation.
 
     Raises:
-        UserError: missing or corrupt checkpoint, prompt characters outside
-            the vocabulary, invalid sampling settings.
+        UserError: an unusable checkpoint, a prompt outside the vocabulary.
     """
     model_state, config, _ = load_for_command(
         args.checkpoint, args.from_previous, "--from-previous", say=_to_stderr
@@ -97,9 +93,7 @@ def main(args: argparse.Namespace) -> int:
             raise ValueError(f"{args.checkpoint}: unknown backend {backend_name!r} in config.json")
         tokenizer = load_tokenizer(config, args.checkpoint, backend_name)
     except (OSError, ValueError) as e:  # named by its checkpoint ("chars: ..." is not)
-        message = str(e)
-        named = str(args.checkpoint) in message
-        raise UserError(message if named else f"{args.checkpoint}: {message}") from e
+        raise UserError(naming(args.checkpoint, args.checkpoint, e)) from e
     prompt = args.prompt.replace("\\n", "\n")
     if not prompt:
         raise UserError("--prompt is empty: give at least one character")
@@ -152,8 +146,7 @@ MAX_NEW_TOKENS = 100_000
 
 
 class _Stream:
-    """Print tokens as they come; a token that ends inside a UTF-8 character (byte-level
-    BPE) waits for the rest of it."""
+    """Print tokens as they come (a token ending inside a UTF-8 character waits for the rest)."""
 
     def __init__(self, tokenizer):
         self.tokenizer, self.pending = tokenizer, []

@@ -1,7 +1,6 @@
-"""What the commands share: the checks of their options (every number in range,
-finite, before anything is written; the same for both backends), the refusal
-to replace a run, and, for ``labs classify`` and ``labs seq2seq``, the model and
-optimization options (each command with its own defaults) and the loops' helpers."""
+"""What the commands share: their model and optimization options, the argparse checks of
+every number (in range, finite), the refusal to replace a run, and the output and the
+training loop of ``labs classify`` and ``labs seq2seq``."""
 
 from __future__ import annotations
 
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import UserError
 from ..plumbing.backends import BACKENDS, NonFiniteError
 
 
@@ -79,9 +79,7 @@ def add_task_arguments(p, kind: str, seed_help: str, **defaults):
 
 
 def training_options(args) -> dict:
-    """The optimizer and runtime keyword arguments of :class:`TaskModel`, from the
-    options ``labs classify`` and ``labs seq2seq`` share (the schedule decays over
-    ``--max-iters``)."""
+    """:class:`TaskModel`'s optimizer and runtime arguments (decaying over ``--max-iters``)."""
     return {
         "seed": args.seed,
         "lr": args.lr,
@@ -101,8 +99,8 @@ def batches(n: int, batch_size: int):
 
 
 def _checked(convert, ok, must: str):
-    """An argparse ``type=``: ``convert`` the text, then require ``ok(value)``; the
-    error says what the option ``must`` be (argparse names the option)."""
+    """An argparse ``type=``: ``convert`` the text, then require ``ok(value)`` (the error
+    says what it ``must``; argparse names the option)."""
 
     def parse(text: str):
         try:
@@ -154,8 +152,6 @@ fraction = number(0, 1)  # dropout, AdamW's betas: [0, 1)
 def check_min_lr(args) -> None:
     """``--min-lr`` at most ``--lr``: the schedule decays from one to the other."""
     if args.min_lr > args.lr:
-        from .. import UserError
-
         raise UserError(
             f"--min-lr ({args.min_lr}) must not exceed --lr ({args.lr}): the schedule decays "
             "from --lr down to --min-lr"
@@ -164,19 +160,13 @@ def check_min_lr(args) -> None:
 
 def check_out(out) -> None:
     """``--out`` that names a directory (or nothing yet), not a file."""
-    from pathlib import Path
-
-    from .. import UserError
-
     if out is not None and Path(out).exists() and not Path(out).is_dir():
         raise UserError(f"--out {out}: is a file, not a directory")
 
 
 def run_kind(out) -> tuple[str | None, list[str]]:
-    """What kind of run the directory ``out`` holds, and the files that say so:
-    ``"train"`` (a checkpoint, a tokenizer, or a log of language-model rows),
-    ``"classify"`` or ``"seq2seq"`` (their metrics.json or log rows), ``None`` (no run)
-    or ``"unknown"`` (a metrics.json or log rows none of them wrote)."""
+    """What kind of run ``out`` holds, and the files that say so: ``"train"``,
+    ``"classify"``, ``"seq2seq"``, ``None`` (no run) or ``"unknown"`` (another's files)."""
     from ..plumbing.checkpoint import PREVIOUS_DIR
     from ..plumbing.checkpoint_format import CONFIG_FILE, MODEL_FILE, OPTIMIZER_FILE, _loads_strict
     from ..plumbing.run_dir import LOG_FILE, existing_outputs, read_log
@@ -219,12 +209,9 @@ def run_kind(out) -> tuple[str | None, list[str]]:
 def refuse_to_replace(
     out, names: tuple[str, ...], overwrite: bool, resume: str = "", kind: str | None = None
 ) -> list[str]:
-    """Raise ``UserError`` if ``out`` already holds any of ``names`` (a run's files)
-    and ``overwrite`` is false; return what it holds. ``resume``: how to continue it.
-    ``kind``: the command's kind of run (:func:`run_kind`); ``overwrite`` replaces only
-    a run of that kind: a run of another kind is refused whole, nothing replaced (the
-    two would mix in one directory)."""
-    from .. import UserError
+    """Raise ``UserError`` if ``out`` holds any of ``names`` (a run's files) and not
+    ``overwrite``, or holds a run of another ``kind`` (:func:`run_kind`) at all; return what
+    it holds. ``resume``: how to continue it."""
     from ..plumbing.checkpoint_files import CheckpointError, check_directory
     from ..plumbing.run_dir import existing_outputs
 
@@ -256,17 +243,9 @@ def refuse_to_replace(
 
 
 def check_size(n_params: int, activations: int, dtype: str, device: str = "cpu") -> None:
-    """Refuse a model whose training cannot fit in this machine's memory, before
-    anything is allocated (a huge ``--d-model`` or ``--n-layers`` would otherwise end
-    in each framework's own out-of-memory traceback).
-
-    Args:
-        n_params: the parameter count.
-        activations: a lower bound on the floats one training step keeps.
-        dtype: ``"float32"`` or ``"float64"``.
-        device: only ``"cpu"`` is checked (a GPU has its own memory).
-    """
-    from .. import UserError
+    """Refuse (UserError) a model whose training cannot fit in this machine's memory, before
+    anything is allocated: ``n_params`` parameters and ``activations`` floats (a lower
+    bound) in ``dtype``; only the ``"cpu"`` ``device`` is checked."""
     from ..plumbing.checkpoint_format import physical_memory
 
     available = physical_memory()
@@ -284,12 +263,7 @@ def check_size(n_params: int, activations: int, dtype: str, device: str = "cpu")
 
 
 def lock_out(out: Path):
-    """Create ``out`` and take its :class:`RunLock` (one process at a time).
-
-    Raises:
-        UserError: the directory is in use, or cannot be written.
-    """
-    from .. import UserError
+    """Create ``out`` and take its :class:`RunLock` (UserError: in use, or not writable)."""
     from ..plumbing.run_dir import RunDirectoryBusy, RunLock
 
     try:
@@ -302,32 +276,26 @@ def lock_out(out: Path):
 
 
 class TaskOutput:
-    """The output directory of ``labs classify`` and ``labs seq2seq``: ``log.jsonl``
-    (a row per evaluation) and ``metrics.json`` (at the end), strict JSON, written
-    so that a kill leaves whole files. A directory that already holds them is
-    refused unless ``overwrite`` (then the first row replaces the old log and removes
-    the old metrics.json, so the directory never mixes the two runs); a run of another
-    kind (``kind``: ``"classify"`` or ``"seq2seq"``) is refused, ``overwrite`` or not.
-    metrics.json records ``kind`` as ``"command"``. One process at a time.
+    """The output directory of ``labs classify`` and ``labs seq2seq`` (``kind``), locked:
+    ``log.jsonl`` (a row per evaluation) and ``metrics.json`` (at the end, ``kind`` as
+    ``"command"``), strict JSON, whole after a kill. With ``overwrite``, the first row
+    replaces an old run's log and metrics.json.
 
     Raises:
-        UserError: the directory holds a run (without ``overwrite``), is in use,
-            or cannot be written.
+        UserError: as :func:`refuse_to_replace` and :func:`lock_out`.
     """
 
     LOG_FILE = "log.jsonl"
     METRICS_FILE = "metrics.json"
 
     def __init__(self, out, overwrite: bool, kind: str):
-        from pathlib import Path
-
         from ..plumbing.checkpoint import remove_leftovers
 
         check_out(out)
         self.out, self.kind = Path(out), kind
-        refuse_to_replace(self.out, (self.LOG_FILE, self.METRICS_FILE), overwrite, kind=kind)
-        self.lock = lock_out(self.out)
         names = (self.LOG_FILE, self.METRICS_FILE)
+        refuse_to_replace(self.out, names, overwrite, kind=kind)
+        self.lock = lock_out(self.out)
         refuse_to_replace(self.out, names, overwrite, kind=kind)  # again, under the lock
         remove_leftovers(self.out)
         self.log_path = self.out / self.LOG_FILE
@@ -341,8 +309,6 @@ class TaskOutput:
         self.lock.release()
 
     def _write(self, what, do) -> None:
-        from .. import UserError
-
         try:
             do()
         except OSError as e:
@@ -350,7 +316,6 @@ class TaskOutput:
 
     def row(self, row: dict) -> None:
         """Log an evaluation (its numbers checked finite first: a ``UserError`` otherwise)."""
-        from .. import UserError
         from ..plumbing.run_dir import append_row, write_log
 
         bad = {k: v for k, v in row.items() if isinstance(v, float) and not math.isfinite(v)}
@@ -394,8 +359,6 @@ def train_task(model, args, output: TaskOutput, batches_, evaluate, say) -> dict
         UserError: a non-finite step, or weights made non-finite (an argmax of NaN logits is
             class 0: a wrong answer that looks like one); nothing is written after it.
     """
-    from .. import UserError
-
     t0, recent, row = time.perf_counter(), [], {}
     after = f"({output.log_path} holds the evaluations before; no metrics.json). Try a lower --lr"
     while model.step < args.max_iters:
@@ -420,8 +383,7 @@ def train_task(model, args, output: TaskOutput, batches_, evaluate, say) -> dict
 def check_task_size(
     args, vocab_size: int, n_out: int, decoder: bool = False, block_size: int | None = None
 ) -> None:
-    """:func:`check_size` for ``labs classify`` (an encoder) and ``labs seq2seq`` (an
-    encoder and a decoder), from their options alone (a close lower bound)."""
+    """:func:`check_size` for ``labs classify`` and (``decoder``) ``labs seq2seq``."""
     C, L, T = args.d_model, args.n_layers, block_size or args.block_size
     F = args.d_ff or 4 * C
     block = 4 * C * C + 2 * C * F

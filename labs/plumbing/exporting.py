@@ -1,15 +1,7 @@
-"""Real models out: a twinformer checkpoint as a Hugging Face directory (``python -m labs
-export``).
-
-The architecture follows the config: learned positions, LayerNorm, the GELU MLP and
-pre-norm blocks make a ``GPT2LMHeadModel``; RoPE, RMSNorm, SwiGLU and no biases a
-``LlamaForCausalLM``; anything else is refused, the field named
-(``interop_gpt2.gpt2_config_dict``, ``interop_llama.llama_config_dict``). A
-GPT-2-style model without biases (nanoGPT's ``bias=False``) is exported with zero
-biases, which compute exactly what no biases compute. The tokenizer goes along as
-``tokenizer.json`` (a character vocabulary as a BPE without merges), so
-``AutoModelForCausalLM.from_pretrained(DIR)`` and ``AutoTokenizer.from_pretrained(DIR)``
-load the pair. Nothing here imports ``transformers``.
+"""Real models out: a twinformer checkpoint as a Hugging Face directory (``labs export``),
+a ``GPT2LMHeadModel`` or a ``LlamaForCausalLM`` as the config says (anything else refused,
+the field named), and its tokenizer (a character vocabulary as a BPE without merges).
+Nothing here imports ``transformers``.
 """
 
 from __future__ import annotations
@@ -33,11 +25,8 @@ def hf_architecture(model_config: dict) -> str:
 
 
 def hf_export(model_config: dict, state: dict[str, np.ndarray]) -> tuple[dict, dict, list[str]]:
-    """``(config.json fields, HF state dict, notes)`` of a model, by :func:`hf_architecture`.
-
-    Raises:
-        ValueError: what the architecture cannot express, the field named.
-    """
+    """``(config.json fields, HF state dict, notes)`` of a model, by :func:`hf_architecture`
+    (ValueError: what it cannot express, named). No biases: zero biases, the same function."""
     from numpy_impl.gpt import GPTConfig
 
     from .interop_gpt2 import gpt2_config_dict, to_gpt2_state
@@ -66,15 +55,13 @@ def hf_export(model_config: dict, state: dict[str, np.ndarray]) -> tuple[dict, d
 
 
 def export_run(run: str | Path, out: str | Path, to: str = "hf") -> tuple[Path, dict, list[str]]:
-    """Write the checkpoint in ``run`` as a new Hugging Face directory ``out``.
-
-    Returns:
-        ``(out, config.json's fields, notes)``.
+    """Write the checkpoint in ``run`` as a new Hugging Face directory ``out``; return
+    ``(out, config.json's fields, notes)``.
 
     Raises:
-        FileExistsError: ``out`` exists (checked before anything is read or written).
-        FileNotFoundError, ValueError: an unusable checkpoint, or a model the
-            target cannot express (the field named); nothing is written then.
+        FileExistsError: ``out`` exists (checked first).
+        FileNotFoundError, ValueError: an unusable checkpoint, or a model the target
+            cannot express; nothing is written then.
     """
     if to not in TARGETS:
         raise ValueError(f"--to: expected one of {TARGETS}, got {to!r}")
