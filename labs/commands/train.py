@@ -332,28 +332,16 @@ def _check_size(args: argparse.Namespace, model_config: dict) -> None:
 def _model_config(args: argparse.Namespace, vocab_size: int) -> dict:
     """The GPTConfig fields of ``--arch`` and the model options; for llama without
     ``--d-ff``, the width that matches the gpt2 model's parameter count (said)."""
-    model_config = {
-        "vocab_size": vocab_size,
-        "block_size": args.block_size,
-        "n_layers": args.n_layers,
-        "n_heads": args.n_heads,
-        "d_model": args.d_model,
-        "dropout": args.dropout,
-        "bias": args.bias,
-        "gelu_approximate": args.gelu,
-        "d_ff": args.d_ff,
-        "n_kv_heads": args.n_kv_heads,
-    }
-    model_config.update(ARCHS[args.arch])
-    if args.arch == "llama":
-        model_config["bias"] = False  # Llama has none: --bias does not apply
-        if args.d_ff is None:
-            d_ff, n_params, n_gpt2 = matched_d_ff(model_config)
-            model_config["d_ff"] = d_ff
-            print(
-                f"llama: d_ff {d_ff} gives {n_params:,} parameters; the gpt2 model of the "
-                f"same size has {n_gpt2:,} ({100 * (n_params / n_gpt2 - 1):+.2f}%)"
-            )
+    keys = ("block_size", "n_layers", "n_heads", "d_model", "dropout", "bias", "d_ff", "n_kv_heads")
+    model_config = {"vocab_size": vocab_size, **{k: getattr(args, k) for k in keys}}
+    model_config |= {"gelu_approximate": args.gelu, **ARCHS[args.arch]}  # llama: no --bias
+    if args.arch == "llama" and args.d_ff is None:
+        d_ff, n_params, n_gpt2 = matched_d_ff(model_config)
+        model_config["d_ff"] = d_ff
+        print(
+            f"llama: d_ff {d_ff} gives {n_params:,} parameters; the gpt2 model of the "
+            f"same size has {n_gpt2:,} ({100 * (n_params / n_gpt2 - 1):+.2f}%)"
+        )
     return model_config
 
 

@@ -27,15 +27,11 @@ from .distributed import own_state, with_ranks
 
 
 class TorchBackend(Adapter):
-    """The library model: ``torch_impl``, gradients by autograd; the interface and arguments
-    of :class:`NumpyBackend`, plus ``attn_impl`` (``"sdpa"``, fused, or ``"explicit"``),
-    ``device`` (``"cpu"``, ``"cuda:1"``...; weights are drawn on the CPU first, so a seed
-    gives the same start anywhere) and ``amp``: None, ``"bf16"`` or ``"fp16"``: the forward
-    and the loss under ``torch.autocast``, weights and optimizer in float32; ``"fp16"``
-    adds a ``torch.amp.GradScaler`` (the loss scaled before backward, the gradients
-    unscaled before clipping, an overflowed step skipped). Everything crossing the
-    interface stays NumPy on the CPU.
-    """
+    """The library model: ``torch_impl``, gradients by autograd; :class:`NumpyBackend`'s
+    interface, with ``attn_impl`` ``"sdpa"`` or ``"explicit"``, ``device`` (weights drawn on
+    the CPU first: a seed gives the same start anywhere) and ``amp`` (None, ``"bf16"`` or
+    ``"fp16"``: the forward under ``torch.autocast``, weights and AdamW in float32; fp16
+    with a ``GradScaler`` that skips an overflowed step)."""
 
     name = "torch"
 
@@ -116,12 +112,9 @@ class TorchBackend(Adapter):
             self.torch.manual_seed(self._seed + rank)
 
     def train_step(self, x: np.ndarray, y: np.ndarray, grad_accum: int = 1) -> dict:
-        """As :meth:`NumpyBackend.train_step` (``grad_accum`` micro-batches, each loss
-        divided by ``grad_accum`` before its backward, which adds into ``.grad``). Under
-        DistributedDataParallel the gradients are averaged over the ranks once, at the
-        last micro-batch (``no_sync`` before it). With ``amp="fp16"`` a step whose
-        gradient overflowed is skipped by the GradScaler (``"skipped": True`` in the
-        result, the step still counted, as nanoGPT does)."""
+        """As :meth:`NumpyBackend.train_step`; under DDP the gradients are averaged once, at
+        the last micro-batch. A step the fp16 GradScaler skips says ``"skipped": True``
+        (and counts, as nanoGPT's)."""
         import contextlib
 
         from torch_impl.optim import clip_grad_norm_
@@ -208,8 +201,7 @@ class TorchBackend(Adapter):
         return self.torch.from_numpy(a).to(self.device)
 
     def load_state_dict(self, sd: dict[str, np.ndarray]) -> None:
-        """As :meth:`NumpyBackend.load_state_dict` (the same CheckpointError,
-        raised before torch's own RuntimeError could be)."""
+        """As :meth:`NumpyBackend.load_state_dict` (the same CheckpointError)."""
         own = {k: tuple(v.shape) for k, v in self.model.state_dict().items()}
         sd = _check_state_dict(sd, own, self.config.tie_weights)
         self.model.load_state_dict(
@@ -295,8 +287,7 @@ class TorchBackend(Adapter):
     def generate(
         self, prompt_ids: list[int], max_new_tokens: int, seed=None, on_token=None, **sampling
     ) -> list[int]:
-        """As :meth:`NumpyBackend.generate` (same seed, different random
-        numbers: the two backends' generators differ)."""
+        """As :meth:`NumpyBackend.generate` (the same seed draws other random numbers)."""
         from torch_impl.sampling import generate
 
         torch = self.torch
