@@ -1,21 +1,11 @@
 """``python -m labs classify``: who says this speech? A TransformerClassifier on Tiny Shakespeare.
 
-The labelled task is built from the corpus itself
-(:func:`labs.plumbing.tasks_speakers.speaker_dataset`): the speeches of the N
-most frequent speakers (N = 4: GLOUCESTER, DUKE
-VINCENTIO, MENENIUS, ROMEO, from four plays), split by speech into a training
-set and a held-out set (80 / 20, stratified per speaker). The model reads the
-first ``--block-size`` tokens of a speech, shorter speeches padded and masked,
-and predicts the speaker; training speeches longer than that are read from a
-random window each time they are drawn. Tokens are lower-cased words (a
-vocabulary of the 2000 most frequent words of the training speeches, the rest
-``<unk>``) or, with ``--tokenizer char``, characters (the CharTokenizer of the
-whole corpus). The held-out accuracy is reported next to the majority-class
-baseline (always answer the most frequent training speaker).
-
-Outputs, in ``--out`` (default ``runs/classify-<backend>``): ``log.jsonl``, one
-JSON object per evaluation (``step``, ``train_loss``, ``val_loss``,
-``val_accuracy``, ``elapsed_s``), and ``metrics.json`` at the end.
+The speeches of the N most frequent speakers (:func:`speaker_dataset`; N = 4: GLOUCESTER,
+DUKE VINCENTIO, MENENIUS, ROMEO), split 80 / 20 by speech. The model reads the first
+``--block-size`` tokens of a speech (a random window of a longer training speech) and
+predicts the speaker; the held-out accuracy is reported next to the majority-class
+baseline. ``--out`` (default ``runs/classify-<backend>``) receives ``log.jsonl`` and
+``metrics.json``.
 """
 
 from __future__ import annotations

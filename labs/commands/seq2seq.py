@@ -1,13 +1,9 @@
 """``python -m labs seq2seq``: an encoder-decoder Transformer learns to reverse (or sort) digits.
 
-A task with a known answer (:class:`labs.plumbing.tasks_sequence.SequenceTask`): the source is a
-string of 3 to 12 digits, the target the same digits reversed (``--task sort``:
-sorted). Training is teacher-forced on freshly drawn sequences; the held-out set
-(1000 distinct sequences, never drawn for training) is decoded greedily and scored by
-exact match: the whole output, EOS included, must be right.
-
-Outputs, in ``--out`` (default ``runs/seq2seq-<backend>``): ``log.jsonl`` (``step``,
-``train_loss``, ``exact_match``, ``token_accuracy``, ``elapsed_s``) and ``metrics.json``.
+A task with a known answer (:class:`SequenceTask`): 3 to 12 digits, reversed (or sorted).
+Training is teacher-forced on fresh sequences; the held-out set is decoded greedily and
+scored by exact match, EOS included. ``--out`` (default ``runs/seq2seq-<backend>``)
+receives ``log.jsonl`` and ``metrics.json``.
 """
 
 from __future__ import annotations
