@@ -16,23 +16,11 @@ IGNORE_INDEX = -100  # targets that count for nothing (padding), as in CrossEntr
 
 # -- one model, its loss and its optimizer, either backend ---------------------------------------
 class TaskModel:
-    """A ``numpy_impl`` or ``torch_impl`` model whose ``forward(**inputs)`` gives logits, with
+    """A ``backend`` model of ``kind`` ``"classifier"`` (:class:`TransformerClassifier`) or
+    ``"seq2seq"`` (:class:`Seq2SeqTransformer`), built from ``model_kwargs``, with
     ``labs train``'s recipe: cross-entropy, AdamW (no decay on 1-D parameters), warmup +
-    cosine, clipping. The weights start from each backend's own generator.
-
-    Args:
-        backend: ``"numpy"`` or ``"torch"``.
-        kind: ``"classifier"`` (:class:`TransformerClassifier`) or ``"seq2seq"``
-            (:class:`Seq2SeqTransformer`).
-        model_kwargs: the model's constructor arguments.
-        seed: initial weights.
-        lr, min_lr, warmup_iters, lr_decay_iters, weight_decay, grad_clip: the optimizer.
-        dtype: ``"float32"`` or ``"float64"``.
-        attn_impl: torch only: ``"sdpa"`` or ``"explicit"``.
-
-    Raises:
-        ValueError: unknown backend or kind, bad model arguments.
-    """
+    cosine, clipping. ``attn_impl``: torch only. ValueError: unknown backend or kind, bad
+    model arguments."""
 
     def __init__(
         self,

@@ -13,14 +13,9 @@ SPECIALS = ("<pad>", "<bos>", "<eos>")
 class SequenceTask:
     """Reverse (or sort) a string of digits: ``"3141" -> "1413"`` (``"1134"`` sorted).
 
-    One vocabulary: ``PAD, BOS, EOS`` then the digits 0-9. The held-out set (``n_val``
-    distinct sequences, seed ``seed``) is never trained on: a draw in it is redrawn.
-
-    Args:
-        task: ``"reverse"`` or ``"sort"``.
-        min_len, max_len: sequence lengths, uniform in ``[min_len, max_len]``.
-        n_val: held-out sequences.
-        seed: seeds the held-out set (``seed``) and the training stream (``seed + 1``).
+    One vocabulary: ``PAD, BOS, EOS`` then the digits 0-9. Lengths are uniform in
+    ``[min_len, max_len]``. The held-out set (``n_val`` distinct sequences, drawn with
+    ``seed``) is never trained on (training draws with ``seed + 1``, redrawing those).
 
     Raises:
         ValueError: unknown task, lengths outside ``1 <= min_len <= max_len``, ``n_val``
