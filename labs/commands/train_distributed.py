@@ -43,13 +43,13 @@ def processes_to_start(args: argparse.Namespace) -> int:
             raise UserError(f"{PROCESSES_ENV}: {e}") from None
     backend, batch = args.backend, args.batch_size
     if args.resume is not None and wanted != 1:  # the run's recorded backend and batch
-        from ..plumbing.checkpoint import load_config
+        from ..plumbing.checkpoint import load_checkpoint
         from .train_resume import _given_options
 
         try:
             with warnings.catch_warnings():  # the ranks say what they load
                 warnings.simplefilter("ignore")
-                recorded = load_config(args.resume or args.out or f"runs/{backend}")["train"]
+                recorded = load_checkpoint(args.resume or args.out or f"runs/{backend}")[1]["train"]
             backend = backend or recorded["backend"]
             batch = batch if "batch_size" in _given_options(args) else int(recorded["batch_size"])
         except (OSError, ValueError, KeyError, TypeError):

@@ -282,15 +282,6 @@ def _load_set(directory: Path):
     return model_state, config, optimizer_state
 
 
-def load_config(directory: str | os.PathLike, previous: bool = False) -> dict:
-    """The checked config.json of the set :func:`load_checkpoint` would load.
-
-    Raises:
-        FileNotFoundError, CheckpointError: as :func:`load_checkpoint`.
-    """
-    return load_checkpoint(directory, previous=previous)[1]
-
-
 def _same_bytes(a: Path, b: Path) -> bool:
     try:
         return a.read_bytes() == b.read_bytes()
