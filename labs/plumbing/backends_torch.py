@@ -260,13 +260,8 @@ class TorchBackend(Adapter):
         for name, p in self.model.named_parameters():  # the tied weight once
             st = self.optimizer.state.get(p, {})
             for key in ("exp_avg", "exp_avg_sq"):
-                value = st.get(key)
-                if value is None:
-                    value = np.zeros(p.shape, np.dtype(str(p.dtype).removeprefix("torch.")))
-                else:
-                    value = value.detach().cpu().numpy()
-                    value = value.copy() if copy else value
-                state[f"{key}.{name}"] = value
+                value = st.get(key, self.torch.zeros_like(p)).detach().cpu().numpy()
+                state[f"{key}.{name}"] = value.copy() if copy else value
         return state
 
     def load_optimizer_state(self, state: dict[str, np.ndarray]) -> None:

@@ -88,8 +88,8 @@ class TaskModel:
             from torch_impl.optim import clip_grad_norm_, cosine_lr
         for group in self.optimizer.param_groups:  # nanoGPT's schedule, set before each step
             group["lr"] = cosine_lr(self.step, *self.schedule)
+        self.model.train()
         if self.backend == "numpy":
-            self.model.train()
             self.optimizer.zero_grad()
             loss = self.loss_fn(self.model(**inputs), targets)
             self.model.backward(self.loss_fn.backward())
@@ -100,17 +100,15 @@ class TaskModel:
                 grad_norm = _global_norm(p.grad for p in self._params)
             named = ((n, p.grad) for n, p in self.model.named_parameters())
             self._check_finite(float(loss), float(grad_norm), named)
-            self.optimizer.step()
         else:
             torch = self.torch
-            self.model.train()
             self.optimizer.zero_grad(set_to_none=True)
             t_inputs = {k: torch.from_numpy(v) for k, v in inputs.items()}
             loss_t = self.loss_fn(self.model(**t_inputs), torch.from_numpy(targets))
             loss_t.backward()
             params = [p for p in self.model.parameters() if p.grad is not None]
-            grads = [p.grad.detach().double().numpy() for p in params]
-            grad_norm = _global_norm(grads)  # before clipping, which a NaN would spread
+            # the norm before clipping, which a NaN would spread
+            grad_norm = _global_norm(p.grad.detach().double().numpy() for p in params)
             loss = loss_t.item()
             named = (
                 (n, None if p.grad is None else p.grad.detach().numpy())
@@ -119,7 +117,7 @@ class TaskModel:
             self._check_finite(loss, grad_norm, named)
             if self.grad_clip > 0:
                 clip_grad_norm_(params, self.grad_clip)
-            self.optimizer.step()
+        self.optimizer.step()
         self.step += 1
         return float(loss)
 
@@ -137,18 +135,14 @@ class TaskModel:
 
     def predict(self, inputs: dict[str, np.ndarray]) -> np.ndarray:
         """Logits in eval mode, as a NumPy array, keeping no backward caches."""
-        if self.backend == "numpy":
-            from numpy_impl.module import no_grad
-
-            self.model.eval()
-            try:
-                with no_grad():
-                    return self.model(**inputs)
-            finally:
-                self.model.train()
-        torch = self.torch
         self.model.eval()
         try:
+            if self.backend == "numpy":
+                from numpy_impl.module import no_grad
+
+                with no_grad():
+                    return self.model(**inputs)
+            torch = self.torch
             with torch.inference_mode():
                 return self.model(**{k: torch.from_numpy(v) for k, v in inputs.items()}).numpy()
         finally:
