@@ -190,10 +190,8 @@ def run_kind(out) -> tuple[str | None, list[str]]:
             if "task" in metrics:
                 return "seq2seq", [metrics_file]
         return "unknown", [metrics_file]
-    if not (out / LOG_FILE).exists():
-        return None, []
-    rows = read_log(out / LOG_FILE)[0] if (out / LOG_FILE).is_file() else []
-    if not rows:  # an empty log holds nothing of a run
+    rows = read_log(out / LOG_FILE)[0]
+    if not rows:  # no log, or one that holds nothing of a run
         return None, []
     keys = set(rows[0])
     for kind, key in (

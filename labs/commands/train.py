@@ -347,16 +347,8 @@ def _model_config(args: argparse.Namespace, vocab_size: int) -> dict:
 
 def _optimizer_config(args: argparse.Namespace) -> dict:
     """AdamW's settings and the learning-rate schedule (the backends' ``train_config``)."""
-    return {
-        "lr": args.lr,
-        "min_lr": args.min_lr,
-        "warmup_iters": args.warmup_iters,
-        "lr_decay_iters": _decay_iters(args),
-        "weight_decay": args.weight_decay,
-        "beta1": args.beta1,
-        "beta2": args.beta2,
-        "grad_clip": args.grad_clip,
-    }
+    keys = ("lr", "min_lr", "warmup_iters", "weight_decay", "beta1", "beta2", "grad_clip")
+    return {**{k: getattr(args, k) for k in keys}, "lr_decay_iters": _decay_iters(args)}
 
 
 def run(args: argparse.Namespace) -> dict:
