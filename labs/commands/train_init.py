@@ -109,13 +109,10 @@ def _prepare_init(args: argparse.Namespace, resumed) -> _Init | None:
     except (OSError, ValueError) as e:
         raise UserError(f"--init-from {directory}: {e}") from e
     # config.json's "train" section then says what the model really is
-    args.n_layers, args.n_heads = model_config["n_layers"], model_config["n_heads"]
-    args.n_kv_heads = model_config["n_kv_heads"]
-    args.d_model, args.d_ff = model_config["d_model"], model_config["d_ff"]
-    args.bias, args.gelu = model_config["bias"], model_config["gelu_approximate"]
-    args.dropout = model_config["dropout"]
+    for key in ("n_layers", "n_heads", "n_kv_heads", "d_model", "d_ff", "bias", "dropout"):
+        setattr(args, key, model_config[key])
+    args.gelu, args.vocab_size = model_config["gelu_approximate"], model_config["vocab_size"]
     args.tokenizer = "char" if config["tokenizer"].get("type") == "char" else "bpe"
-    args.vocab_size = model_config["vocab_size"]
     args.arch = "llama" if model_config["pos_emb"] == "rope" else "gpt2"
     return _Init(directory, state, model_config, tokenizer, config)
 
