@@ -5,13 +5,10 @@
     python -m labs diff attention --method forward      # one method only
     python -m labs diff gpt --no-pager | grep def
 
-The NumPy side is the learner's workspace when there is one (``--workspace``, else
-``$TWINFORMER_WORKSPACE``, else ``workspace/``), else ``numpy_impl/``. From
-:data:`SIDE_BY_SIDE_MIN` columns of terminal (100 when piped without one) the files
-stand side by side, ``forward`` facing ``forward``; narrower, stacked (``--layout``
-chooses). Line numbers are the files' own; a long line wraps, ``↪`` in the gutter.
-On a terminal the output is paged (``$PAGER``, else ``less -R``) and coloured by
-Pygments (``--no-color`` or ``NO_COLOR``: plain). The pairs come from ``diff_pairs.py``.
+The NumPy side is the learner's workspace when there is one, else ``numpy_impl/``.
+From :data:`SIDE_BY_SIDE_MIN` columns the files stand side by side, ``forward`` facing
+``forward``; narrower, stacked. Line numbers are the files' own; a long line wraps
+(``↪``). On a terminal the output is paged and coloured by Pygments.
 """
 
 from __future__ import annotations
@@ -23,7 +20,9 @@ import shutil
 import subprocess
 import sys
 import unicodedata
-from dataclasses import dataclass
+from collections import namedtuple
+from dataclasses import replace
+from itertools import groupby, zip_longest
 from pathlib import Path
 
 from .. import UserError
@@ -42,11 +41,9 @@ from .diff_pairs import (
 )
 from .exercises_workspace import Workspace, _show, workspace_dir
 
-MIN_COLUMN = 56  # narrowest column of the side-by-side layout, in characters
-SIDE_BY_SIDE_MIN = 2 * MIN_COLUMN + 3  # 115: narrower terminals get the stacked layout
+SIDE_BY_SIDE_MIN = 115  # two columns of 56 characters and the separator; narrower: stacked
 PIPED_WIDTH = 100  # the width when no terminal says otherwise
 NARROWEST = 40  # below this the text is laid out 40 wide all the same
-WIDEST = 10_000  # the widest --width taken
 
 
 # -- terminal rendering -----------------------------------------------------------------------
@@ -56,12 +53,14 @@ def _char_width(ch: str) -> int:
     return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
 
 
-def _wrap(tokens: Tokens, width: int) -> list[Tokens]:
-    """Cut one line's tokens into rows of at most ``width`` columns (at least one row).
+def _width(text: str) -> int:
+    return sum(_char_width(c) for c in text)
 
-    A row breaks after a space when there is one in its last third, else
-    mid-word; continuation rows are indented like the line itself, plus two.
-    """
+
+def _wrap(tokens: Tokens, width: int) -> list[Tokens]:
+    """Cut one line's tokens into rows of at most ``width`` columns (at least one row):
+    after a space in the row's last third, else mid-word; continuations are indented
+    like the line, plus two."""
     chars = [(t, ch) for t, text in tokens for ch in text]
     if sum(_char_width(c) for _, c in chars) <= width:
         return [list(tokens)]
@@ -82,17 +81,7 @@ def _wrap(tokens: Tokens, width: int) -> list[Tokens]:
                 end = spaces[-1]
         rows.append(([(None, " " * hang)] if rows else []) + chars[pos:end])
         pos = end
-    return [_regroup(row) for row in rows]
-
-
-def _regroup(chars: list[tuple[object, str]]) -> Tokens:
-    out: Tokens = []
-    for t, ch in chars:
-        if out and out[-1][0] is t:
-            out[-1] = (t, out[-1][1] + ch)
-        else:
-            out.append((t, ch))
-    return out
+    return [[(t, "".join(c for _, c in g)) for t, g in groupby(r, lambda tc: tc[0])] for r in rows]
 
 
 class _Painter:
@@ -101,64 +90,44 @@ class _Painter:
     def __init__(self, color: bool, background: str):
         self.color = color
         if color:
-            from io import StringIO
-
             from pygments.formatters import TerminalFormatter
-            from pygments.token import Text
 
             self._fmt = TerminalFormatter(bg=background)
-            self._io = StringIO
-            self._text = Text
 
     def code(self, tokens: Tokens) -> str:
         if not self.color:
             return "".join(text for _, text in tokens)
-        buf = self._io()
-        self._fmt.format([(self._text if t is None else t, s) for t, s in tokens], buf)
-        return buf.getvalue()
+        from pygments import format
+        from pygments.token import Text
 
-    def dim(self, text: str) -> str:
-        return f"\x1b[2m{text}\x1b[0m" if self.color and text.strip() else text
+        return format([(Text if t is None else t, s) for t, s in tokens], self._fmt)
+
+    def dim(self, text: str, sgr: int = 2) -> str:
+        return f"\x1b[{sgr}m{text}\x1b[0m" if self.color and text.strip() else text
 
     def bold(self, text: str) -> str:
-        return f"\x1b[1m{text}\x1b[0m" if self.color and text.strip() else text
-
-
-def _width(text: str) -> int:
-    return sum(_char_width(c) for c in text)
-
-
-def _pad(text: str, shown: str, width: int) -> str:
-    """``text`` (maybe with ANSI codes) padded to ``width`` columns of ``shown``'s width."""
-    return text + " " * max(0, width - _width(shown))
+        return self.dim(text, sgr=1)
 
 
 def _fit(text: str, width: int) -> str:
     """Shorten a label to ``width`` columns, marking the cut with ``…``."""
     if _width(text) <= width:
         return text
-    out = ""
-    for ch in text:
-        if _width(out + ch) > width - 1:
-            break
-        out += ch
-    return out + "…"
+    while _width(text) > width - 1:
+        text = text[:-1]
+    return text + "…"
 
 
-@dataclass
-class _Glyphs:
-    sep: str = " │ "
-    cross: str = "─┼─"
-    rule: str = "─"
-    wrap: str = "↪"
+_Glyphs = namedtuple("_Glyphs", "sep cross rule wrap", defaults=(" │ ", "─┼─", "─", "↪"))
 
-    @classmethod
-    def for_stream(cls, stream) -> _Glyphs:
-        try:
-            "│┼─↪…".encode(getattr(stream, "encoding", None) or "ascii")
-        except (UnicodeEncodeError, LookupError):
-            return cls(" | ", "-+-", "-", "+")
-        return cls()
+
+def _glyphs(stream) -> _Glyphs:
+    """Box drawing, or ASCII where ``stream`` cannot encode it."""
+    try:
+        "│┼─↪…".encode(getattr(stream, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return _Glyphs(" | ", "-+-", "-", "+")
+    return _Glyphs()
 
 
 def render_text(
@@ -228,49 +197,38 @@ def _render_side(pairs, left, right, width, paint, g) -> list[str]:
     col = max(NARROWEST // 2, (width - len(g.sep)) // 2)
     numw = max([3] + [len(str(len(s.lines))) for s in (left, right) if s])
     code_w = col - numw - 1
-    srcs = (left, right)
 
-    def label_cell(pair: Pair, side: int) -> str:
-        seg = (pair.left, pair.right)[side]
+    def label_cell(seg: Segment | None, label: str) -> str:
         if seg is None:
             return " " * col
-        text = f"{g.rule * 2} {_fit(pair.label, col - 6)} "
+        text = f"{g.rule * 2} {_fit(label, col - 6)} "
         return paint.dim(text + g.rule * (col - _width(text)))
 
-    def body(seg: Segment | None, src: Source | None) -> list[str]:
+    def cells(seg: Segment | None, src: Source | None) -> tuple[list[str], int]:
+        """The column's rows, and how many stand above the ``def`` line."""
         if seg is None:
-            return []
-        rows = _rows(seg, src, code_w, numw, paint, g)
-        return [text + " " * max(0, col - shown) for text, shown in rows]
+            return [], 0
+        rows = [t + " " * max(0, col - w) for t, w in _rows(seg, src, code_w, numw, paint, g)]
+        return rows, len(_rows(replace(seg, end=seg.def_line - 1), src, code_w, numw, paint, g))
 
-    def above_def(seg: Segment | None, src: Source | None) -> int:
-        """Display rows before the ``def`` line (decorators, comments, wrapped)."""
-        if seg is None:
-            return 0
-        return sum(
-            len(_wrap([(None, src.lines[n - 1])], code_w)) for n in range(seg.start, seg.def_line)
-        )
-
-    names = [s.label if s else "(no twin)" for s in srcs]
+    names = [_fit(s.label if s else "(no twin)", col) for s in (left, right)]
     out = [
-        _pad(paint.bold(_fit(names[0], col)), _fit(names[0], col), col)
-        + g.sep
-        + paint.bold(_fit(names[1], col)),
+        paint.bold(names[0]) + " " * (col - _width(names[0])) + g.sep + paint.bold(names[1]),
         g.rule * col + g.cross + g.rule * col,
     ]
     blank = " " * col
     for idx, pair in enumerate(pairs):
         if idx:
             out.append(blank + g.sep.rstrip())
-        out.append((label_cell(pair, 0) + g.sep + label_cell(pair, 1)).rstrip())
-        sides = [body(pair.left, left), body(pair.right, right)]
-        tops = [above_def(pair.left, left), above_def(pair.right, right)]
+        out.append(
+            (
+                label_cell(pair.left, pair.label) + g.sep + label_cell(pair.right, pair.label)
+            ).rstrip()
+        )
+        (a, above_a), (b, above_b) = cells(pair.left, left), cells(pair.right, right)
         if pair.left and pair.right:  # the two def lines face each other
-            hi = max(tops)
-            sides = [[blank] * (hi - t) + rows for t, rows in zip(tops, sides, strict=True)]
-        height = max(len(s) for s in sides)
-        sides = [s + [blank] * (height - len(s)) for s in sides]
-        out += [(a + g.sep + b).rstrip() for a, b in zip(*sides, strict=True)]
+            a, b = [blank] * (above_b - above_a) + a, [blank] * (above_a - above_b) + b
+        out += [(x + g.sep + y).rstrip() for x, y in zip_longest(a, b, fillvalue=blank)]
     return out
 
 
@@ -301,7 +259,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--width",
-        type=int_range(NARROWEST, WIDEST),
+        type=int_range(NARROWEST, 10_000),
         help="total width in columns (default: the terminal's; 100 when there is none)",
     )
     p.add_argument(
@@ -339,36 +297,28 @@ def _want_color(flag: bool | None) -> bool:
 
 
 def terminal_size() -> tuple[int, int]:
-    """(columns, lines) of the terminal the command runs in: ``$COLUMNS``/``$LINES``,
-    else the terminal of stdout, stderr or stdin (stdout may be a pipe: ``| less``),
-    else (:data:`PIPED_WIDTH`, 40)."""
-    size = None
-    for stream in (sys.stdout, sys.stderr, sys.stdin):
+    """(columns, lines): ``$COLUMNS``/``$LINES``, else the terminal of stdout, stderr or
+    stdin (stdout may be a pipe: ``| less``), else (:data:`PIPED_WIDTH`, 40)."""
+    size = (PIPED_WIDTH, 40)
+    for stream in (sys.stdin, sys.stderr, sys.stdout):  # stdout wins, then stderr
         try:
             size = os.get_terminal_size(stream.fileno())
-            break
         except (AttributeError, ValueError, OSError):
             continue
-    cols, lines = (size.columns, size.lines) if size else (PIPED_WIDTH, 40)
-    for var in ("COLUMNS", "LINES"):
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > 0:
-            cols, lines = (int(value), lines) if var == "COLUMNS" else (cols, int(value))
-    return cols, lines
+    env = [os.environ.get(var, "") for var in ("COLUMNS", "LINES")]
+    return tuple(
+        int(e) if e.isdigit() and int(e) > 0 else n for e, n in zip(env, size, strict=True)
+    )
 
 
 def _page(text: str) -> bool:
     """Show ``text`` through ``$PAGER`` (else ``less -R``); False when no pager ran."""
-    pager = os.environ.get("PAGER", "").strip()
-    env = {**os.environ}
-    env.setdefault("LESS", "FRX")  # quit at the end of one screen, keep colours, no clear
+    pager = os.environ.get("PAGER", "").strip()  # a command line, run by the shell as git does
+    if not pager and not shutil.which("less"):
+        return False
+    env = {"LESS": "FRX", **os.environ}  # quit at the end of one screen, keep colours, no clear
     try:
-        if pager:  # the user's command line, run by the shell as git runs it
-            proc = subprocess.Popen(pager, shell=True, stdin=subprocess.PIPE, env=env)
-        elif shutil.which("less"):
-            proc = subprocess.Popen(["less", "-R"], stdin=subprocess.PIPE, env=env)
-        else:
-            return False
+        proc = subprocess.Popen(pager or "less -R", shell=True, stdin=subprocess.PIPE, env=env)
     except OSError:
         return False
     try:
@@ -429,7 +379,7 @@ def main(args: argparse.Namespace) -> int:
         width=args.width if args.width is not None else columns,
         color=_want_color(args.color),
         background=args.background,
-        glyphs=_Glyphs.for_stream(sys.stdout),
+        glyphs=_glyphs(sys.stdout),
         layout=args.layout,
     )
     text = "\n".join(lines) + "\n"

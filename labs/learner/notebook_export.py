@@ -5,19 +5,11 @@
     python -m labs notebook 03 --force            # replace the notebook written before
     python -m labs notebook 03 --execute          # run it first: the notebook keeps its outputs
 
-Each ``labs/NN_topic/lab.py`` is a jupytext "percent" script: ``# %%`` starts a
-code cell, ``# %% [markdown]`` a text cell. `jupytext <https://jupytext.readthedocs.io>`_
-turns it into an ``.ipynb`` with one notebook cell per script cell; the notebook
-imports the installed ``labs`` package, so it runs from any folder, and its
-figures show below their cells as well as going to the chapter's ``figures/``.
-Open it in VS Code (open the file, pick the project's ``.venv`` as the kernel)
-or in Jupyter (``pip install jupyterlab``, then ``jupyter lab
-labs/03_attention/lab.ipynb``), then run all cells.
-
-An existing notebook is never overwritten (it may hold your own cells and
-notes) unless ``--force`` is given; the notebooks written next to the labs are
-git-ignored. Needs the ``notebook`` extra (jupytext, ipykernel, nbclient):
-``pip install -e ".[notebook]"``.
+Each ``labs/NN_topic/lab.py`` is a jupytext "percent" script (``# %%`` a code cell,
+``# %% [markdown]`` a text cell); jupytext makes it an ``.ipynb``. Open that in VS Code
+(kernel: the project's ``.venv``) or Jupyter and run all cells. An existing notebook
+(it may hold your own cells) is replaced only with ``--force``. Needs the ``notebook``
+extra: ``pip install -e ".[notebook]"``.
 """
 
 from __future__ import annotations
@@ -78,9 +70,7 @@ def execute(nb, cwd: Path):
         resources={"metadata": {"path": str(cwd)}},
     )
     try:
-        # the kernel's own stderr (a warning about its localhost sockets) stays quiet;
-        # errors in cells come back as messages
-        client.execute(stderr=subprocess.DEVNULL)
+        client.execute(stderr=subprocess.DEVNULL)  # the kernel's own warnings; cells report
     except CellExecutionError as e:
         lines = str(e).strip().splitlines()
         raise UserError("a cell failed:\n" + "\n".join(lines[-12:])) from None
@@ -98,24 +88,16 @@ def write_new(nb, path: Path, force: bool) -> None:
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
+    os.umask(umask := os.umask(0))
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what a plain open() would give
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             nbformat.write(nb, f)
-        if force:
-            os.replace(tmp, path)
-        else:  # never replace a file that appeared meanwhile
-            os.link(tmp, path)
-            os.unlink(tmp)
+        (os.replace if force else os.link)(tmp, path)  # a link never replaces a new file
     except FileExistsError:
-        os.unlink(tmp)
         raise UserError(f"{_shown(path)} appeared meanwhile: pass --force to replace it") from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
