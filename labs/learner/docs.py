@@ -5,14 +5,11 @@
     python -m labs docs --figures run      # run every lab again for its figures
     python -m labs docs --no-solutions     # each exercise region as its TODO lines only
 
-In the manner of d2l.ai: a sidebar, a search box, a page per chapter: its README
-(equations as MathML, ``docs_math.py``; the lab's figures, ``docs_figures.py``), then
-the NumPy and PyTorch code of the chapter (:data:`CHAPTER_CODE` and every exercise
-region it leaves out) side by side, aligned method by method as ``labs diff`` does,
-the exercise's lines tinted. ``docs/*.md`` are pages too; links between Markdown files
-become links between pages. The search runs offline in the browser: MiniSearch 7.2.0
-(``site_assets/``, MIT) over ``search-index.js``. Needs the ``docs`` extra;
-``docs_html.py`` has the HTML pieces, ``diff_pairs.py`` the pairs.
+A page per chapter: its README (maths as MathML, ``docs_math.py``; figures,
+``docs_figures.py``), then the NumPy and PyTorch code (:data:`CHAPTER_CODE` and every
+exercise region it leaves out) side by side as ``labs diff`` pairs them, the exercise
+tinted. ``docs/*.md`` are pages too. The search runs offline: MiniSearch 7.2.0
+(``site_assets/``, MIT) over ``search-index.js``. Needs the ``docs`` extra.
 """
 
 from __future__ import annotations
@@ -22,6 +19,7 @@ import html
 import json
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from .. import UserError
@@ -37,138 +35,101 @@ from .docs_html import (
     page,
     write_assets,
 )
-from .exercises_fences import chapter_folder, parse_regions, replace_bodies, stub_body
+from .exercises_fences import CHAPTERS, Reference, parse_regions
 from .release import without_solutions
 
 LABS_DIR = ROOT / "labs"
 DOCS_DIR = ROOT / "docs"
-DEFAULT_OUT = ROOT / "docs" / "site"
 #: Written into every site: a folder holding it is a previous site, rebuilt in place.
 SITE_MARKER = ".twinformer-site"
+_reference = cache(Reference)
 
 
 @dataclass(frozen=True)
 class Part:
-    """A component shown on a chapter page; ``only`` narrows it to some definitions
-    (``"functions"``, ``"classes"`` or a tuple of top-level names)."""
+    """A component shown on a chapter page; ``only``: ``"functions"``, ``"classes"`` or
+    top-level names; ``numpy_only``: the NumPy column alone (no twin)."""
 
     component: str
     only: str | tuple[str, ...] | None = None
     note: str = ""
-    numpy_only: bool = False  # show the NumPy column alone (no twin for these names)
+    numpy_only: bool = False
 
 
-#: chapter number -> (topic, the code it covers). Chapters found under labs/ with a
-#: number missing here get a page with their README only.
-CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
-    "01": (
-        "tokens",
-        (
-            Part(
-                "char_tokenizer",
-                ("CharTokenizer",),
-                note="CharTokenizer has no PyTorch twin: both backends share this one, "
-                "so only the NumPy column is shown (chapter 11's byte-level BPE has one).",
-                numpy_only=True,
-            ),
-        ),
-    ),
-    "02": ("embeddings", (Part("embedding"), Part("linear"))),
+_SHARED = "has no PyTorch twin: both backends use this one, so only the NumPy column is shown"
+#: chapter number -> the code it covers (a chapter missing here: its README only).
+CHAPTER_CODE: dict[str, tuple[Part, ...]] = {
+    "01": (Part("char_tokenizer", ("CharTokenizer",), f"CharTokenizer {_SHARED}.", True),),
+    "02": (Part("embedding"), Part("linear")),
     "03": (
-        "attention",
-        (
-            Part(
-                "attention",
-                (
-                    "softmax",
-                    "scaled_dot_product_attention",
-                    "scaled_dot_product_attention_backward",
-                ),
-                "The functions; the module follows in chapter 04.",
-            ),
+        Part(
+            "attention",
+            ("softmax", "scaled_dot_product_attention", "scaled_dot_product_attention_backward"),
+            "The functions; the module follows in chapter 04.",
         ),
     ),
     "04": (
-        "multihead",
-        (
-            Part(
-                "attention",
-                ("split_heads", "merge_heads", "SelfAttention"),
-                "The heads and the module; the attention function is chapter 03's.",
-            ),
-            Part("multihead_attention", ("MultiHeadAttention",), "The same core, torch's layout."),
+        Part(
+            "attention",
+            ("split_heads", "merge_heads", "SelfAttention"),
+            "The heads and the module; the attention function is chapter 03's.",
         ),
+        Part("multihead_attention", ("MultiHeadAttention",), "The same core, torch's layout."),
     ),
-    "05": ("positional", (Part("positional"),)),
-    "06": ("ffn_gelu", (Part("activations"), Part("ffn"))),
-    "07": ("layernorm_residual", (Part("norm"), Part("block"))),
-    "08": ("gpt", (Part("gpt"),)),
-    "09": ("training", (Part("loss"), Part("optim"))),
-    "10": ("sampling", (Part("sampling"),)),
+    "05": (Part("positional"),),
+    "06": (Part("activations"), Part("ffn")),
+    "07": (Part("norm"), Part("block")),
+    "08": (Part("gpt"),),
+    "09": (Part("loss"), Part("optim")),
+    "10": (Part("sampling"),),
     "11": (
-        "tokenization",
-        (
-            Part(
-                "tokenizer",
-                ("get_pair_counts", "merge", "train_bpe_plain", "BPETokenizer"),
-                "Byte-level BPE: from scratch on the left, HF tokenizers on the right.",
-            ),
-            Part(
-                "byte_level",
-                ("bytes_to_unicode", "token_to_str", "str_to_token", "pre_tokenize"),
-                "The bytes, their printable spelling, GPT-2's pre-tokenization.",
-            ),
-            Part("bpe_trainer", ("train_bpe",), "The fast trainer; HF's BpeTrainer on the right."),
-            Part(
-                "tokenizer_files",
-                ("tokenizer_to_json", "write_atomically", "parse_tokenizer_json", "DecodeStream"),
-                "tokenizer.json, and decoding a stream of ids.",
-            ),
+        Part(
+            "tokenizer",
+            ("get_pair_counts", "merge", "train_bpe_plain", "BPETokenizer"),
+            "Byte-level BPE: from scratch on the left, HF tokenizers on the right.",
+        ),
+        Part(
+            "byte_level",
+            ("bytes_to_unicode", "token_to_str", "str_to_token", "pre_tokenize"),
+            "The bytes, their printable spelling, GPT-2's pre-tokenization.",
+        ),
+        Part("bpe_trainer", ("train_bpe",), "The fast trainer; HF's BpeTrainer on the right."),
+        Part(
+            "tokenizer_files",
+            ("tokenizer_to_json", "write_atomically", "parse_tokenizer_json", "DecodeStream"),
+            "tokenizer.json, and decoding a stream of ids.",
         ),
     ),
-    "12": ("efficient_attention", (Part("flash_attention"), Part("kv_cache"))),
-    "13": ("positional_rope", (Part("rope"),)),
+    "12": (Part("flash_attention"), Part("kv_cache")),
+    "13": (Part("rope"),),
     "14": (
-        "norms_ffn",
-        (
-            Part("norm", ("RMSNorm",), "LayerNorm is chapter 07's."),
-            Part("activations", ("ReLU", "SiLU"), "GELU is chapter 06's."),
-            Part("ffn", ("SwiGLUFeedForward",), "FeedForward is chapter 06's."),
-            Part("block"),
-        ),
+        Part("norm", ("RMSNorm",), "LayerNorm is chapter 07's."),
+        Part("activations", ("ReLU", "SiLU"), "GELU is chapter 06's."),
+        Part("ffn", ("SwiGLUFeedForward",), "FeedForward is chapter 06's."),
+        Part("block"),
     ),
     "15": (
-        "encoder_classifier",
-        (
-            Part(
-                "masks",
-                ("causal_attn_mask", "key_padding_attn_mask", "combine_attn_mask", "to_attn_mask"),
-                "The mask helpers (docs/masks.md).",
-            ),
-            Part("encoder"),
+        Part(
+            "masks",
+            ("causal_attn_mask", "key_padding_attn_mask", "combine_attn_mask", "to_attn_mask"),
+            "The mask helpers (docs/masks.md).",
         ),
+        Part("encoder"),
     ),
     "16": (
-        "encoder_decoder",
-        (
-            Part(
-                "attention",
-                ("SelfAttention",),
-                "Cross-attention is SelfAttention called with kv: the kv branches of project "
-                "and project_backward are this chapter's; the rest is chapter 04's.",
-            ),
-            Part("seq2seq"),
+        Part(
+            "attention",
+            ("SelfAttention",),
+            "Cross-attention is SelfAttention called with kv: the kv branches of project "
+            "and project_backward are this chapter's; the rest is chapter 04's.",
         ),
+        Part("seq2seq"),
     ),
     "17": (
-        "real_models",
-        (
-            Part(
-                "pretrained",
-                note="The state-dict mapping has no PyTorch twin: it works on NumPy arrays "
-                "that both backends load, so only the NumPy column is shown.",
-                numpy_only=True,
-            ),
+        Part(
+            "pretrained",
+            note=f"The state-dict mapping (on NumPy arrays) {_SHARED}.",
+            numpy_only=True,
         ),
     ),
 }
@@ -193,38 +154,24 @@ class Chapter:
         return _title(self.readme, default) if self.readme is not None else default
 
 
-def _plain(markdown_text: str) -> str:
-    """A heading's text without inline markup: `code`, *emphasis*, [links](url)."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown_text)
-    return re.sub(r"`|\*", "", text)
-
-
 def chapters(labs_dir: Path = LABS_DIR) -> list[Chapter]:
-    """The chapters: every ``labs/NN_topic/`` folder, plus those of :data:`CHAPTER_CODE`
-    that have no folder yet."""
+    """Every ``labs/NN_topic/`` folder and every chapter of the course, folder or not."""
     found = {}
-    for d in sorted(labs_dir.glob("[0-9][0-9]_*")):
+    for d in sorted(labs_dir.glob("[0-9][0-9]_*"), reverse=True):
         if d.is_dir():
-            found.setdefault(d.name[:2], d)
+            found[d.name[:2]] = d.name
     out = []
-    for number in sorted(set(found) | set(CHAPTER_CODE)):
-        topic, parts = CHAPTER_CODE.get(number, ("", ()))
-        d = found.get(number)
-        readme = d / "README.md" if d is not None and (d / "README.md").is_file() else None
-        slug = d.name if d is not None else f"{number}_{topic}"
-        out.append(Chapter(number, slug, labs_dir / slug, readme, parts))
+    for number in sorted(set(found) | set(CHAPTERS)):
+        slug = found.get(number) or CHAPTERS[number][1]
+        readme = labs_dir / slug / "README.md"
+        readme = readme if readme.is_file() else None
+        out.append(Chapter(number, slug, labs_dir / slug, readme, CHAPTER_CODE.get(number, ())))
     return out
 
 
 def _source(path: Path, solutions: bool):
-    """A NumPy file cut into pieces; without ``solutions`` each exercise region is the
-    learner's stub: its ``### TODO`` lines and a ``raise NotImplementedError``."""
-    if solutions:
-        return load_source(path)
-    text = path.read_text(encoding="utf-8")
-    regions = parse_regions(text, path.name)
-    stubs = {r.key: stub_body(r, chapter_folder(r.chapter)) for r in regions}
-    return load_source(path, text=replace_bodies(text, regions, stubs))
+    """A NumPy file cut into pieces; without ``solutions``, every exercise region a stub."""
+    return load_source(path, text=None if solutions else _reference().render(path.name, CHAPTERS))
 
 
 def exercise_parts(number: str, parts: tuple[Part, ...]) -> tuple[Part, ...]:
@@ -247,22 +194,17 @@ def exercise_parts(number: str, parts: tuple[Part, ...]) -> tuple[Part, ...]:
     return parts + tuple(Part(c, tuple(dict.fromkeys(n)), note) for c, n in missing.items())
 
 
-@dataclass
-class _Rendered:
-    html: str
-    toc: list[tuple[str, str, str]]  # (anchor, label, badge html)
-    tinted: bool
-
-
-def _component_html(part: Part, number: str, solutions: bool = True) -> tuple[str, _Rendered]:
+def _component_html(part: Part, number: str, solutions: bool = True):
+    """``(section id, html, [(anchor, label, badge html)], any line tinted)``."""
     comp = part.component
     npath, tpath = NUMPY_DIR / f"{comp}.py", TORCH_DIR / f"{comp}.py"
     left = _source(npath, solutions) if npath.is_file() else None
     right = load_source(tpath) if tpath.is_file() and not part.numpy_only else None
-    section_id = f"code-{comp}" + ("" if part.only is None else f"-{_only_slug(part.only)}")
+    only = (part.only,) if isinstance(part.only, str) else part.only or ()
+    section_id = "-".join(("code", comp, *only))
     if left is None and right is None:
         body = f'<p class="note">No <code>{comp}.py</code> in numpy_impl/ or torch_impl/ yet.</p>'
-        return section_id, _Rendered(body, [], False)
+        return section_id, body, [], False
     single = left is None or right is None
     tinted = _exercise_lines(left, number) if left else set()
     rows, toc = [], []
@@ -288,17 +230,9 @@ def _component_html(part: Part, number: str, solutions: bool = True) -> tuple[st
         missing = "PyTorch" if right is None else "NumPy"
         notes.append(f"No {missing} twin of <code>{comp}.py</code> yet: one column only.")
     note = "".join(f'<p class="note">{n}</p>' for n in notes)
-    body = (
-        f'{note}<div class="{klass}">\n<div class="files"><div class="{klass}">{files}</div>'
-        + "</div>\n"
-        + "\n".join(rows)
-        + "\n</div>"
-    )
-    return section_id, _Rendered(body, toc, bool(tinted))
-
-
-def _only_slug(only) -> str:
-    return only if isinstance(only, str) else "-".join(only)
+    files = f'<div class="files"><div class="{klass}">{files}</div></div>'
+    body = f'{note}<div class="{klass}">\n{files}\n' + "\n".join(rows) + "\n</div>"
+    return section_id, body, toc, bool(tinted)
 
 
 # -- pages ------------------------------------------------------------------------------------
@@ -360,21 +294,23 @@ def chapter_page(ch: Chapter, site: _Site, all_chapters: list[Chapter], figures=
         toc_tokens = []
     sections, code_toc, tinted = [], [], False
     for part in exercise_parts(ch.number, ch.parts):
-        section_id, rendered = _component_html(part, ch.number, site.solutions)
-        tinted |= rendered.tinted
+        section_id, rendered, pair_toc, tinted_here = _component_html(
+            part, ch.number, site.solutions
+        )
+        tinted |= tinted_here
         comp = html.escape(part.component)
         sections.append(
             f'<section class="component" id="{section_id}">\n<h3>{comp}</h3>\n'
-            f"{rendered.html}\n</section>"
+            f"{rendered}\n</section>"
         )
         pairs = "".join(
             f'<li><a href="#{html.escape(a)}"><code>{html.escape(label)}</code></a> {badge}</li>'
-            for a, label, badge in rendered.toc
+            for a, label, badge in pair_toc
         )
         code_toc.append(
             f'<li><a href="#{section_id}"><b>{comp}</b></a><ul class="pairs">{pairs}</ul></li>'
         )
-        for anchor, label, _ in rendered.toc:
+        for anchor, label, _ in pair_toc:
             site.index(ch.page, anchor, ch.title, label, f"{part.component} code")
 
     reading = _toc_list(toc_tokens)
@@ -409,12 +345,9 @@ def chapter_page(ch: Chapter, site: _Site, all_chapters: list[Chapter], figures=
             + legend
             + "\n".join(sections)
         )
-    idx = all_chapters.index(ch)
-    links = []
-    if idx > 0:
-        links.append(f'<a href="{all_chapters[idx - 1].page}">← {all_chapters[idx - 1].number}</a>')
-    if idx + 1 < len(all_chapters):
-        links.append(f'<a href="{all_chapters[idx + 1].page}">{all_chapters[idx + 1].number} →</a>')
+    i = all_chapters.index(ch)
+    links = [f'<a href="{c.page}">← {c.number}</a>' for c in all_chapters[max(i - 1, 0) : i]]
+    links += [f'<a href="{c.page}">{c.number} →</a>' for c in all_chapters[i + 1 : i + 2]]
     pager = f'<span class="pager">{"".join(links)}</span>'
     body = f'<div class="prose">{_with_contents(prose, toc)}</div>\n{code}'
     return page(ch.title, body, site.sidebar(ch.page), pager)
@@ -431,7 +364,9 @@ def reference_page(path: Path, pg: str, site: _Site) -> str:
 def _title(path: Path, default: str | None = None) -> str:
     """The file's first ``# heading``, else ``default`` (the file's stem)."""
     m = re.search(r"^#\s+(.+?)\s*#*\s*$", path.read_text(encoding="utf-8"), re.M)
-    return _plain(m.group(1)) if m else default or path.stem
+    # without inline markup: `code`, *emphasis*, [links](url)
+    plain = re.sub(r"`|\*", "", re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", m.group(1))) if m else ""
+    return plain or default or path.stem
 
 
 def index_page(all_chapters: list[Chapter], site: _Site) -> str:
@@ -467,15 +402,13 @@ def build_site(
     solutions: bool = True,
     docs_dir: Path = DOCS_DIR,
 ) -> list[Path]:
-    """Write ``index.html``, one page per chapter and per ``docs/*.md`` into ``out_dir``,
-    with the assets and the search index; return the pages.
+    """Write the index, a page per chapter and per ``docs/*.md``, the assets and the search
+    into ``out_dir``; return the pages. ``solutions=False``: the exercise regions as stubs,
+    the READMEs without their quotes of the solutions.
 
-    ``figures``: where the labs' figures come from (``docs_figures.py``): ``"auto"``,
-    ``"run"`` or ``"existing"``. ``solutions=False``: each exercise region shows
-    the learner's stub (its TODO lines), and the READMEs lose their quotes of the
-    solutions (release.py's ``without_solutions``). ``out_dir`` is new, empty or a
-    previous site (it holds :data:`SITE_MARKER`); any other folder is refused unless
-    ``force``: its files could be overwritten.
+    Raises:
+        UserError: a docs extra missing, or ``out_dir`` neither new, empty nor a previous
+            site (:data:`SITE_MARKER`) without ``force``.
     """
     try:
         import latex2mathml  # noqa: F401
@@ -495,10 +428,7 @@ def build_site(
                 "new or empty folder, or add --force to write into it anyway"
             )
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / SITE_MARKER).write_text(
-        "A site built by `python -m labs docs`; it rebuilds this folder in place.\n",
-        encoding="utf-8",
-    )
+    (out_dir / SITE_MARKER).write_text("Built by `python -m labs docs`, rebuilt in place.\n")
     all_chapters = chapters(labs_dir)
     overview = docs_dir.parent / "README.md"
     references = [overview] * overview.is_file() + sorted(docs_dir.glob("*.md"))
@@ -542,7 +472,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--out",
         type=Path,
-        default=DEFAULT_OUT,
+        default=ROOT / "docs" / "site",
         metavar="DIR",
         help="where to write the site (default: docs/site/ in the repository)",
     )

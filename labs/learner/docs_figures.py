@@ -1,16 +1,10 @@
 """The labs' figures on the chapter pages of ``python -m labs docs``.
 
-A chapter's ``lab.py`` draws its figures with ``save(fig, "name.png")``
-(``labs/learner/notebook.py``) into ``labs/NN_topic/figures/`` (git-ignored;
-``$TWINFORMER_FIGURES/NN_topic/`` when that is set). That folder is the cache:
-the site copies its PNGs (into ``docs/site/figures/NN_topic/``), and a lab runs,
-each in its own process, only when it must. :func:`lab_figures` reads the
-``save`` calls without running anything. ``--figures``:
-
-* ``auto`` (the default): run a lab when one of its figures is missing or older
-  than its ``lab.py``; a second build runs none and takes seconds;
-* ``run``: run every lab again;
-* ``existing``: never run a lab; a figure not drawn yet is a note on its page.
+A ``lab.py`` draws its figures with ``save(fig, "name.png")`` into its figures folder
+(``notebook.figures_folder``), the cache the site copies them from; a lab runs, in its
+own process, only when it must. ``--figures``: ``auto`` runs a lab whose figures are
+missing or older than it; ``run`` runs every lab; ``existing`` never runs one (a missing
+figure is a note on its page).
 """
 
 from __future__ import annotations
@@ -60,14 +54,10 @@ def lab_figures(lab: Path) -> list[str]:
 
 
 def _run_lab(lab: Path) -> tuple[int, str, float]:
-    """Run one lab script in its own process; its figures go to its cache."""
-    env = {
-        **os.environ,
-        "MPLBACKEND": "Agg",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.setdefault(var, "1")
+    """Run one lab script in its own process, one BLAS thread unless set: figures to its cache."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    threads = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")
+    env = {**threads, **os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": path}
     start = time.monotonic()
     try:
         r = subprocess.run(
@@ -92,14 +82,8 @@ def collect(
     jobs: int | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, ChapterFigures]:
-    """Every chapter's figures, drawn where needed and copied into ``out_dir/figures/<slug>/``.
-
-    ``chapters``: objects with ``slug`` and ``directory`` (``docs.Chapter``).
-    Returns slug -> :class:`ChapterFigures`. A lab that fails is reported on its
-    page and through ``say``; the build goes on.
-    """
-    if mode not in FIGURE_MODES:
-        raise ValueError(f"figures: expected one of {', '.join(FIGURE_MODES)}, got {mode!r}")
+    """slug -> :class:`ChapterFigures` of ``docs.Chapter``s, drawn where needed and copied
+    into ``out_dir/figures/<slug>/``; a lab that fails is said and noted on its page."""
     result, cache, to_run = {}, {}, []
     for ch in chapters:
         lab = ch.directory / "lab.py"

@@ -1,8 +1,5 @@
-"""The HTML pieces of ``python -m labs docs``: the page frame (its CSS, script and the
-search library are files in ``site_assets/``), the code cells of a pair
-(syntax-highlighted, the chapter's exercise tinted), and a Markdown file as HTML
-with its links rewritten, its figures in place and its sections for the search.
-``docs.py`` puts them together.
+"""The HTML pieces of ``python -m labs docs``: the page frame (its CSS, script and search
+in ``site_assets/``), a pair's code cells, and a Markdown file as HTML.
 """
 
 from __future__ import annotations
@@ -16,6 +13,7 @@ from io import StringIO
 from pathlib import Path
 
 from .diff_pairs import Pair, Segment, Source
+from .exercises_fences import parse_regions
 
 ASSETS = Path(__file__).with_name("site_assets")
 
@@ -46,22 +44,10 @@ def page(title: str, body: str, sidebar: str, pager: str = "") -> str:
     )
 
 
-_FENCE_BEGIN = re.compile(r"^\s*###\s*BEGIN SOLUTION\s+ch(\d+)\b")
-_FENCE_END = re.compile(r"^\s*###\s*END SOLUTION\b")
-
-
 def _exercise_lines(src: Source, number: str) -> set[int]:
     """Lines (1-based) inside chapter ``number``'s exercise fences, fences included."""
-    out, inside = set(), False
-    for n, line in enumerate(src.lines, 1):
-        m = _FENCE_BEGIN.match(line)
-        if m:
-            inside = int(m.group(1)) == int(number)
-        if inside:
-            out.add(n)
-        if _FENCE_END.match(line):
-            inside = False
-    return out
+    regions = parse_regions("\n".join(src.lines), src.label, names=False)
+    return {n + 1 for r in regions if r.chapter == number for n in range(r.begin, r.end + 1)}
 
 
 def _code_cell(
@@ -72,9 +58,8 @@ def _code_cell(
     side: str,
     anchor: str = "",
 ):
-    """One column of a pair: the lines of ``seg``, highlighted, one ``<span>`` per line
-    (id ``{side}-{anchor}-{line number}``), so that a long line wraps under itself.
-    ``pad`` blank rows above it line the two ``def`` lines up (side by side only)."""
+    """One column of a pair: ``seg`` highlighted, a ``<span>`` per line (id
+    ``{side}-{anchor}-{line}``); ``pad`` blank rows above line the ``def`` lines up."""
     if seg is None or src is None:
         return f'<div class="col col-{side} empty"></div>'
     from pygments.formatters import HtmlFormatter
@@ -111,15 +96,12 @@ def figure_anchor(name: str) -> str:
 
 
 def markdown_page(text: str, base_dir: Path, out_dir: Path, pages: dict[Path, str], figures=None):
-    """Markdown -> (html, toc tokens, sections). Maths becomes MathML (``docs_math.py``).
+    """Markdown -> (html, toc tokens, [(anchor, heading, text)] for the search).
 
-    Relative links are rewritten: to another page of the site (``pages``: resolved
-    path of a README, a chapter folder or a ``docs/*.md`` -> page), else to the file in
-    the repository (relative to ``out_dir``). An image of the lab's figures,
-    ``![caption](figures/name.png)``, becomes a ``<figure>`` with the PNG the site
-    holds (``figures``: ``docs_figures.ChapterFigures``), or a note saying how to
-    draw it; a code span naming one (```heads.png```) links to it. ``sections``:
-    ``(anchor, heading, text)`` per heading, for the search.
+    Relative links go to a page of the site (``pages``: resolved path -> page), else to
+    the repository's file. ``![caption](figures/name.png)`` becomes a ``<figure>`` with
+    the site's PNG (``figures``: ``docs_figures.ChapterFigures``) or a note on drawing
+    it; a code span naming a figure links to it. Maths becomes MathML.
     """
     import markdown
     from markdown.extensions import Extension
