@@ -1,16 +1,10 @@
 """Exercises: write ``numpy_impl`` back yourself, one chapter at a time (docs/exercises.md).
 
-The reference solutions carry nbgrader-style fences (``### BEGIN SOLUTION ch03``,
-``### TODO`` lines the learner keeps, ``### END SOLUTION``). ``start NN`` makes
-``workspace/numpy_impl/``, the reference with chapter NN's regions as stubs (on an
-existing workspace it adds them and replaces no code of yours without ``--force``);
-``check NN`` runs ``pytest -m chNN`` against it and explains each failure; ``status``
-lists the chapters; ``reset NN`` puts the stubs back. The learner's copy is always
-generated from the reference.
-
-The pieces: ``exercises_fences.py`` (chapters, fences, stubs), ``exercises_workspace.py``
-(the learner's copy and its state), ``exercises_check.py`` (a chapter's tests run and
-explained); this module has the four commands.
+``start NN`` puts chapter NN's regions into ``workspace/numpy_impl/`` as stubs (replacing
+no code of yours without ``--force``); ``check NN`` runs ``pytest -m chNN`` against it
+and explains each failure; ``status`` lists the chapters; ``reset NN`` puts the stubs
+back. The pieces: ``exercises_fences.py``, ``exercises_workspace.py``,
+``exercises_check.py``; this module has the four commands.
 """
 
 from __future__ import annotations
@@ -58,9 +52,8 @@ def _workspace_option(p: argparse.ArgumentParser) -> None:
 
 
 def _chapter_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "chapter", help=f"chapter number, one of {', '.join(CHAPTERS)} (3, 03 and ch03 all work)"
-    )
+    chapters = ", ".join(CHAPTERS)
+    p.add_argument("chapter", type=parse_chapter, help=f"one of {chapters} (3, 03, ch03 work)")
 
 
 def _start_arguments(p: argparse.ArgumentParser) -> None:
@@ -74,7 +67,7 @@ def _start_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _start(args: argparse.Namespace) -> int:
-    chapter = parse_chapter(args.chapter)
+    chapter = args.chapter
     ws = Workspace(workspace_dir(args.workspace))
     ref = Reference()
     fresh = not ws.exists()
@@ -131,7 +124,7 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    chapter = parse_chapter(args.chapter)
+    chapter = args.chapter
     ws = Workspace(workspace_dir(args.workspace))
     if chapter not in (ws.started() if ws.exists() else ()):
         start = labs_command("start", chapter, *workspace_flag(ws))
@@ -175,7 +168,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _reset(args: argparse.Namespace) -> int:
-    chapter = parse_chapter(args.chapter)
+    chapter = args.chapter
     ws = Workspace(workspace_dir(args.workspace)).require()
     written = add_stubs(Reference(), ws, chapter, force=True)
     print(f"reset chapter {chapter} ({CHAPTERS[chapter][0]}): the stubs are back in")

@@ -1,9 +1,5 @@
-"""The learner's workspace: ``DIR/numpy_impl`` (their copy) and ``DIR/progress.json``.
-
-:func:`add_stubs` puts a chapter's stubs into it (``python -m labs start`` and
-``reset``), creating it if needed and never replacing code the learner wrote
-unless told to.
-"""
+"""The learner's workspace: ``DIR/numpy_impl`` (their copy) and ``DIR/progress.json``;
+:func:`add_stubs` puts a chapter's stubs in (``labs start`` and ``reset``)."""
 
 from __future__ import annotations
 
@@ -52,7 +48,7 @@ def workspace_dir(option: str | None) -> Path:
         raise UserError("--workspace is empty: give a directory")
     chosen = option or os.environ.get(WORKSPACE_ENV) or str(REPO / "workspace")
     root = Path(chosen).expanduser().resolve()
-    for package in _protected_packages():
+    for package in ((REPO / name).resolve() for name in (PACKAGE, "torch_impl")):
         if root == package or package in root.parents:
             problem = f"lies inside the reference package {_show(package)}/"
         elif root / PACKAGE == package:
@@ -78,8 +74,7 @@ def workspace_dir(option: str | None) -> Path:
 
 def check_report_path(path: Path, option: str, workspaces: list[Workspace]) -> Path:
     """``path`` resolved, once proven writable as a report before any work starts: not a
-    directory, its folder one that exists or can be made and written, and not inside
-    a workspace (its code, ``progress.json`` and reports are the learner's).
+    directory, in a folder that can be made and written, not inside a workspace.
 
     Raises:
         UserError: naming ``option`` and the reason.
@@ -100,13 +95,6 @@ def check_report_path(path: Path, option: str, workspaces: list[Workspace]) -> P
         why = e.strerror or e
         raise UserError(f"{option}: cannot write in {_show(target.parent)}: {why}") from None
     return target
-
-
-def _protected_packages() -> list[Path]:
-    """The reference packages a workspace must never be or lie in: ``numpy_impl/`` and
-    ``torch_impl/`` beside ``labs/`` (the repository's, or the installed ones: ``labs``
-    is installed with them)."""
-    return [(REPO / name).resolve() for name in (PACKAGE, "torch_impl")]
 
 
 def _show(path: Path) -> str:
@@ -137,23 +125,19 @@ class Workspace:
         return self
 
     def load_state(self) -> dict:
+        why = "is not a record of chapters"
         try:
             state = json.loads(self.state_file.read_text(encoding="utf-8"))
         except FileNotFoundError:
             state = {}
         except (ValueError, UnicodeDecodeError) as e:  # never silently replaced by an empty one
-            raise UserError(
-                f"{_show(self.state_file)} is damaged ({e}): repair it, or delete it to start "
-                "the record of your chapters afresh (your code is not in it)"
-            ) from e
+            state, why = None, f"is damaged ({e})"
         if not isinstance(state, dict) or not isinstance(state.get("chapters", {}), dict):
             raise UserError(
-                f"{_show(self.state_file)} is not a record of chapters: repair it, or delete "
-                "it to start the record afresh (your code is not in it)"
+                f"{_show(self.state_file)} {why}: repair it, or delete it to start the record "
+                "of your chapters afresh (your code is not in it)"
             )
-        state.setdefault("version", 1)
-        state.setdefault("chapters", {})
-        return state
+        return {"version": 1, "chapters": {}, **state}
 
     def save_state(self, state: dict) -> None:
         text = json.dumps(state, indent=2, sort_keys=True, allow_nan=False) + "\n"
@@ -180,15 +164,10 @@ class Written:
 def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) -> list[Written]:
     """Put chapter ``chapter``'s stubs into the workspace, creating it if needed.
 
-    A region already holding its stub is left alone; one holding the reference
-    solution (a chapter not started) is replaced; one holding anything else is
-    the learner's code: replaced only with ``force``. Every other line of the
-    workspace stays as it is: no other chapter's region is ever touched. A
-    workspace file that is missing is generated again (stubs for every started
-    chapter). One whose fences are damaged (a fence lost, unpaired or
-    mis-indented, or this chapter's regions without theirs) is reported and left
-    alone, ``force`` or not: nothing is written then. The state file then lists
-    the chapter as started (again, with no last check, if any stub was put in).
+    A region holding the reference solution is stubbed; one holding the learner's code
+    only with ``force`` (a copy kept first); nothing else changes. A missing file is
+    generated again; a file with damaged fences is left alone and nothing is written.
+    The state file lists the chapter as started (afresh if any stub was put in).
 
     Raises:
         UserError: a damaged fence (where it is), or code of the learner's would
