@@ -234,54 +234,29 @@ def _render_side(pairs, left, right, width, paint, g) -> list[str]:
 
 # -- command ----------------------------------------------------------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    on_tty = "(default: on when stdout is a terminal"
     p.add_argument(
         "component",
         metavar="COMPONENT",
-        help="a file stem found in both numpy_impl/ and torch_impl/ (attention, norm, gpt, ...) "
-        "or a class name (LayerNorm)",
+        help="a file stem (attention, norm) or a class (LayerNorm)",
     )
+    p.add_argument("--method", metavar="NAME", help="one function or method: SelfAttention.forward")
+    yes_no = argparse.BooleanOptionalAction
+    p.add_argument("--color", action=yes_no, help=f"syntax colour with Pygments {on_tty})")
+    p.add_argument("--background", choices=("dark", "light"), default="dark", help="for colours")
     p.add_argument(
-        "--method",
-        metavar="NAME",
-        help="show one function or method only: forward, SelfAttention.forward, ...",
-    )
-    p.add_argument(
-        "--color",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="syntax colour with Pygments (default: on when stdout is a terminal)",
-    )
-    p.add_argument(
-        "--background",
-        choices=("dark", "light"),
-        default="dark",
-        help="the terminal's background, for the colour scheme",
-    )
-    p.add_argument(
-        "--width",
-        type=int_range(NARROWEST, 10_000),
-        help="total width in columns (default: the terminal's; 100 when there is none)",
+        "--width", type=int_range(NARROWEST, 10_000), help="default: the terminal's, else 100"
     )
     p.add_argument(
         "--layout",
         choices=("auto", "side", "stacked"),
         default="auto",
-        help=f"'side': NumPy and PyTorch in two columns; 'stacked': one above the other; "
-        f"'auto': side by side from {SIDE_BY_SIDE_MIN} columns up",
+        help=f"two columns, or one above the other; 'auto': side from {SIDE_BY_SIDE_MIN} columns",
     )
     p.add_argument(
-        "--workspace",
-        metavar="DIR",
-        help="show your code from this workspace (default: $TWINFORMER_WORKSPACE, else "
-        "workspace/ in the repository, when it exists; else the repository's numpy_impl/)",
+        "--workspace", metavar="DIR", help="your code (default: $TWINFORMER_WORKSPACE, workspace/)"
     )
-    p.add_argument(
-        "--pager",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="page the output ($PAGER, else less -R) (default: on when stdout is a terminal "
-        "and the output is taller than it)",
-    )
+    p.add_argument("--pager", action=yes_no, help=f"$PAGER, else less -R {on_tty} and filled)")
 
 
 def _want_color(flag: bool | None) -> bool:
@@ -291,9 +266,7 @@ def _want_color(flag: bool | None) -> bool:
         if flag:
             print("note: --color needs Pygments (pip install Pygments)", file=sys.stderr)
         return False
-    if flag is None:
-        return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    return flag
+    return flag if flag is not None else sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
 def terminal_size() -> tuple[int, int]:

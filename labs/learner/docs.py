@@ -469,33 +469,22 @@ def _short(title: str) -> str:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=ROOT / "docs" / "site",
-        metavar="DIR",
-        help="where to write the site (default: docs/site/ in the repository)",
-    )
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "site", metavar="DIR")
     p.add_argument(
         "--figures",
         choices=FIGURE_MODES,
         default="auto",
-        help="the labs' figures, cached in labs/NN_*/figures/: 'auto' runs a lab only when "
-        "a figure is missing or older than its lab.py; 'run' runs every lab again; "
-        "'existing' never runs a lab (pages say how to draw what is missing)",
+        help="the labs' figures, cached in labs/NN_*/figures/: 'auto' runs a lab whose figures "
+        "are missing or older than its lab.py; 'run' runs every lab; 'existing' none",
     )
     p.add_argument(
         "--no-solutions",
         dest="solutions",
         action="store_false",
-        help="show each exercise region as its TODO lines only, and leave out the READMEs' "
-        "quotes of the solutions (a site for students)",
+        help="each exercise region as its TODO lines, the READMEs without their quotes of "
+        "the solutions (a site for students)",
     )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="write into a --out folder that holds other files (they may be overwritten)",
-    )
+    p.add_argument("--force", action="store_true", help="write into a folder of other files")
 
 
 def main(args: argparse.Namespace) -> int:

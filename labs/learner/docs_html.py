@@ -11,6 +11,7 @@ import shutil
 import xml.etree.ElementTree as etree
 from io import StringIO
 from pathlib import Path
+from string import Template
 
 from .diff_pairs import Pair, Segment, Source
 from .exercises_fences import parse_regions
@@ -30,18 +31,9 @@ def write_assets(out_dir: Path) -> None:
 
 
 def page(title: str, body: str, sidebar: str, pager: str = "") -> str:
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)} · twinformer</title>\n"
-        '<link rel="stylesheet" href="site.css">\n<script src="site.js" defer></script>\n'
-        '</head>\n<body>\n<input type="checkbox" id="menu" hidden>\n<header class="top">'
-        '<label for="menu" class="menu" title="contents">☰</label>'
-        '<a class="brand" href="index.html">twinformer labs</a>'
-        '<div class="search"><input type="search" placeholder="Search ( / )" '
-        f'aria-label="Search the site"><ol></ol></div>{pager}</header>\n'
-        f'<div class="layout">\n{sidebar}\n<main>\n{body}\n</main>\n</div>\n</body>\n</html>\n'
-    )
+    """A whole page: ``site_assets/page.html`` filled in."""
+    frame = Template((ASSETS / "page.html").read_text(encoding="utf-8"))
+    return frame.substitute(title=html.escape(title), body=body, sidebar=sidebar, pager=pager)
 
 
 def _exercise_lines(src: Source, number: str) -> set[int]:

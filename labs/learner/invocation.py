@@ -1,10 +1,5 @@
-"""How to name a ``labs`` command in a message, the way the learner runs them.
-
-A hint that says ``python -m labs check 10`` fails with ``No module named
-'numpy'`` for a learner who never activated the virtual environment and typed
-``.venv/bin/python -m labs check 09``: every "next:" line names the same
-interpreter the learner used (:func:`labs_command`).
-"""
+"""How to name a ``labs`` command in a message: with the interpreter the learner used
+(``.venv/bin/python -m labs check 09``), so a "next:" line works as typed."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from .. import UserError
-from .notebook import LABS
+from .exercises_fences import REPO, chapter_folder, parse_chapter
 from .notebook import shown as _shown
 
 #: The kernel the notebook asks for: the Python that runs Jupyter, with ipykernel.
@@ -29,16 +29,12 @@ KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "langua
 CELL_TIMEOUT_S = 900
 
 
-def find_lab(chapter: str, labs_dir: Path = LABS) -> Path:
+def find_lab(chapter: str) -> Path:
     """``labs/NN_topic/lab.py`` for ``"03"``, ``"3"`` or ``"03_attention"``."""
-    number = chapter.split("_", 1)[0]
-    if not number.isdigit():
-        raise UserError(f"chapter: expected a number such as 03, got {chapter!r}")
-    found = sorted(labs_dir.glob(f"{int(number):02d}_*/lab.py"))
-    if not found:
-        have = sorted(p.parent.name[:2] for p in labs_dir.glob("[0-9][0-9]_*/lab.py"))
-        raise UserError(f"chapter {chapter!r} has no lab.py; chapters: {', '.join(have)}")
-    return found[0]
+    lab = REPO / chapter_folder(parse_chapter(chapter.split("_", 1)[0])) / "lab.py"
+    if not lab.is_file():
+        raise UserError(f"chapter {chapter!r} has no lab.py")
+    return lab
 
 
 def to_notebook(lab: Path):
