@@ -153,7 +153,7 @@ def render_text(
 def _rows(seg: Segment, src: Source, code_w: int, numw: int, paint, g) -> list[tuple[str, int]]:
     """The lines of ``seg`` as display rows ``(text, shown width)``: the line number,
     then the code wrapped to ``code_w`` columns (continuations marked in the gutter)."""
-    toks = src.line_tokens() if paint.color else [[(None, ln)] for ln in src.lines]
+    toks = src.line_tokens if paint.color else [[(None, ln)] for ln in src.lines]
     rows = []
     for n in range(seg.start, seg.end + 1):
         for k, frag in enumerate(_wrap(toks[n - 1], code_w)):

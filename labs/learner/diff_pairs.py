@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from .. import UserError
@@ -60,27 +61,20 @@ class Source:
     lines: list[str]
     preamble: Segment | None
     items: list[_Item]
-    _tokens: list[Tokens] | None = None
 
+    @cached_property
     def line_tokens(self) -> list[Tokens]:
-        """Pygments tokens of every line, lexed as one file (one untyped token without it)."""
-        if self._tokens is None:
-            try:
-                from pygments.lexers import PythonLexer
-            except ImportError:
-                self._tokens = [[(None, line)] for line in self.lines]
-            else:
-                lexer = PythonLexer(stripnl=False, ensurenl=True)
-                self._tokens = [[]]
-                for ttype, value in lexer.get_tokens("\n".join(self.lines) + "\n"):
-                    for i, part in enumerate(value.split("\n")):
-                        if i:
-                            self._tokens.append([])
-                        if part:
-                            self._tokens[-1].append((ttype, part))
-                del self._tokens[len(self.lines) :]  # the lexer's final newline
-                self._tokens += [[] for _ in range(len(self.lines) - len(self._tokens))]
-        return self._tokens
+        """Pygments tokens of every line, lexed as one file (docstrings stay strings)."""
+        from pygments.lexers import PythonLexer
+
+        tokens: list[Tokens] = [[]]
+        for ttype, value in PythonLexer(stripnl=False).get_tokens("\n".join(self.lines) + "\n"):
+            for i, part in enumerate(value.split("\n")):
+                if i:
+                    tokens.append([])
+                if part:
+                    tokens[-1].append((ttype, part))
+        return tokens[: len(self.lines)] + [[] for _ in range(len(self.lines) - len(tokens))]
 
 
 def load_source(path: Path, label: str | None = None, text: str | None = None) -> Source:

@@ -42,7 +42,7 @@ LABS_DIR = ROOT / "labs"
 DOCS_DIR = ROOT / "docs"
 #: Written into every site: a folder holding it is a previous site, rebuilt in place.
 SITE_MARKER = ".twinformer-site"
-_reference = cache(Reference)
+_solved = cache(Reference)
 
 
 @dataclass(frozen=True)
@@ -171,7 +171,7 @@ def chapters(labs_dir: Path = LABS_DIR) -> list[Chapter]:
 
 def _source(path: Path, solutions: bool):
     """A NumPy file cut into pieces; without ``solutions``, every exercise region a stub."""
-    return load_source(path, text=None if solutions else _reference().render(path.name, CHAPTERS))
+    return load_source(path, text=None if solutions else _solved().render(path.name, CHAPTERS))
 
 
 def exercise_parts(number: str, parts: tuple[Part, ...]) -> tuple[Part, ...]:

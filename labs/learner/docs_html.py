@@ -59,7 +59,7 @@ def _code_cell(
 
     tokens = []
     for n in range(seg.start, seg.end + 1):
-        tokens += src.line_tokens()[n - 1]
+        tokens += src.line_tokens[n - 1]
         tokens.append((Text, "\n"))
     fmt = HtmlFormatter(
         linenos="inline",
