@@ -130,24 +130,13 @@ def _glyphs(stream) -> _Glyphs:
     return _Glyphs()
 
 
-def render_text(
-    pairs: list[Pair],
-    left: Source | None,
-    right: Source | None,
-    width: int,
-    color: bool = False,
-    background: str = "dark",
-    glyphs: _Glyphs | None = None,
-    layout: str = "auto",
-) -> list[str]:
-    """The pairs as lines of text at most ``width`` columns wide (never under
-    :data:`NARROWEST`): side by side from :data:`SIDE_BY_SIDE_MIN` columns up (or with
-    ``layout="side"``), stacked below (or with ``layout="stacked"``)."""
+def render_text(pairs: list[Pair], left, right, width: int, paint, layout="auto") -> list[str]:
+    """The pairs as lines at most ``width`` (at least :data:`NARROWEST`) columns wide: side
+    by side from :data:`SIDE_BY_SIDE_MIN` columns (``layout="auto"``), else stacked."""
     width = max(NARROWEST, width)
-    if layout == "auto":
-        layout = "side" if width >= SIDE_BY_SIDE_MIN else "stacked"
-    render = _render_side if layout == "side" else _render_stacked
-    return render(pairs, left, right, width, _Painter(color, background), glyphs or _Glyphs())
+    side = layout == "side" or layout == "auto" and width >= SIDE_BY_SIDE_MIN
+    render = _render_side if side else _render_stacked
+    return render(pairs, left, right, width, paint, _glyphs(sys.stdout))
 
 
 def _rows(seg: Segment, src: Source, code_w: int, numw: int, paint, g) -> list[tuple[str, int]]:
@@ -166,29 +155,19 @@ def _rows(seg: Segment, src: Source, code_w: int, numw: int, paint, g) -> list[t
 def _render_stacked(pairs, left, right, width, paint, g) -> list[str]:
     """One column: for each pair, its NumPy lines, then its PyTorch lines."""
     numw = max([3] + [len(str(len(s.lines))) for s in (left, right) if s])
-    code_w = width - numw - 1
-    names = [s.label if s else "(no twin)" for s in (left, right)]
-    sides = ("NumPy", "PyTorch")
-    out = [
-        paint.bold(_fit(f"{sides[0]}: {names[0]}", width)),
-        paint.bold(_fit(f"{sides[1]}: {names[1]}", width)),
-        g.rule * width,
-    ]
+    sides = (("NumPy", left), ("PyTorch", right))
+    out = [paint.bold(_fit(f"{name}: {s.label if s else '(no twin)'}", width)) for name, s in sides]
+    out.append(g.rule * width)
     for idx, pair in enumerate(pairs):
-        if idx:
-            out.append("")
         text = f"{g.rule * 2} {_fit(pair.label, width - 6)} "
-        out.append(paint.bold(text + g.rule * (width - _width(text))))
-        for side, (seg, src) in enumerate(((pair.left, left), (pair.right, right))):
-            if side and pair.left:
+        out += [""] * (idx > 0) + [paint.bold(text + g.rule * (width - _width(text)))]
+        for (name, src), seg in zip(sides, (pair.left, pair.right), strict=True):
+            if name == "PyTorch" and pair.left:
                 out.append("")  # the PyTorch lines start apart from the NumPy ones
-            if seg is None:
-                twin = "no PyTorch twin" if side else "no NumPy twin"
-                out.append(paint.dim(_fit(f"{' ' * numw} {sides[side]}: ({twin})", width)))
-                continue
-            where = f"{src.label}:{seg.start}-{seg.end}"
-            out.append(paint.dim(_fit(f"{' ' * numw} {sides[side]}: {where}", width)))
-            out += [text.rstrip() for text, _ in _rows(seg, src, code_w, numw, paint, g)]
+            where = f"{src.label}:{seg.start}-{seg.end}" if seg else f"(no {name} twin)"
+            out.append(paint.dim(_fit(f"{' ' * numw} {name}: {where}", width)))
+            if seg:
+                out += [t.rstrip() for t, _ in _rows(seg, src, width - numw - 1, numw, paint, g)]
     return out
 
 
@@ -345,16 +324,8 @@ def main(args: argparse.Namespace) -> int:
                 method = qualified
         pairs = with_formulas(select_method(pairs, method), everything, left, right)
     columns, rows = terminal_size()
-    lines = render_text(
-        pairs,
-        left,
-        right,
-        width=args.width if args.width is not None else columns,
-        color=_want_color(args.color),
-        background=args.background,
-        glyphs=_glyphs(sys.stdout),
-        layout=args.layout,
-    )
+    paint = _Painter(_want_color(args.color), args.background)
+    lines = render_text(pairs, left, right, args.width or columns, paint, args.layout)
     text = "\n".join(lines) + "\n"
     pager = args.pager if args.pager is not None else sys.stdout.isatty() and len(lines) >= rows
     if pager:
