@@ -96,10 +96,9 @@ def markdown_page(text: str, base_dir: Path, out_dir: Path, pages: dict[Path, st
     it; a code span naming a figure links to it. Maths becomes MathML.
     """
     import markdown
-    from markdown.extensions import Extension
     from markdown.treeprocessors import Treeprocessor
 
-    from .docs_math import math_extension
+    from .docs_math import add_math
 
     wanted = set(figures.wanted) if figures else set()
     sections: list[tuple[str, str, str]] = []
@@ -122,10 +121,7 @@ def markdown_page(text: str, base_dir: Path, out_dir: Path, pages: dict[Path, st
             if name in figures.found:
                 p.tag, p.attrib = "figure", {"id": figure_anchor(name)}
                 img.set("src", figures.found[name].relative_to(out_dir).as_posix())
-                link = etree.Element("a", href=img.get("src"), title="full size")
-                p.insert(list(p).index(img), link)  # a click opens the PNG at full size
-                p.remove(img)
-                link.append(img)
+                _into_link(p, img, href=img.get("src"), title="full size")  # the PNG, full size
                 etree.SubElement(p, "figcaption").text = img.get("alt")
             else:
                 p.set("class", "note")
@@ -145,35 +141,30 @@ def markdown_page(text: str, base_dir: Path, out_dir: Path, pages: dict[Path, st
                         el.set(attr, rewrite(el.get(attr), image=el.tag == "img"))
                 name = (el.text or "").rsplit("/", 1)[-1]
                 if el.tag == "code" and name in wanted and parent.tag not in ("a", "pre"):
-                    link = etree.Element("a", href="#" + figure_anchor(name))
-                    link.tail, el.tail = el.tail, None
-                    parent.insert(list(parent).index(el), link)
-                    parent.remove(el)
-                    link.append(el)
+                    _into_link(parent, el, href="#" + figure_anchor(name))
             for el in root:  # the search's sections: each heading and the text up to the next
                 if el.tag in ("h1", "h2", "h3") or not sections:
                     sections.append([el.get("id", ""), _text(el) if el.tag[0] == "h" else "", ""])
                 sections[-1][2] += " " + _text(el)
 
-    class SiteExtension(Extension):
-        def extendMarkdown(self, md):  # noqa: N802  (markdown's API)
-            md.treeprocessors.register(Site(md), "twinformer_site", 4)  # after toc (5)
-
     md = markdown.Markdown(
-        extensions=[
-            "fenced_code",
-            "tables",
-            "toc",
-            "codehilite",
-            "md_in_html",
-            math_extension(),
-            SiteExtension(),
-        ],
+        extensions=["fenced_code", "tables", "toc", "codehilite", "md_in_html"],
         extension_configs={"codehilite": {"guess_lang": False, "css_class": "highlight"}},
     )
+    add_math(md)
+    md.treeprocessors.register(Site(md), "twinformer_site", 4)  # after toc (5)
     # a collapsed answer (<details>) keeps its Markdown: md_in_html reads it when marked
     out = md.convert(re.sub(r"^<details>", '<details markdown="1">', text, flags=re.M))
     return out, md.toc_tokens, [tuple(s) for s in sections]
+
+
+def _into_link(parent: etree.Element, el: etree.Element, **attrs: str) -> None:
+    """Put ``el``, a child of ``parent``, inside a new ``<a>`` in its place."""
+    link = etree.Element("a", **attrs)
+    link.tail, el.tail = el.tail, None
+    parent.insert(list(parent).index(el), link)
+    parent.remove(el)
+    link.append(el)
 
 
 def _text(el: etree.Element) -> str:

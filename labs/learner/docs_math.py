@@ -62,19 +62,13 @@ def replace_math(text: str, store) -> str:
     return _TOKENS.sub(sub, text)
 
 
-def math_extension():
-    """A Python-Markdown extension: the formulas out before parsing, MathML back after."""
-    from markdown.extensions import Extension
+def add_math(md) -> None:
+    """Register on a Python-Markdown ``md``: the formulas out before parsing, MathML back."""
     from markdown.preprocessors import Preprocessor
 
     class MathPreprocessor(Preprocessor):
         def run(self, lines: list[str]) -> list[str]:
-            text = replace_math("\n".join(lines), self.md.htmlStash.store)
-            return text.split("\n")
+            return replace_math("\n".join(lines), self.md.htmlStash.store).split("\n")
 
-    class MathExtension(Extension):
-        def extendMarkdown(self, md):  # noqa: N802  (markdown's API)
-            # after fenced_code (25), which stashes code blocks, before html_block (20)
-            md.preprocessors.register(MathPreprocessor(md), "twinformer_math", 22)
-
-    return MathExtension()
+    # after fenced_code (25), which stashes code blocks, before html_block (20)
+    md.preprocessors.register(MathPreprocessor(md), "twinformer_math", 22)

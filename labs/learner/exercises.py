@@ -10,9 +10,8 @@ back. The pieces: ``exercises_fences.py``, ``exercises_workspace.py``,
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from .. import UserError
 from .exercises_check import (
@@ -32,15 +31,6 @@ from .exercises_workspace import (
     workspace_flag,
 )
 from .invocation import labs_command
-
-
-# -- the commands ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Command:
-    """A sub-command of ``python -m labs``: what ``labs/__main__.py`` registers."""
-
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    main: Callable[[argparse.Namespace], int]
 
 
 def _workspace_option(p: argparse.ArgumentParser) -> None:
@@ -151,18 +141,15 @@ def _status(args: argparse.Namespace) -> int:
     width = max(len(title) for title, _ in CHAPTERS.values())
     for chapter, (title, _) in CHAPTERS.items():
         entry = chapters.get(chapter)
+        last = (entry or {}).get("last_check")
         if entry is None:
             status, detail = "not started", ""
+        elif last is None:
+            status, detail = "in progress", "not checked yet"
         else:
-            last = entry.get("last_check")
-            if last is None:
-                status, detail = "in progress", "not checked yet"
-            else:
-                status = "done" if last["passed"] else "in progress"
-                detail = (
-                    f"last check {last['time'].replace('T', ' ')}: "
-                    f"{last['tests_passing']} of {last['tests']} tests pass"
-                )
+            status = "done" if last["passed"] else "in progress"
+            when, passing = last["time"].replace("T", " "), last["tests_passing"]
+            detail = f"last check {when}: {passing} of {last['tests']} tests pass"
         print(f"  {chapter}  {title:<{width}}  {status:<11}  {detail}".rstrip())
     return 0
 
@@ -182,7 +169,8 @@ def _reset_arguments(p: argparse.ArgumentParser) -> None:
     _workspace_option(p)
 
 
-start = Command(_start_arguments, _start)
-check = Command(_check_arguments, _check)
-status = Command(_workspace_option, _status)
-reset = Command(_reset_arguments, _reset)
+# the sub-commands labs/__main__.py registers
+start = SimpleNamespace(add_arguments=_start_arguments, main=_start)
+check = SimpleNamespace(add_arguments=_check_arguments, main=_check)
+status = SimpleNamespace(add_arguments=_workspace_option, main=_status)
+reset = SimpleNamespace(add_arguments=_reset_arguments, main=_reset)
