@@ -277,10 +277,12 @@ class _Site:
             self.search.append({"id": key, "title": title, "heading": heading, "text": text})
 
 
-def _with_contents(prose: str, toc: str) -> str:
-    """The contents at the top of the page, under its title."""
-    title, sep, rest = prose.partition("</h1>")
-    return f"{title}{sep}\n{toc}\n{rest}" if sep else f"{toc}\n{prose}"
+def _prose_page(title: str, prose: str, contents: str, site: _Site, pg: str, pager="", code=""):
+    """A page: its prose with ``contents`` under its title, then ``code``."""
+    toc = f'<nav class="toc"><h2>On this page</h2><div>{contents}</div></nav>'
+    head, sep, rest = prose.partition("</h1>")
+    prose = f"{head}{sep}\n{toc}\n{rest}" if sep else f"{toc}\n{prose}"
+    return page(title, f'<div class="prose">{prose}</div>{code}', site.sidebar(pg), pager)
 
 
 def chapter_page(ch: Chapter, site: _Site, all_chapters: list[Chapter], figures=None) -> str:
@@ -314,27 +316,21 @@ def chapter_page(ch: Chapter, site: _Site, all_chapters: list[Chapter], figures=
             site.index(ch.page, anchor, ch.title, label, f"{part.component} code")
 
     reading = _toc_list(toc_tokens)
-    toc = '<nav class="toc"><h2>On this page</h2><div>'
-    if reading.strip("<ul>/"):
-        toc += f"<div><b>Reading</b>{reading}</div>"
+    toc = f"<div><b>Reading</b>{reading}</div>" if reading.strip("<ul>/") else ""
     if code_toc:
         toc += '<div style="flex: 1"><b><a href="#code">Code</a></b>'
         toc += f"<ul>{''.join(code_toc)}</ul></div>"
-    toc += "</div></nav>"
 
     code = ""
     if sections:
-        legend = ""
-        if tinted:
-            legend = (
-                f'<p class="legend"><mark>Tinted lines</mark> are this chapter\'s exercise: the '
-                f"NumPy code between <code>### BEGIN SOLUTION ch{ch.number}</code> and "
-                "<code>### END SOLUTION</code>"
-                + ("." if site.solutions else ", here as the learner's stub: its TODO lines.")
-                + "</p>"
-            )
-        twins = [p.component for p in ch.parts if p.component in components()]
-        terminal = ", ".join(f"<code>python -m labs diff {c}</code>" for c in dict.fromkeys(twins))
+        stub = "." if site.solutions else ", here as the learner's stub: its TODO lines."
+        legend = (
+            f'<p class="legend"><mark>Tinted lines</mark> are this chapter\'s exercise: the '
+            f"NumPy code between <code>### BEGIN SOLUTION ch{ch.number}</code> and "
+            f"<code>### END SOLUTION</code>{stub}</p>"
+        )
+        twins = dict.fromkeys(p.component for p in ch.parts if p.component in components())
+        terminal = ", ".join(f"<code>python -m labs diff {c}</code>" for c in twins)
         code = (
             '<h2 class="code" id="code">The two implementations</h2>\n'
             '<p class="legend">NumPy (hand-written backward) on the left, PyTorch on the '
@@ -342,23 +338,21 @@ def chapter_page(ch: Chapter, site: _Site, all_chapters: list[Chapter], figures=
             "piece with no twin faces blank space. Line numbers are the files' own."
             + (f" The same view in a terminal: {terminal}." if terminal else "")
             + "</p>"
-            + legend
+            + legend * tinted
             + "\n".join(sections)
         )
     i = all_chapters.index(ch)
     links = [f'<a href="{c.page}">← {c.number}</a>' for c in all_chapters[max(i - 1, 0) : i]]
     links += [f'<a href="{c.page}">{c.number} →</a>' for c in all_chapters[i + 1 : i + 2]]
     pager = f'<span class="pager">{"".join(links)}</span>'
-    body = f'<div class="prose">{_with_contents(prose, toc)}</div>\n{code}'
-    return page(ch.title, body, site.sidebar(ch.page), pager)
+    return _prose_page(ch.title, prose, toc, site, ch.page, pager, "\n" + code)
 
 
 def reference_page(path: Path, pg: str, site: _Site) -> str:
     """A ``docs/*.md`` page: its text, its contents at the top."""
     title = _title(path)
     prose, toc_tokens = site.markdown(path, pg, title)
-    toc = f'<nav class="toc"><h2>On this page</h2><div>{_toc_list(toc_tokens)}</div></nav>'
-    return page(title, f'<div class="prose">{_with_contents(prose, toc)}</div>', site.sidebar(pg))
+    return _prose_page(title, prose, _toc_list(toc_tokens), site, pg)
 
 
 def _title(path: Path, default: str | None = None) -> str:
@@ -430,17 +424,16 @@ def build_site(
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / SITE_MARKER).write_text("Built by `python -m labs docs`, rebuilt in place.\n")
     all_chapters = chapters(labs_dir)
-    overview = docs_dir.parent / "README.md"
-    references = [overview] * overview.is_file() + sorted(docs_dir.glob("*.md"))
-    pages = {p.resolve(): _reference(p) for p in references}
+    overview = docs_dir.parent / "README.md"  # the page overview.html; docs/masks.md: masks.html
+    refs = {"overview.html": overview} if overview.is_file() else {}
+    refs |= {f"{p.stem}.html": p for p in sorted(docs_dir.glob("*.md"))}
+    pages = {p.resolve(): pg for pg, p in refs.items()}
     for ch in all_chapters:
         pages[ch.directory.resolve()] = pages[(ch.directory / "README.md").resolve()] = ch.page
+    prefix = re.compile(r"^Chapter\s+\d+\s*[:.]\s*")  # "Chapter 03: attention" -> "attention"
     groups = {
-        "Chapters": [(ch.page, f"{ch.number} {_short(ch.title)}") for ch in all_chapters],
-        "Reference": [
-            (_reference(p), "Overview" if _reference(p) == "overview.html" else _title(p))
-            for p in references
-        ],
+        "Chapters": [(ch.page, f"{ch.number} {prefix.sub('', ch.title)}") for ch in all_chapters],
+        "Reference": [(pg, "Overview" if p == overview else _title(p)) for pg, p in refs.items()],
     }
     site = _Site(out_dir, groups, pages, solutions, search=[])
     drawn = collect_figures(all_chapters, out_dir, figures, say=say)
@@ -449,23 +442,13 @@ def build_site(
     for ch in all_chapters:
         written.append(out_dir / ch.page)
         written[-1].write_text(chapter_page(ch, site, all_chapters, drawn.get(ch.slug)), "utf-8")
-    for path in references:
-        written.append(out_dir / _reference(path))
-        written[-1].write_text(reference_page(path, _reference(path), site), "utf-8")
+    for pg, path in refs.items():
+        written.append(out_dir / pg)
+        written[-1].write_text(reference_page(path, pg, site), "utf-8")
     write_assets(out_dir)
     search = json.dumps(site.search, ensure_ascii=False, separators=(",", ":"))
     (out_dir / "search-index.js").write_text(f"window.TWINFORMER_SEARCH = {search};\n", "utf-8")
     return written
-
-
-def _reference(path: Path) -> str:
-    """``docs/masks.md`` -> ``masks.html``; the repository's README -> ``overview.html``."""
-    return "overview.html" if path.name == "README.md" else f"{path.stem}.html"
-
-
-def _short(title: str) -> str:
-    """A chapter's title in the sidebar, ``Chapter 03: attention`` -> ``attention``."""
-    return re.sub(r"^Chapter\s+\d+\s*[:.]\s*", "", title)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
