@@ -196,22 +196,14 @@ def _merge(left: list[str], right: list[str]) -> list[tuple[int | None, int | No
     """Walk ``left`` in order, pairing equal keys; right-only keys are slotted in
     just before the next paired key that follows them on the right."""
     rpos = {k: j for j, k in enumerate(right)}
-    lset = set(left)
-    done: set[int] = set()
+    only_right = [j for j, k in enumerate(right) if k not in set(left)]
     out: list[tuple[int | None, int | None]] = []
     for i, k in enumerate(left):
         j = rpos.get(k)
-        if j is None:
-            out.append((i, None))
-            continue
-        for jj in range(j):
-            if jj not in done and right[jj] not in lset:
-                out.append((None, jj))
-                done.add(jj)
+        while j is not None and only_right and only_right[0] < j:
+            out.append((None, only_right.pop(0)))
         out.append((i, j))
-        done.add(j)
-    out += [(None, j) for j in range(len(right)) if j not in done and right[j] not in lset]
-    return out
+    return out + [(None, j) for j in only_right]
 
 
 def _select(items: list[_Item], only) -> list[_Item]:
@@ -224,11 +216,8 @@ def _select(items: list[_Item], only) -> list[_Item]:
 def pair_sources(left: Source | None, right: Source | None, only=None) -> list[Pair]:
     """The pieces of two twin files, paired by qualified name, in the left file's order;
     ``only``: ``"functions"``, ``"classes"`` or top-level names (and the preamble)."""
-    pairs = []
-    lpre = left.preamble if left else None
-    rpre = right.preamble if right else None
-    if lpre or rpre:
-        pairs.append(Pair(MODULE, lpre, rpre))
+    preambles = (left.preamble if left else None, right.preamble if right else None)
+    pairs = [Pair(MODULE, *preambles)] if any(preambles) else []
     twins = TWIN_NAMES.get(left.path.stem, {}) if left and right else {}
     renamed = {t: n for n, t in twins.items()}
     litems = _select(left.items, only) if left else []

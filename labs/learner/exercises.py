@@ -48,11 +48,7 @@ def _chapter_argument(p: argparse.ArgumentParser) -> None:
 
 def _start_arguments(p: argparse.ArgumentParser) -> None:
     _chapter_argument(p)
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="replace code you already wrote in this chapter's regions with the stubs",
-    )
+    p.add_argument("--force", action="store_true", help="replace code you wrote with the stubs")
     _workspace_option(p)
 
 
@@ -89,27 +85,13 @@ def _start(args: argparse.Namespace) -> int:
 def _check_arguments(p: argparse.ArgumentParser) -> None:
     _chapter_argument(p)
     p.add_argument("-k", dest="keyword", metavar="EXPR", help="only the tests pytest -k selects")
-    p.add_argument(
-        "-m", dest="marker", metavar="EXPR", help="only the chapter's tests pytest -m selects too"
-    )
-    p.add_argument(
-        "-v", "--verbose", action="store_true", help="every test and every compared tensor"
-    )
+    p.add_argument("-m", dest="marker", metavar="EXPR", help="only those pytest -m selects too")
+    p.add_argument("-v", "--verbose", action="store_true", help="every test and compared tensor")
     p.add_argument("-q", "--quiet", action="store_true", help="only the failures and the summary")
-    p.add_argument(
-        "--junit",
-        metavar="FILE",
-        type=Path,
-        help="also write the results as JUnit XML (GitHub Classroom, Gradescope, CI); "
-        "a report of the same name is replaced",
-    )
-    p.add_argument(
-        "--json",
-        dest="json_out",
-        metavar="FILE",
-        type=Path,
-        help="also write the results as JSON; a report of the same name is replaced",
-    )
+    also = "also write the results as %s; a report of the same name is replaced"
+    junit = also % "JUnit XML (GitHub Classroom, Gradescope, CI)"
+    p.add_argument("--junit", metavar="FILE", type=Path, help=junit)
+    p.add_argument("--json", dest="json_out", metavar="FILE", type=Path, help=also % "JSON")
     _workspace_option(p)
 
 

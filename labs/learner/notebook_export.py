@@ -42,9 +42,7 @@ def to_notebook(lab: Path):
     try:
         import jupytext
     except ImportError:
-        raise UserError(
-            'the notebook command needs jupytext: pip install -e ".[notebook]"'
-        ) from None
+        raise UserError('labs notebook needs jupytext: pip install -e ".[notebook]"') from None
     nb = jupytext.read(lab, fmt="py:percent")
     nb.metadata.pop("jupytext", None)  # a plain notebook, not paired with the script
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
@@ -98,17 +96,9 @@ def write_new(nb, path: Path, force: bool) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("chapter", metavar="NN", help="the chapter: 03, or 3")
-    p.add_argument(
-        "--out",
-        metavar="PATH",
-        help="the .ipynb to write, or a folder for it (default: lab.ipynb beside the lab.py)",
-    )
+    p.add_argument("--out", metavar="PATH", help="the .ipynb, or a folder (default: by lab.py)")
     p.add_argument("--force", action="store_true", help="replace an existing notebook")
-    p.add_argument(
-        "--execute",
-        action="store_true",
-        help="run every cell first (nbclient), so that the notebook holds the outputs",
-    )
+    p.add_argument("--execute", action="store_true", help="run every cell first: keep the outputs")
 
 
 def main(args: argparse.Namespace) -> int:
