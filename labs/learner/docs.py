@@ -35,7 +35,7 @@ from .docs_html import (
     page,
     write_assets,
 )
-from .exercises_fences import CHAPTERS, Reference, parse_regions
+from .exercises_fences import CHAPTERS, Reference
 from .release import without_solutions
 
 LABS_DIR = ROOT / "labs"
@@ -177,19 +177,15 @@ def _source(path: Path, solutions: bool):
 def exercise_parts(number: str, parts: tuple[Part, ...]) -> tuple[Part, ...]:
     """``parts``, then a part for each exercise region of chapter ``number`` (found by
     its fences in numpy_impl/) that ``parts`` do not show: its top-level function or class."""
-    shown: dict[str, set[int]] = {}
+    shown = set()  # (component, line)
     for part in parts:
         path = NUMPY_DIR / f"{part.component}.py"
-        if path.is_file():
-            for pair in pair_sources(load_source(path), None, part.only):
-                if pair.left is not None:
-                    lines = range(pair.left.start, pair.left.end + 1)
-                    shown.setdefault(part.component, set()).update(lines)
+        for p in pair_sources(load_source(path), None, part.only) if path.is_file() else []:
+            shown |= {(part.component, n) for n in range(p.left.start, p.left.end + 1)}
     missing: dict[str, list[str]] = {}
-    for path in sorted(NUMPY_DIR.glob("*.py")):
-        for r in parse_regions(path.read_text(encoding="utf-8"), path.name):
-            if r.chapter == number and r.begin + 1 not in shown.get(path.stem, ()):
-                missing.setdefault(path.stem, []).append(r.function.split(".")[0])
+    for r in _solved().chapter_regions(number):
+        if (stem := r.file.removesuffix(".py"), r.begin + 1) not in shown:
+            missing.setdefault(stem, []).append(r.function.split(".")[0])
     note = "More of this chapter's exercise."
     return parts + tuple(Part(c, tuple(dict.fromkeys(n)), note) for c, n in missing.items())
 
@@ -414,13 +410,13 @@ def build_site(
         raise UserError(f"--figures: expected one of {', '.join(FIGURE_MODES)}, got {figures!r}")
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir}: exists and is not a directory")
-    if not force and out_dir.is_dir() and not (out_dir / SITE_MARKER).is_file():
-        if any(out_dir.iterdir()):
-            raise UserError(
-                f"--out {out_dir}: a folder that is not empty and not a site this command "
-                f"built (no {SITE_MARKER} in it), so its files could be overwritten: give a "
-                "new or empty folder, or add --force to write into it anyway"
-            )
+    fresh = not out_dir.is_dir() or not any(out_dir.iterdir())
+    if not (fresh or force or (out_dir / SITE_MARKER).is_file()):
+        raise UserError(
+            f"--out {out_dir}: a folder that is not empty and not a site this command "
+            f"built (no {SITE_MARKER} in it), so its files could be overwritten: give a "
+            "new or empty folder, or add --force to write into it anyway"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / SITE_MARKER).write_text("Built by `python -m labs docs`, rebuilt in place.\n")
     all_chapters = chapters(labs_dir)

@@ -79,7 +79,6 @@ def collect(
     chapters: list,
     out_dir: Path,
     mode: str = "auto",
-    jobs: int | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, ChapterFigures]:
     """slug -> :class:`ChapterFigures` of ``docs.Chapter``s, drawn where needed and copied
@@ -96,7 +95,7 @@ def collect(
 
     failed = {}
     if to_run:
-        jobs = jobs or max(1, min(4, os.cpu_count() or 1))
+        jobs = max(1, min(4, os.cpu_count() or 1))
         say(
             f"drawing figures: running {len(to_run)} lab script(s), {jobs} at a time, into "
             "labs/NN_topic/figures/ (later builds reuse them; --figures existing never runs one)"
@@ -118,14 +117,9 @@ def collect(
             if (cache[ch.slug] / name).is_file() and ch.slug not in failed:
                 dest.mkdir(parents=True, exist_ok=True)
                 cf.found[name] = Path(shutil.copyfile(cache[ch.slug] / name, dest / name))
+        run = f"<code>python {lab}</code>"
         if ch.slug in failed:
-            cf.note = (
-                f"<code>python {lab}</code> failed (exit status {failed[ch.slug]}), so its "
-                "figures are missing here; run it to see why."
-            )
+            cf.note = f"{run} failed (exit status {failed[ch.slug]}): run it to see why."
         elif len(cf.found) < len(cf.wanted):
-            cf.note = (
-                f"Not drawn yet: run <code>python {lab}</code> (or build the site with "
-                "<code>python -m labs docs --figures auto</code>)."
-            )
+            cf.note = f"Not drawn yet: run {run} (or <code>python -m labs docs</code>)."
     return result

@@ -17,7 +17,6 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import takewhile
@@ -115,7 +114,6 @@ def parse_regions(text: str, file: str, names: bool = True) -> list[Region]:
     lines = text.splitlines(keepends=True)
     functions = _function_spans(text) if names else []
     regions: list[Region] = []
-    seen: Counter[str] = Counter()
     opened: tuple[int, re.Match] | None = None
     for i, line in enumerate(lines):
         stripped = line.rstrip("\r\n")
@@ -138,12 +136,12 @@ def parse_regions(text: str, file: str, names: bool = True) -> list[Region]:
                 )
             body = tuple(lines[b + 1 : i])
             kept = tuple(takewhile(lambda line: _KEPT.match(line.rstrip("\r\n")), body))
-            chapter, function = begin["chapter"], _innermost(functions, b + 1)
-            index = seen[chapter]
+            chapter = begin["chapter"]
+            index = sum(r.chapter == chapter for r in regions)
+            function = _innermost(functions, b + 1)
             regions.append(
                 Region(file, chapter, index, function, begin["indent"], b, i, kept, body)
             )
-            seen[chapter] += 1
             opened = None
         elif "### BEGIN SOLUTION" in stripped or "### END SOLUTION" in stripped:
             raise FenceError(f"{where}: a fence must be alone on its line: {stripped.strip()!r}")

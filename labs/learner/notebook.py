@@ -73,9 +73,7 @@ def figures_folder(chapter: str, labs_dir: Path | None = None) -> Path:
     """``labs/<chapter>/figures`` (``labs_dir``: another labs folder), or
     ``$TWINFORMER_FIGURES/<chapter>`` when that is set."""
     root = os.environ.get(FIGURES_ENV_VAR)
-    if root:
-        return Path(root) / chapter
-    return (labs_dir or LABS) / chapter / "figures"
+    return Path(root) / chapter if root else (labs_dir or LABS) / chapter / "figures"
 
 
 def figure_saver(chapter: str) -> Callable[[Any, str], None]:
@@ -108,22 +106,16 @@ def max_diff(a, b) -> float:
 def load_text(fallback: str, fallback_source: str, notice: str) -> tuple[str, str]:
     """``(text, source)``: Tiny Shakespeare from ``$TWINFORMER_DATA`` or ``labs train``'s
     cache, never downloaded; else prints why and ``notice`` and returns the fallback."""
-    from labs.plumbing.data import (
-        DATA_ENV_VAR,
-        CorpusUnavailableError,
-        cache_path,
-        load_corpus,
-        resolve_corpus,
-    )
+    from labs.plumbing import data
 
-    if os.environ.get(DATA_ENV_VAR) or cache_path().is_file():
+    if os.environ.get(data.DATA_ENV_VAR) or data.cache_path().is_file():
         try:
-            path = resolve_corpus()  # with either of those, resolve_corpus does not download
-            return load_corpus(path), str(path)
-        except (OSError, ValueError, CorpusUnavailableError) as e:
+            path = data.resolve_corpus()  # with either of those, it does not download
+            return data.load_corpus(path), str(path)
+        except (OSError, ValueError, data.CorpusUnavailableError) as e:
             print(f"could not read the corpus ({e})")
     print(
-        f"no corpus found (set {DATA_ENV_VAR}=/path/to/tinyshakespeare.txt, or run "
+        f"no corpus found (set {data.DATA_ENV_VAR}=/path/to/tinyshakespeare.txt, or run "
         f"`python -m labs train` once to cache it): {notice}"
     )
     return fallback, fallback_source
