@@ -86,10 +86,8 @@ def load_source(path: Path, label: str | None = None, text: str | None = None) -
     first = items[0].whole.start if items else len(lines) + 1
     end = _trim_end(lines, 1, first - 1)
     preamble = Segment(MODULE, "module", 1, end, 1) if end >= 1 else None
-    try:
-        label = label or path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        label = path.name
+    inside = path.resolve().is_relative_to(ROOT)
+    label = label or (path.resolve().relative_to(ROOT).as_posix() if inside else path.name)
     return Source(path, label, lines, preamble, items)
 
 
@@ -122,7 +120,6 @@ def _items(body: list[ast.stmt], lines: list[str], limit: int, prefix: str) -> l
         end = _trim_end(lines, start, stop)
         qual = prefix + node.name
         decos = tuple("@" + ast.unparse(d) for d in getattr(node, "decorator_list", []))
-        whole_kind = "method" if prefix else "function"
         if isinstance(node, ast.ClassDef) and not prefix:
             methods = _items(node.body, lines, end, prefix=qual + ".")
             head_end = _trim_end(lines, start, methods[0].whole.start - 1) if methods else end
@@ -130,7 +127,7 @@ def _items(body: list[ast.stmt], lines: list[str], limit: int, prefix: str) -> l
             whole = Segment(qual, "class", start, end, node.lineno)
             out.append(_Item(node.name, "class", seg, whole, methods))
         else:
-            kind = "class" if isinstance(node, ast.ClassDef) else whole_kind
+            kind = "class" if isinstance(node, ast.ClassDef) else "method" if prefix else "function"
             seg = Segment(qual, kind, start, end, node.lineno, decos)
             out.append(_Item(node.name, kind, seg, seg))
     return out

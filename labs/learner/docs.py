@@ -142,30 +142,26 @@ class Chapter:
     directory: Path  # labs/03_attention (may not exist yet)
     readme: Path | None  # None: not written yet
     parts: tuple[Part, ...]
+    title: str  # the README's first heading, else "Chapter 03: attention"
 
     @property
     def page(self) -> str:
         return f"{self.slug}.html"
 
-    @property
-    def title(self) -> str:
-        """The README's first ``# heading``, else ``Chapter 03: attention``."""
-        default = f"Chapter {self.number}: {self.slug[3:].replace('_', ' ')}"
-        return _title(self.readme, default) if self.readme is not None else default
-
 
 def chapters(labs_dir: Path = LABS_DIR) -> list[Chapter]:
     """Every ``labs/NN_topic/`` folder and every chapter of the course, folder or not."""
-    found = {}
-    for d in sorted(labs_dir.glob("[0-9][0-9]_*"), reverse=True):
-        if d.is_dir():
-            found[d.name[:2]] = d.name
+    folders = sorted(labs_dir.glob("[0-9][0-9]_*"), reverse=True)  # the first of a number wins
+    found = {d.name[:2]: d.name for d in folders if d.is_dir()}
     out = []
     for number in sorted(set(found) | set(CHAPTERS)):
         slug = found.get(number) or CHAPTERS[number][1]
         readme = labs_dir / slug / "README.md"
         readme = readme if readme.is_file() else None
-        out.append(Chapter(number, slug, labs_dir / slug, readme, CHAPTER_CODE.get(number, ())))
+        title = f"Chapter {number}: {slug[3:].replace('_', ' ')}"
+        title = _title(readme, title) if readme else title
+        parts = CHAPTER_CODE.get(number, ())
+        out.append(Chapter(number, slug, labs_dir / slug, readme, parts, title))
     return out
 
 

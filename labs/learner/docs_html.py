@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import xml.etree.ElementTree as etree
-from io import StringIO
 from pathlib import Path
 from string import Template
 
@@ -42,44 +41,31 @@ def _exercise_lines(src: Source, number: str) -> set[int]:
     return {n + 1 for r in regions if r.chapter == number for n in range(r.begin, r.end + 1)}
 
 
-def _code_cell(
-    seg: Segment | None,
-    src: Source | None,
-    pad: int,
-    tinted: set[int],
-    side: str,
-    anchor: str = "",
-):
+def _code_cell(seg: Segment | None, src: Source | None, pad, tinted: set[int], side, anchor=""):
     """One column of a pair: ``seg`` highlighted, a ``<span>`` per line (id
     ``{side}-{anchor}-{line}``); ``pad`` blank rows above line the ``def`` lines up."""
     if seg is None or src is None:
         return f'<div class="col col-{side} empty"></div>'
+    from pygments import format
     from pygments.formatters import HtmlFormatter
     from pygments.token import Text
 
-    tokens = []
-    for n in range(seg.start, seg.end + 1):
-        tokens += src.line_tokens[n - 1]
-        tokens.append((Text, "\n"))
+    lines = range(seg.start, seg.end + 1)
+    tokens = [tok for n in lines for tok in (*src.line_tokens[n - 1], (Text, "\n"))]
     fmt = HtmlFormatter(
         linenos="inline",
         linenostart=seg.start,
         linespans=f"{side}-{anchor}" if anchor else side,
-        hl_lines=[n - seg.start + 1 for n in range(seg.start, seg.end + 1) if n in tinted],
+        hl_lines=[n - seg.start + 1 for n in lines if n in tinted],
         cssclass="highlight",
     )
-    buf = StringIO()
-    fmt.format(tokens, buf)
     style = f' style="--pad: {pad}"' if pad else ""
-    return f'<div class="col col-{side}"{style}>{buf.getvalue()}</div>'
+    return f'<div class="col col-{side}"{style}>{format(tokens, fmt)}</div>'
 
 
 def _side_name(pair: Pair) -> str:
-    if pair.left and not pair.right:
-        return '<span class="badge">NumPy only</span>'
-    if pair.right and not pair.left:
-        return '<span class="badge">PyTorch only</span>'
-    return ""
+    only = "NumPy" if not pair.right else "PyTorch" if not pair.left else ""
+    return f'<span class="badge">{only} only</span>' if only else ""
 
 
 # -- markdown ---------------------------------------------------------------------------------
