@@ -18,7 +18,7 @@ import argparse
 import html
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -125,13 +125,7 @@ CHAPTER_CODE: dict[str, tuple[Part, ...]] = {
         ),
         Part("seq2seq"),
     ),
-    "17": (
-        Part(
-            "pretrained",
-            note=f"The state-dict mapping (on NumPy arrays) {_SHARED}.",
-            numpy_only=True,
-        ),
-    ),
+    "17": (Part("pretrained", None, f"The state-dict mapping (NumPy arrays) {_SHARED}.", True),),
 }
 
 
@@ -236,7 +230,7 @@ class _Site:
     groups: dict[str, list[tuple[str, str]]]  # "Chapters" -> [(page, label)]
     pages: dict[Path, str]  # a README, chapter folder or docs/*.md, resolved -> its page
     solutions: bool = True
-    search: list[dict] | None = None
+    search: dict[str, dict] = field(default_factory=dict)  # id -> a search entry
 
     def sidebar(self, current: str) -> str:
         out = ['<nav class="sidebar"><label for="menu" class="close">close ✕</label>']
@@ -265,8 +259,7 @@ class _Site:
 
     def index(self, pg: str, anchor: str, title: str, heading: str, text: str = "") -> None:
         key = f"{pg}#{anchor}" if anchor else pg
-        if all(d["id"] != key for d in self.search):
-            self.search.append({"id": key, "title": title, "heading": heading, "text": text})
+        self.search.setdefault(key, {"id": key, "title": title, "heading": heading, "text": text})
 
 
 def _prose_page(title: str, prose: str, contents: str, site: _Site, pg: str, pager="", code=""):
@@ -427,7 +420,7 @@ def build_site(
         "Chapters": [(ch.page, f"{ch.number} {prefix.sub('', ch.title)}") for ch in all_chapters],
         "Reference": [(pg, "Overview" if p == overview else _title(p)) for pg, p in refs.items()],
     }
-    site = _Site(out_dir, groups, pages, solutions, search=[])
+    site = _Site(out_dir, groups, pages, solutions)
     drawn = collect_figures(all_chapters, out_dir, figures, say=say)
     written = [out_dir / "index.html"]
     written[0].write_text(index_page(all_chapters, site), encoding="utf-8")
@@ -438,7 +431,7 @@ def build_site(
         written.append(out_dir / pg)
         written[-1].write_text(reference_page(path, pg, site), "utf-8")
     write_assets(out_dir)
-    search = json.dumps(site.search, ensure_ascii=False, separators=(",", ":"))
+    search = json.dumps(list(site.search.values()), ensure_ascii=False, separators=(",", ":"))
     (out_dir / "search-index.js").write_text(f"window.TWINFORMER_SEARCH = {search};\n", "utf-8")
     return written
 

@@ -24,7 +24,7 @@ from .notebook import ROOT, figures_folder
 from .notebook import shown as _shown
 
 FIGURE_MODES = ("auto", "run", "existing")
-LAB_TIMEOUT_S = 600
+TIMEOUT = 600  # seconds a lab may run
 
 
 @dataclass
@@ -40,17 +40,12 @@ def lab_figures(lab: Path) -> list[str]:
     """The names a lab script saves, in order: every ``save(fig, "name.png")`` call."""
     if not lab.is_file():
         return []
-    calls = [
-        node
-        for node in ast.walk(ast.parse(lab.read_text(encoding="utf-8")))
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "save"
-        and len(node.args) == 2
-        and isinstance(node.args[1], ast.Constant)
-        and isinstance(node.args[1].value, str)
-    ]
-    return list(dict.fromkeys(c.args[1].value for c in sorted(calls, key=lambda c: c.lineno)))
+    calls = []
+    for node in ast.walk(ast.parse(lab.read_text(encoding="utf-8"))):
+        match node:
+            case ast.Call(func=ast.Name(id="save"), args=[_, ast.Constant(value=str(name))]):
+                calls.append((node.lineno, name))
+    return list(dict.fromkeys(name for _, name in sorted(calls, key=lambda c: c[0])))
 
 
 def _run_lab(lab: Path) -> tuple[int, str, float]:
@@ -58,19 +53,11 @@ def _run_lab(lab: Path) -> tuple[int, str, float]:
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     threads = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")
     env = {**threads, **os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": path}
-    start = time.monotonic()
+    start, cmd = time.monotonic(), [sys.executable, str(lab)]
     try:
-        r = subprocess.run(
-            [sys.executable, str(lab)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=LAB_TIMEOUT_S,
-            check=False,
-        )
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
-        return -1, f"stopped after {LAB_TIMEOUT_S} s", time.monotonic() - start
+        return -1, f"stopped after {TIMEOUT} s", time.monotonic() - start
     tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
     return r.returncode, tail[0], time.monotonic() - start
 

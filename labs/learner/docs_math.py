@@ -30,19 +30,17 @@ def to_mathml(tex: str, display: bool) -> str:
     """
     from latex2mathml.converter import convert
 
+    tex = tex.strip()
     try:
-        mathml = convert(tex.strip(), display="block" if display else "inline")
+        mathml = convert(tex, display="block" if display else "inline")
     except Exception as e:  # latex2mathml raises its own exception types
-        raise ValueError(f"cannot render the formula {tex.strip()!r}: {e}") from None
-    unknown = re.findall(r">(\\[A-Za-z]+)<", mathml)  # a command it passed through as text
-    if unknown:
-        raise ValueError(
-            f"cannot render the formula {tex.strip()!r}: latex2mathml does not know "
-            f"{', '.join(dict.fromkeys(unknown))}"
-        )
+        raise ValueError(f"cannot render the formula {tex!r}: {e}") from None
+    if unknown := re.findall(r">(\\[A-Za-z]+)<", mathml):  # a command passed through as text
+        unknown = ", ".join(dict.fromkeys(unknown))
+        raise ValueError(f"cannot render the formula {tex!r}: latex2mathml does not know {unknown}")
     head, sep, rest = mathml.partition(">")
     body, _, tail = rest.rpartition("</math>")
-    annotation = f'<annotation encoding="application/x-tex">{html.escape(tex.strip())}</annotation>'
+    annotation = f'<annotation encoding="application/x-tex">{html.escape(tex)}</annotation>'
     return f"{head}{sep}<semantics>{body}{annotation}</semantics></math>{tail}"
 
 

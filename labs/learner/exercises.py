@@ -42,14 +42,15 @@ def _workspace_option(p: argparse.ArgumentParser) -> None:
 
 
 def _chapter_argument(p: argparse.ArgumentParser) -> None:
+    """The chapter, and ``--workspace``."""
     chapters = ", ".join(CHAPTERS)
     p.add_argument("chapter", type=parse_chapter, help=f"one of {chapters} (3, 03, ch03 work)")
+    _workspace_option(p)
 
 
 def _start_arguments(p: argparse.ArgumentParser) -> None:
     _chapter_argument(p)
     p.add_argument("--force", action="store_true", help="replace code you wrote with the stubs")
-    _workspace_option(p)
 
 
 def _start(args: argparse.Namespace) -> int:
@@ -92,7 +93,6 @@ def _check_arguments(p: argparse.ArgumentParser) -> None:
     junit = also % "JUnit XML (GitHub Classroom, Gradescope, CI)"
     p.add_argument("--junit", metavar="FILE", type=Path, help=junit)
     p.add_argument("--json", dest="json_out", metavar="FILE", type=Path, help=also % "JSON")
-    _workspace_option(p)
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -146,13 +146,8 @@ def _reset(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reset_arguments(p: argparse.ArgumentParser) -> None:
-    _chapter_argument(p)
-    _workspace_option(p)
-
-
 # the sub-commands labs/__main__.py registers
 start = SimpleNamespace(add_arguments=_start_arguments, main=_start)
 check = SimpleNamespace(add_arguments=_check_arguments, main=_check)
 status = SimpleNamespace(add_arguments=_workspace_option, main=_status)
-reset = SimpleNamespace(add_arguments=_reset_arguments, main=_reset)
+reset = SimpleNamespace(add_arguments=_chapter_argument, main=_reset)

@@ -175,10 +175,8 @@ def _normalised(lines: Iterable[str]) -> tuple[str, ...]:
 def stub_body(region: Region, folder: str) -> tuple[str, ...]:
     """The learner's version of ``region``: its TODO lines and a ``raise``."""
     newline = "\r\n" if region.body and region.body[0].endswith("\r\n") else "\n"
-    message = f"ch{region.chapter}: {region.function}"
-    if region.task:
-        message += f" \u2014 {region.task}"
-    message += f"; see {folder}/README.md"
+    task = f" \u2014 {region.task}" if region.task else ""
+    message = f"ch{region.chapter}: {region.function}{task}; see {folder}/README.md"
     literal = json.dumps(message, ensure_ascii=False)  # a JSON string is a Python string
     return (*region.kept, f"{region.indent}raise NotImplementedError({literal}){newline}")
 
@@ -217,10 +215,6 @@ class Reference:
     def render(self, file: str, stubbed: Iterable[str], keep: dict | None = None) -> str:
         """The reference ``file`` with the regions of the ``stubbed`` chapters stubbed,
         except those whose key is in ``keep`` (which get that body instead)."""
-        stubbed, keep = set(stubbed), keep or {}
-        bodies = {
-            r.key: keep.get(r.key, self.stub(r))
-            for r in self.regions.get(file, [])
-            if r.chapter in stubbed
-        }
-        return replace_bodies(self.texts[file], self.regions.get(file, []), bodies)
+        stubbed, keep, regions = set(stubbed), keep or {}, self.regions.get(file, [])
+        bodies = {r.key: keep.get(r.key, self.stub(r)) for r in regions if r.chapter in stubbed}
+        return replace_bodies(self.texts[file], regions, bodies)

@@ -37,9 +37,7 @@ STATE_FILE = "progress.json"  # in the workspace: started chapters and their las
 def workspace_flag(ws) -> tuple[str, ...]:
     """``("--workspace", DIR)`` when ``ws`` is not the workspace a bare command would
     find (so a printed "next" command works as typed), else ``()``."""
-    if ws.root == workspace_dir(None):
-        return ()
-    return ("--workspace", shlex.quote(str(ws.root)))
+    return () if ws.root == workspace_dir(None) else ("--workspace", shlex.quote(str(ws.root)))
 
 
 def workspace_dir(option: str | None) -> Path:
@@ -99,10 +97,7 @@ def check_report_path(path: Path, option: str, workspaces: list[Workspace]) -> P
 
 def _show(path: Path) -> str:
     """``path`` relative to the current directory when it lies below it."""
-    try:
-        return path.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return str(path)
+    return path.relative_to(Path.cwd()).as_posix() if path.is_relative_to(Path.cwd()) else str(path)
 
 
 class Workspace:
@@ -162,16 +157,13 @@ class Written:
 
 
 def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) -> list[Written]:
-    """Put chapter ``chapter``'s stubs into the workspace, creating it if needed.
-
-    A region holding the reference solution is stubbed; one holding the learner's code
-    only with ``force`` (a copy kept first); nothing else changes. A missing file is
-    generated again; a file with damaged fences is left alone and nothing is written.
-    The state file lists the chapter as started (afresh if any stub was put in).
+    """Put chapter ``chapter``'s stubs into the workspace, creating it if needed: a region
+    holding the solution is stubbed, one holding the learner's code only with ``force``
+    (copied first), a missing file generated again; nothing else changes.
 
     Raises:
-        UserError: a damaged fence (where it is), or code of the learner's would
-            be replaced (without ``force``).
+        UserError: a damaged fence (nothing is written), or the learner's code would be
+            replaced without ``force``.
     """
     regions = ref.chapter_regions(chapter)
     if not regions:
@@ -292,8 +284,8 @@ def _function_list(regions: list[Region]) -> list[str]:
     return [f"{name} ({n} places)" if n > 1 else name for name, n in counts.items()]
 
 
-def _print_written(ws: Workspace, written: list[Written], indent: str = "  ") -> None:
+def _print_written(ws: Workspace, written: list[Written]) -> None:
     for w in written:
-        print(f"{indent}{_show(ws.package / w.file)}: {', '.join(w.functions)}")
+        print(f"  {_show(ws.package / w.file)}: {', '.join(w.functions)}")
         if w.kept is not None:
-            print(f"{indent}  your code there was copied to {_show(w.kept)} first")
+            print(f"    your code there was copied to {_show(w.kept)} first")

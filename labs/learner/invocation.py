@@ -14,13 +14,9 @@ def interpreter() -> str:
     """``.venv/bin/python`` (relative to the current directory) when this process runs
     the repository's virtual environment, else ``python``."""
     exe = Path(os.path.abspath(sys.executable))  # not resolved: .venv/bin/python is a link
-    venv = REPO / ".venv"
-    if not exe.is_relative_to(venv):
+    if not exe.is_relative_to(REPO / ".venv"):
         return "python"
-    try:
-        return exe.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return str(exe)
+    return exe.relative_to(Path.cwd()).as_posix() if exe.is_relative_to(Path.cwd()) else str(exe)
 
 
 def labs_command(*args: str) -> str:
