@@ -48,9 +48,8 @@ NARROWEST = 40  # below this the text is laid out 40 wide all the same
 
 # -- terminal rendering -----------------------------------------------------------------------
 def _char_width(ch: str) -> int:
-    if unicodedata.combining(ch):
-        return 0
-    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    wide = unicodedata.east_asian_width(ch) in ("W", "F")
+    return 0 if unicodedata.combining(ch) else 2 if wide else 1
 
 
 def _width(text: str) -> int:

@@ -245,8 +245,7 @@ class _Site:
     def markdown(self, path: Path, pg: str, title: str, figures: ChapterFigures | None = None):
         """A Markdown file as HTML and its contents; its sections go into the search."""
         text = path.read_text(encoding="utf-8")
-        if not self.solutions:  # the README's quotes of the reference solution
-            text = without_solutions(text)
+        text = text if self.solutions else without_solutions(text)  # no quotes of a solution
         try:
             prose, toc, sections = markdown_page(
                 text, path.parent, self.out_dir, self.pages, figures
@@ -355,10 +354,8 @@ def index_page(all_chapters: list[Chapter], site: _Site) -> str:
         status = "" if ch.readme else ' <span class="badge">README not written yet</span>'
         what = f'<div class="what">code: {comps}</div>' if comps else ""
         items.append(f'<li><a href="{ch.page}">{html.escape(ch.title)}</a>{status}{what}</li>')
-    refs = "".join(
-        f'<li><a href="{pg}">{html.escape(label)}</a></li>'
-        for pg, label in site.groups.get("Reference", [])
-    )
+    links = site.groups.get("Reference", [])
+    refs = "".join(f'<li><a href="{pg}">{html.escape(label)}</a></li>' for pg, label in links)
     body = (
         '<div class="prose"><h1>twinformer labs</h1>\n'
         "<p>Every transformer component written twice: in NumPy with a hand-written "

@@ -10,6 +10,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import groupby
 from pathlib import Path
 
 from .. import UserError
@@ -168,9 +169,7 @@ def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) 
     regions = ref.chapter_regions(chapter)
     if not regions:
         raise UserError(f"chapter {chapter} has no ### BEGIN SOLUTION ch{chapter} regions")
-    by_file: dict[str, list[Region]] = {}
-    for r in regions:
-        by_file.setdefault(r.file, []).append(r)
+    by_file = {f: list(rs) for f, rs in groupby(regions, key=lambda r: r.file)}  # in file order
     functions = {f: _function_list(rs) for f, rs in by_file.items()}
 
     if not ws.exists():
