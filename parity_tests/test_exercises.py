@@ -437,8 +437,8 @@ def test_commands_print_what_they_did_and_refuse_bad_input(tmp_path, capsys):
         (("reset", "03", "--workspace", ws), again),
         (("start", "99", "--workspace", ws), "unknown chapter '99'"),
     ]:
-        args = cli(*argv)
-        with pytest.raises(UserError, match=match):
+        with pytest.raises(UserError, match=match):  # a bad chapter: while parsing
+            args = cli(*argv)
             args.func(args)
     assert [parse_chapter(c) for c in ("3", "03", "ch03", "CH3")] == ["03"] * 4
 

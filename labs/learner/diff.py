@@ -5,13 +5,10 @@
     python -m labs diff attention --method forward      # one method only
     python -m labs diff gpt --no-pager | grep def
 
-The NumPy side is the learner's workspace when there is one (``--workspace``, else
-``$TWINFORMER_WORKSPACE``, else ``workspace/``), else ``numpy_impl/``. From
-:data:`SIDE_BY_SIDE_MIN` columns of terminal (100 when piped without one) the files
-stand side by side, ``forward`` facing ``forward``; narrower, stacked (``--layout``
-chooses). Line numbers are the files' own; a long line wraps, ``↪`` in the gutter.
-On a terminal the output is paged (``$PAGER``, else ``less -R``) and coloured by
-Pygments (``--no-color`` or ``NO_COLOR``: plain). The pairs come from ``diff_pairs.py``.
+The NumPy side is the learner's workspace when there is one, else ``numpy_impl/``.
+From :data:`SIDE_BY_SIDE_MIN` columns the files stand side by side, ``forward`` facing
+``forward``; narrower, stacked. Line numbers are the files' own; a long line wraps
+(``↪``). On a terminal the output is paged and coloured by Pygments.
 """
 
 from __future__ import annotations
@@ -23,7 +20,9 @@ import shutil
 import subprocess
 import sys
 import unicodedata
-from dataclasses import dataclass
+from collections import namedtuple
+from dataclasses import replace
+from itertools import groupby, zip_longest
 from pathlib import Path
 
 from .. import UserError
@@ -42,26 +41,25 @@ from .diff_pairs import (
 )
 from .exercises_workspace import Workspace, _show, workspace_dir
 
-MIN_COLUMN = 56  # narrowest column of the side-by-side layout, in characters
-SIDE_BY_SIDE_MIN = 2 * MIN_COLUMN + 3  # 115: narrower terminals get the stacked layout
+SIDE_BY_SIDE_MIN = 115  # two columns of 56 characters and the separator; narrower: stacked
 PIPED_WIDTH = 100  # the width when no terminal says otherwise
 NARROWEST = 40  # below this the text is laid out 40 wide all the same
-WIDEST = 10_000  # the widest --width taken
 
 
 # -- terminal rendering -----------------------------------------------------------------------
 def _char_width(ch: str) -> int:
-    if unicodedata.combining(ch):
-        return 0
-    return 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    wide = unicodedata.east_asian_width(ch) in ("W", "F")
+    return 0 if unicodedata.combining(ch) else 2 if wide else 1
+
+
+def _width(text: str) -> int:
+    return sum(_char_width(c) for c in text)
 
 
 def _wrap(tokens: Tokens, width: int) -> list[Tokens]:
-    """Cut one line's tokens into rows of at most ``width`` columns (at least one row).
-
-    A row breaks after a space when there is one in its last third, else
-    mid-word; continuation rows are indented like the line itself, plus two.
-    """
+    """Cut one line's tokens into rows of at most ``width`` columns (at least one row):
+    after a space in the row's last third, else mid-word; continuations are indented
+    like the line, plus two."""
     chars = [(t, ch) for t, text in tokens for ch in text]
     if sum(_char_width(c) for _, c in chars) <= width:
         return [list(tokens)]
@@ -82,17 +80,7 @@ def _wrap(tokens: Tokens, width: int) -> list[Tokens]:
                 end = spaces[-1]
         rows.append(([(None, " " * hang)] if rows else []) + chars[pos:end])
         pos = end
-    return [_regroup(row) for row in rows]
-
-
-def _regroup(chars: list[tuple[object, str]]) -> Tokens:
-    out: Tokens = []
-    for t, ch in chars:
-        if out and out[-1][0] is t:
-            out[-1] = (t, out[-1][1] + ch)
-        else:
-            out.append((t, ch))
-    return out
+    return [[(t, "".join(c for _, c in g)) for t, g in groupby(r, lambda tc: tc[0])] for r in rows]
 
 
 class _Painter:
@@ -101,90 +89,59 @@ class _Painter:
     def __init__(self, color: bool, background: str):
         self.color = color
         if color:
-            from io import StringIO
-
             from pygments.formatters import TerminalFormatter
-            from pygments.token import Text
 
             self._fmt = TerminalFormatter(bg=background)
-            self._io = StringIO
-            self._text = Text
 
     def code(self, tokens: Tokens) -> str:
         if not self.color:
             return "".join(text for _, text in tokens)
-        buf = self._io()
-        self._fmt.format([(self._text if t is None else t, s) for t, s in tokens], buf)
-        return buf.getvalue()
+        from pygments import format
+        from pygments.token import Text
 
-    def dim(self, text: str) -> str:
-        return f"\x1b[2m{text}\x1b[0m" if self.color and text.strip() else text
+        return format([(Text if t is None else t, s) for t, s in tokens], self._fmt)
+
+    def dim(self, text: str, sgr: int = 2) -> str:
+        return f"\x1b[{sgr}m{text}\x1b[0m" if self.color and text.strip() else text
 
     def bold(self, text: str) -> str:
-        return f"\x1b[1m{text}\x1b[0m" if self.color and text.strip() else text
-
-
-def _width(text: str) -> int:
-    return sum(_char_width(c) for c in text)
-
-
-def _pad(text: str, shown: str, width: int) -> str:
-    """``text`` (maybe with ANSI codes) padded to ``width`` columns of ``shown``'s width."""
-    return text + " " * max(0, width - _width(shown))
+        return self.dim(text, sgr=1)
 
 
 def _fit(text: str, width: int) -> str:
     """Shorten a label to ``width`` columns, marking the cut with ``…``."""
     if _width(text) <= width:
         return text
-    out = ""
-    for ch in text:
-        if _width(out + ch) > width - 1:
-            break
-        out += ch
-    return out + "…"
+    while _width(text) > width - 1:
+        text = text[:-1]
+    return text + "…"
 
 
-@dataclass
-class _Glyphs:
-    sep: str = " │ "
-    cross: str = "─┼─"
-    rule: str = "─"
-    wrap: str = "↪"
-
-    @classmethod
-    def for_stream(cls, stream) -> _Glyphs:
-        try:
-            "│┼─↪…".encode(getattr(stream, "encoding", None) or "ascii")
-        except (UnicodeEncodeError, LookupError):
-            return cls(" | ", "-+-", "-", "+")
-        return cls()
+_Glyphs = namedtuple("_Glyphs", "sep cross rule wrap", defaults=(" │ ", "─┼─", "─", "↪"))
 
 
-def render_text(
-    pairs: list[Pair],
-    left: Source | None,
-    right: Source | None,
-    width: int,
-    color: bool = False,
-    background: str = "dark",
-    glyphs: _Glyphs | None = None,
-    layout: str = "auto",
-) -> list[str]:
-    """The pairs as lines of text at most ``width`` columns wide (never under
-    :data:`NARROWEST`): side by side from :data:`SIDE_BY_SIDE_MIN` columns up (or with
-    ``layout="side"``), stacked below (or with ``layout="stacked"``)."""
+def _glyphs(stream) -> _Glyphs:
+    """Box drawing, or ASCII where ``stream`` cannot encode it."""
+    try:
+        "│┼─↪…".encode(getattr(stream, "encoding", None) or "ascii")
+    except (UnicodeEncodeError, LookupError):
+        return _Glyphs(" | ", "-+-", "-", "+")
+    return _Glyphs()
+
+
+def render_text(pairs: list[Pair], left, right, width: int, paint, layout="auto") -> list[str]:
+    """The pairs as lines at most ``width`` (at least :data:`NARROWEST`) columns wide: side
+    by side from :data:`SIDE_BY_SIDE_MIN` columns (``layout="auto"``), else stacked."""
     width = max(NARROWEST, width)
-    if layout == "auto":
-        layout = "side" if width >= SIDE_BY_SIDE_MIN else "stacked"
-    render = _render_side if layout == "side" else _render_stacked
-    return render(pairs, left, right, width, _Painter(color, background), glyphs or _Glyphs())
+    side = layout == "side" or layout == "auto" and width >= SIDE_BY_SIDE_MIN
+    render = _render_side if side else _render_stacked
+    return render(pairs, left, right, width, paint, _glyphs(sys.stdout))
 
 
 def _rows(seg: Segment, src: Source, code_w: int, numw: int, paint, g) -> list[tuple[str, int]]:
     """The lines of ``seg`` as display rows ``(text, shown width)``: the line number,
     then the code wrapped to ``code_w`` columns (continuations marked in the gutter)."""
-    toks = src.line_tokens() if paint.color else [[(None, ln)] for ln in src.lines]
+    toks = src.line_tokens if paint.color else [[(None, ln)] for ln in src.lines]
     rows = []
     for n in range(seg.start, seg.end + 1):
         for k, frag in enumerate(_wrap(toks[n - 1], code_w)):
@@ -197,29 +154,19 @@ def _rows(seg: Segment, src: Source, code_w: int, numw: int, paint, g) -> list[t
 def _render_stacked(pairs, left, right, width, paint, g) -> list[str]:
     """One column: for each pair, its NumPy lines, then its PyTorch lines."""
     numw = max([3] + [len(str(len(s.lines))) for s in (left, right) if s])
-    code_w = width - numw - 1
-    names = [s.label if s else "(no twin)" for s in (left, right)]
-    sides = ("NumPy", "PyTorch")
-    out = [
-        paint.bold(_fit(f"{sides[0]}: {names[0]}", width)),
-        paint.bold(_fit(f"{sides[1]}: {names[1]}", width)),
-        g.rule * width,
-    ]
+    sides = (("NumPy", left), ("PyTorch", right))
+    out = [paint.bold(_fit(f"{name}: {s.label if s else '(no twin)'}", width)) for name, s in sides]
+    out.append(g.rule * width)
     for idx, pair in enumerate(pairs):
-        if idx:
-            out.append("")
         text = f"{g.rule * 2} {_fit(pair.label, width - 6)} "
-        out.append(paint.bold(text + g.rule * (width - _width(text))))
-        for side, (seg, src) in enumerate(((pair.left, left), (pair.right, right))):
-            if side and pair.left:
+        out += [""] * (idx > 0) + [paint.bold(text + g.rule * (width - _width(text)))]
+        for (name, src), seg in zip(sides, (pair.left, pair.right), strict=True):
+            if name == "PyTorch" and pair.left:
                 out.append("")  # the PyTorch lines start apart from the NumPy ones
-            if seg is None:
-                twin = "no PyTorch twin" if side else "no NumPy twin"
-                out.append(paint.dim(_fit(f"{' ' * numw} {sides[side]}: ({twin})", width)))
-                continue
-            where = f"{src.label}:{seg.start}-{seg.end}"
-            out.append(paint.dim(_fit(f"{' ' * numw} {sides[side]}: {where}", width)))
-            out += [text.rstrip() for text, _ in _rows(seg, src, code_w, numw, paint, g)]
+            where = f"{src.label}:{seg.start}-{seg.end}" if seg else f"(no {name} twin)"
+            out.append(paint.dim(_fit(f"{' ' * numw} {name}: {where}", width)))
+            if seg:
+                out += [t.rstrip() for t, _ in _rows(seg, src, width - numw - 1, numw, paint, g)]
     return out
 
 
@@ -228,102 +175,66 @@ def _render_side(pairs, left, right, width, paint, g) -> list[str]:
     col = max(NARROWEST // 2, (width - len(g.sep)) // 2)
     numw = max([3] + [len(str(len(s.lines))) for s in (left, right) if s])
     code_w = col - numw - 1
-    srcs = (left, right)
 
-    def label_cell(pair: Pair, side: int) -> str:
-        seg = (pair.left, pair.right)[side]
+    def label_cell(seg: Segment | None, label: str) -> str:
         if seg is None:
             return " " * col
-        text = f"{g.rule * 2} {_fit(pair.label, col - 6)} "
+        text = f"{g.rule * 2} {_fit(label, col - 6)} "
         return paint.dim(text + g.rule * (col - _width(text)))
 
-    def body(seg: Segment | None, src: Source | None) -> list[str]:
+    def cells(seg: Segment | None, src: Source | None) -> tuple[list[str], int]:
+        """The column's rows, and how many stand above the ``def`` line."""
         if seg is None:
-            return []
-        rows = _rows(seg, src, code_w, numw, paint, g)
-        return [text + " " * max(0, col - shown) for text, shown in rows]
+            return [], 0
+        rows = [t + " " * max(0, col - w) for t, w in _rows(seg, src, code_w, numw, paint, g)]
+        return rows, len(_rows(replace(seg, end=seg.def_line - 1), src, code_w, numw, paint, g))
 
-    def above_def(seg: Segment | None, src: Source | None) -> int:
-        """Display rows before the ``def`` line (decorators, comments, wrapped)."""
-        if seg is None:
-            return 0
-        return sum(
-            len(_wrap([(None, src.lines[n - 1])], code_w)) for n in range(seg.start, seg.def_line)
-        )
-
-    names = [s.label if s else "(no twin)" for s in srcs]
+    names = [_fit(s.label if s else "(no twin)", col) for s in (left, right)]
     out = [
-        _pad(paint.bold(_fit(names[0], col)), _fit(names[0], col), col)
-        + g.sep
-        + paint.bold(_fit(names[1], col)),
+        paint.bold(names[0]) + " " * (col - _width(names[0])) + g.sep + paint.bold(names[1]),
         g.rule * col + g.cross + g.rule * col,
     ]
     blank = " " * col
     for idx, pair in enumerate(pairs):
         if idx:
             out.append(blank + g.sep.rstrip())
-        out.append((label_cell(pair, 0) + g.sep + label_cell(pair, 1)).rstrip())
-        sides = [body(pair.left, left), body(pair.right, right)]
-        tops = [above_def(pair.left, left), above_def(pair.right, right)]
+        out.append(
+            (
+                label_cell(pair.left, pair.label) + g.sep + label_cell(pair.right, pair.label)
+            ).rstrip()
+        )
+        (a, above_a), (b, above_b) = cells(pair.left, left), cells(pair.right, right)
         if pair.left and pair.right:  # the two def lines face each other
-            hi = max(tops)
-            sides = [[blank] * (hi - t) + rows for t, rows in zip(tops, sides, strict=True)]
-        height = max(len(s) for s in sides)
-        sides = [s + [blank] * (height - len(s)) for s in sides]
-        out += [(a + g.sep + b).rstrip() for a, b in zip(*sides, strict=True)]
+            a, b = [blank] * (above_b - above_a) + a, [blank] * (above_a - above_b) + b
+        out += [(x + g.sep + y).rstrip() for x, y in zip_longest(a, b, fillvalue=blank)]
     return out
 
 
 # -- command ----------------------------------------------------------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    on_tty = "(default: on when stdout is a terminal"
     p.add_argument(
         "component",
         metavar="COMPONENT",
-        help="a file stem found in both numpy_impl/ and torch_impl/ (attention, norm, gpt, ...) "
-        "or a class name (LayerNorm)",
+        help="a file stem (attention, norm) or a class (LayerNorm)",
     )
+    p.add_argument("--method", metavar="NAME", help="one function or method: SelfAttention.forward")
+    yes_no = argparse.BooleanOptionalAction
+    p.add_argument("--color", action=yes_no, help=f"syntax colour with Pygments {on_tty})")
+    p.add_argument("--background", choices=("dark", "light"), default="dark", help="for colours")
     p.add_argument(
-        "--method",
-        metavar="NAME",
-        help="show one function or method only: forward, SelfAttention.forward, ...",
-    )
-    p.add_argument(
-        "--color",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="syntax colour with Pygments (default: on when stdout is a terminal)",
-    )
-    p.add_argument(
-        "--background",
-        choices=("dark", "light"),
-        default="dark",
-        help="the terminal's background, for the colour scheme",
-    )
-    p.add_argument(
-        "--width",
-        type=int_range(NARROWEST, WIDEST),
-        help="total width in columns (default: the terminal's; 100 when there is none)",
+        "--width", type=int_range(NARROWEST, 10_000), help="default: the terminal's, else 100"
     )
     p.add_argument(
         "--layout",
         choices=("auto", "side", "stacked"),
         default="auto",
-        help=f"'side': NumPy and PyTorch in two columns; 'stacked': one above the other; "
-        f"'auto': side by side from {SIDE_BY_SIDE_MIN} columns up",
+        help=f"two columns, or one above the other; 'auto': side from {SIDE_BY_SIDE_MIN} columns",
     )
     p.add_argument(
-        "--workspace",
-        metavar="DIR",
-        help="show your code from this workspace (default: $TWINFORMER_WORKSPACE, else "
-        "workspace/ in the repository, when it exists; else the repository's numpy_impl/)",
+        "--workspace", metavar="DIR", help="your code (default: $TWINFORMER_WORKSPACE, workspace/)"
     )
-    p.add_argument(
-        "--pager",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="page the output ($PAGER, else less -R) (default: on when stdout is a terminal "
-        "and the output is taller than it)",
-    )
+    p.add_argument("--pager", action=yes_no, help=f"$PAGER, else less -R {on_tty} and filled)")
 
 
 def _want_color(flag: bool | None) -> bool:
@@ -333,42 +244,32 @@ def _want_color(flag: bool | None) -> bool:
         if flag:
             print("note: --color needs Pygments (pip install Pygments)", file=sys.stderr)
         return False
-    if flag is None:
-        return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
-    return flag
+    return flag if flag is not None else sys.stdout.isatty() and not os.environ.get("NO_COLOR")
 
 
 def terminal_size() -> tuple[int, int]:
-    """(columns, lines) of the terminal the command runs in: ``$COLUMNS``/``$LINES``,
-    else the terminal of stdout, stderr or stdin (stdout may be a pipe: ``| less``),
-    else (:data:`PIPED_WIDTH`, 40)."""
-    size = None
-    for stream in (sys.stdout, sys.stderr, sys.stdin):
+    """(columns, lines): ``$COLUMNS``/``$LINES``, else the terminal of stdout, stderr or
+    stdin (stdout may be a pipe: ``| less``), else (:data:`PIPED_WIDTH`, 40)."""
+    size = (PIPED_WIDTH, 40)
+    for stream in (sys.stdin, sys.stderr, sys.stdout):  # stdout wins, then stderr
         try:
             size = os.get_terminal_size(stream.fileno())
-            break
         except (AttributeError, ValueError, OSError):
             continue
-    cols, lines = (size.columns, size.lines) if size else (PIPED_WIDTH, 40)
-    for var in ("COLUMNS", "LINES"):
-        value = os.environ.get(var, "")
-        if value.isdigit() and int(value) > 0:
-            cols, lines = (int(value), lines) if var == "COLUMNS" else (cols, int(value))
-    return cols, lines
+    env = [os.environ.get(var, "") for var in ("COLUMNS", "LINES")]
+    return tuple(
+        int(e) if e.isdigit() and int(e) > 0 else n for e, n in zip(env, size, strict=True)
+    )
 
 
 def _page(text: str) -> bool:
     """Show ``text`` through ``$PAGER`` (else ``less -R``); False when no pager ran."""
-    pager = os.environ.get("PAGER", "").strip()
-    env = {**os.environ}
-    env.setdefault("LESS", "FRX")  # quit at the end of one screen, keep colours, no clear
+    pager = os.environ.get("PAGER", "").strip()  # a command line, run by the shell as git does
+    if not pager and not shutil.which("less"):
+        return False
+    env = {"LESS": "FRX", **os.environ}  # quit at the end of one screen, keep colours, no clear
     try:
-        if pager:  # the user's command line, run by the shell as git runs it
-            proc = subprocess.Popen(pager, shell=True, stdin=subprocess.PIPE, env=env)
-        elif shutil.which("less"):
-            proc = subprocess.Popen(["less", "-R"], stdin=subprocess.PIPE, env=env)
-        else:
-            return False
+        proc = subprocess.Popen(pager or "less -R", shell=True, stdin=subprocess.PIPE, env=env)
     except OSError:
         return False
     try:
@@ -422,16 +323,8 @@ def main(args: argparse.Namespace) -> int:
                 method = qualified
         pairs = with_formulas(select_method(pairs, method), everything, left, right)
     columns, rows = terminal_size()
-    lines = render_text(
-        pairs,
-        left,
-        right,
-        width=args.width if args.width is not None else columns,
-        color=_want_color(args.color),
-        background=args.background,
-        glyphs=_Glyphs.for_stream(sys.stdout),
-        layout=args.layout,
-    )
+    paint = _Painter(_want_color(args.color), args.background)
+    lines = render_text(pairs, left, right, args.width or columns, paint, args.layout)
     text = "\n".join(lines) + "\n"
     pager = args.pager if args.pager is not None else sys.stdout.isatty() and len(lines) >= rows
     if pager:

@@ -1,25 +1,17 @@
 """The NumPy and PyTorch twins of a component, cut into pieces and paired.
 
-Both files are parsed with :mod:`ast` and cut into pieces: the module preamble
-(docstring, imports, constants), each top-level function, and each class as its
-header (``class`` line, docstring, class attributes) followed by one piece per
-method. Pieces are paired by qualified name (``SelfAttention.forward``)
-and shown in the NumPy file's order; a piece with no twin (``backward`` exists
-only on the NumPy side, helpers differ) faces blank space, and PyTorch-only
-pieces are slotted in where the PyTorch file has them. The shorter side of each
-pair is padded, so the next pair starts on the same row on both sides, and
-within a pair the ``def`` lines face each other.
-
-This pairing is shared by ``python -m labs diff`` (``diff.py``, which renders
-the pairs as two columns in a terminal) and ``python -m labs docs``
-(``docs.py``, which renders them as HTML).
+Each file is cut with :mod:`ast`: the preamble (docstring, imports, constants), each
+top-level function, each class header and each method. Pieces pair by qualified name
+(``SelfAttention.forward``) in the NumPy file's order; a piece with no twin faces blank
+space, PyTorch-only pieces slot in where the PyTorch file has them. ``diff.py`` renders
+the pairs in a terminal, ``docs.py`` as HTML.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from .. import UserError
@@ -38,11 +30,8 @@ Tokens = list[tuple[object, str]]  # (Pygments token type or None, text), one so
 # -- parsing: a file cut into named pieces ---------------------------------------------------
 @dataclass(frozen=True)
 class Segment:
-    """A run of lines of one file: ``start`` .. ``end`` (1-based, inclusive).
-
-    ``def_line`` is the ``def``/``class`` line (after decorators and comments
-    above it), so that the two sides of a pair can be aligned on it.
-    """
+    """Lines ``start`` .. ``end`` of a file (1-based, inclusive); ``def_line``, the
+    ``def``/``class`` line after decorators and comments, aligns a pair's two sides."""
 
     qualname: str  # "<module>", "softmax", "SelfAttention", "...forward"
     kind: str  # "module" | "function" | "class" | "method"
@@ -50,10 +39,6 @@ class Segment:
     end: int
     def_line: int
     decorators: tuple[str, ...] = ()
-
-    @property
-    def length(self) -> int:
-        return self.end - self.start + 1
 
 
 @dataclass
@@ -76,37 +61,20 @@ class Source:
     lines: list[str]
     preamble: Segment | None
     items: list[_Item]
-    _tokens: list[Tokens] | None = None
 
+    @cached_property
     def line_tokens(self) -> list[Tokens]:
-        """Pygments tokens of every line (lexed as one file, so docstrings stay strings).
+        """Pygments tokens of every line, lexed as one file (docstrings stay strings)."""
+        from pygments.lexers import PythonLexer
 
-        Without Pygments each line is a single untyped token.
-        """
-        if self._tokens is None:
-            try:
-                from pygments.lexers import PythonLexer
-            except ImportError:
-                self._tokens = [[(None, line)] for line in self.lines]
-            else:
-                lexer = PythonLexer(stripnl=False, ensurenl=True)
-                self._tokens = _split_lines(lexer.get_tokens("\n".join(self.lines) + "\n"))
-                # the lexer keeps every character, so the line count must agree
-                del self._tokens[len(self.lines) :]
-                self._tokens += [[] for _ in range(len(self.lines) - len(self._tokens))]
-        return self._tokens
-
-
-def _split_lines(tokens: Iterable[tuple[object, str]]) -> list[Tokens]:
-    lines: list[Tokens] = [[]]
-    for ttype, value in tokens:
-        parts = value.split("\n")
-        for i, part in enumerate(parts):
-            if i:
-                lines.append([])
-            if part:
-                lines[-1].append((ttype, part))
-    return lines
+        tokens: list[Tokens] = [[]]
+        for ttype, value in PythonLexer(stripnl=False).get_tokens("\n".join(self.lines) + "\n"):
+            for i, part in enumerate(value.split("\n")):
+                if i:
+                    tokens.append([])
+                if part:
+                    tokens[-1].append((ttype, part))
+        return tokens[: len(self.lines)] + [[] for _ in range(len(self.lines) - len(tokens))]
 
 
 def load_source(path: Path, label: str | None = None, text: str | None = None) -> Source:
@@ -118,10 +86,8 @@ def load_source(path: Path, label: str | None = None, text: str | None = None) -
     first = items[0].whole.start if items else len(lines) + 1
     end = _trim_end(lines, 1, first - 1)
     preamble = Segment(MODULE, "module", 1, end, 1) if end >= 1 else None
-    try:
-        label = label or path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        label = path.name
+    inside = path.resolve().is_relative_to(ROOT)
+    label = label or (path.resolve().relative_to(ROOT).as_posix() if inside else path.name)
     return Source(path, label, lines, preamble, items)
 
 
@@ -143,11 +109,8 @@ _DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
 def _items(body: list[ast.stmt], lines: list[str], limit: int, prefix: str) -> list[_Item]:
-    """The definitions among ``body``; each runs up to the next one (or ``limit``).
-
-    Statements between two definitions (a constant, an ``if __name__``) stay
-    with the definition above them.
-    """
+    """The definitions among ``body``; each runs up to the next one (or ``limit``),
+    keeping the statements after it (a constant, an ``if __name__``)."""
     defs = [n for n in body if isinstance(n, _DEFS)]
     starts = [_start(n, lines) for n in defs]
     out = []
@@ -157,7 +120,6 @@ def _items(body: list[ast.stmt], lines: list[str], limit: int, prefix: str) -> l
         end = _trim_end(lines, start, stop)
         qual = prefix + node.name
         decos = tuple("@" + ast.unparse(d) for d in getattr(node, "decorator_list", []))
-        whole_kind = "method" if prefix else "function"
         if isinstance(node, ast.ClassDef) and not prefix:
             methods = _items(node.body, lines, end, prefix=qual + ".")
             head_end = _trim_end(lines, start, methods[0].whole.start - 1) if methods else end
@@ -165,7 +127,7 @@ def _items(body: list[ast.stmt], lines: list[str], limit: int, prefix: str) -> l
             whole = Segment(qual, "class", start, end, node.lineno)
             out.append(_Item(node.name, "class", seg, whole, methods))
         else:
-            kind = "class" if isinstance(node, ast.ClassDef) else whole_kind
+            kind = "class" if isinstance(node, ast.ClassDef) else "method" if prefix else "function"
             seg = Segment(qual, kind, start, end, node.lineno, decos)
             out.append(_Item(node.name, kind, seg, seg))
     return out
@@ -231,45 +193,28 @@ def _merge(left: list[str], right: list[str]) -> list[tuple[int | None, int | No
     """Walk ``left`` in order, pairing equal keys; right-only keys are slotted in
     just before the next paired key that follows them on the right."""
     rpos = {k: j for j, k in enumerate(right)}
-    lset = set(left)
-    done: set[int] = set()
+    only_right = [j for j, k in enumerate(right) if k not in set(left)]
     out: list[tuple[int | None, int | None]] = []
     for i, k in enumerate(left):
         j = rpos.get(k)
-        if j is None:
-            out.append((i, None))
-            continue
-        for jj in range(j):
-            if jj not in done and right[jj] not in lset:
-                out.append((None, jj))
-                done.add(jj)
+        while j is not None and only_right and only_right[0] < j:
+            out.append((None, only_right.pop(0)))
         out.append((i, j))
-        done.add(j)
-    out += [(None, j) for j in range(len(right)) if j not in done and right[j] not in lset]
-    return out
+    return out + [(None, j) for j in only_right]
 
 
 def _select(items: list[_Item], only) -> list[_Item]:
-    if only is None:
-        return items
-    if only == "functions":
-        return [it for it in items if it.kind == "function"]
-    if only == "classes":
-        return [it for it in items if it.kind == "class"]
+    kinds = {"functions": "function", "classes": "class"}
+    if only is None or only in kinds:
+        return [it for it in items if only is None or it.kind == kinds[only]]
     return [it for it in items if it.name in only]
 
 
 def pair_sources(left: Source | None, right: Source | None, only=None) -> list[Pair]:
-    """The pieces of two twin files, paired by qualified name, in the left file's order.
-
-    ``only``: ``None`` (everything), ``"functions"``, ``"classes"``, or a
-    collection of top-level names; the module preamble is always included.
-    """
-    pairs = []
-    lpre = left.preamble if left else None
-    rpre = right.preamble if right else None
-    if lpre or rpre:
-        pairs.append(Pair(MODULE, lpre, rpre))
+    """The pieces of two twin files, paired by qualified name, in the left file's order;
+    ``only``: ``"functions"``, ``"classes"`` or top-level names (and the preamble)."""
+    preambles = (left.preamble if left else None, right.preamble if right else None)
+    pairs = [Pair(MODULE, *preambles)] if any(preambles) else []
     twins = TWIN_NAMES.get(left.path.stem, {}) if left and right else {}
     renamed = {t: n for n, t in twins.items()}
     litems = _select(left.items, only) if left else []
@@ -284,13 +229,11 @@ def pair_sources(left: Source | None, right: Source | None, only=None) -> list[P
     return pairs
 
 
-def _one_sided(item: _Item, key: str, side: str) -> Iterator[Pair]:
-    def make(k, seg):
-        return Pair(k, seg, None) if side == "left" else Pair(k, None, seg)
-
-    yield make(key, item.seg)
-    for mkey, m in zip(_keys([m.name for m in item.methods]), item.methods, strict=True):
-        yield make(f"{key}.{mkey}", m.seg)
+def _one_sided(item: _Item, key: str, side: str) -> list[Pair]:
+    keys = [key] + [f"{key}.{k}" for k in _keys([m.name for m in item.methods])]
+    segs = [item.seg] + [m.seg for m in item.methods]
+    pairs = [Pair(k, seg, None) for k, seg in zip(keys, segs, strict=True)]
+    return pairs if side == "left" else [Pair(p.key, None, p.left) for p in pairs]
 
 
 def _pair_items(litems: list[_Item], ritems: list[_Item], prefix: str) -> list[Pair]:
@@ -321,17 +264,9 @@ def components() -> list[str]:
     return sorted(_stems(NUMPY_DIR) & _stems(TORCH_DIR))
 
 
-def _defined_names(path: Path) -> list[str]:
-    try:
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-    except (OSError, SyntaxError):
-        return []
-    return [n.name for n in tree.body if isinstance(n, _DEFS) and not n.name.startswith("_")]
-
-
 def resolve_component(name: str) -> str:
     """A component's file stem from a stem (``norm``), a path (``numpy_impl/norm.py``)
-    or a public class or function name (``LayerNorm``, ``filter_logits``)."""
+    or a class or function name (``LayerNorm``, ``filter_logits``)."""
     valid = components()
     stem = Path(name).stem if name.endswith(".py") else name
     if stem in valid:
@@ -340,7 +275,7 @@ def resolve_component(name: str) -> str:
         return stem.lower()
     for comp in valid:
         for directory in (NUMPY_DIR, TORCH_DIR):
-            if name in _defined_names(directory / f"{comp}.py"):
+            if name in {it.name for it in load_source(directory / f"{comp}.py").items}:
                 return comp
     only_numpy = _stems(NUMPY_DIR) - _stems(TORCH_DIR)
     hint = " (NumPy only: it has no PyTorch twin)" if stem in only_numpy else ""

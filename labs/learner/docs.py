@@ -5,14 +5,11 @@
     python -m labs docs --figures run      # run every lab again for its figures
     python -m labs docs --no-solutions     # each exercise region as its TODO lines only
 
-In the manner of d2l.ai: a sidebar, a search box, a page per chapter: its README
-(equations as MathML, ``docs_math.py``; the lab's figures, ``docs_figures.py``), then
-the NumPy and PyTorch code of the chapter (:data:`CHAPTER_CODE` and every exercise
-region it leaves out) side by side, aligned method by method as ``labs diff`` does,
-the exercise's lines tinted. ``docs/*.md`` are pages too; links between Markdown files
-become links between pages. The search runs offline in the browser: MiniSearch 7.2.0
-(``site_assets/``, MIT) over ``search-index.js``. Needs the ``docs`` extra;
-``docs_html.py`` has the HTML pieces, ``diff_pairs.py`` the pairs.
+A page per chapter: its README (maths as MathML, ``docs_math.py``; figures,
+``docs_figures.py``), then the NumPy and PyTorch code (:data:`CHAPTER_CODE` and every
+exercise region it leaves out) side by side as ``labs diff`` pairs them, the exercise
+tinted. ``docs/*.md`` are pages too. The search runs offline: MiniSearch 7.2.0
+(``site_assets/``, MIT) over ``search-index.js``. Needs the ``docs`` extra.
 """
 
 from __future__ import annotations
@@ -21,7 +18,8 @@ import argparse
 import html
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from .. import UserError
@@ -37,140 +35,97 @@ from .docs_html import (
     page,
     write_assets,
 )
-from .exercises_fences import chapter_folder, parse_regions, replace_bodies, stub_body
+from .exercises_fences import CHAPTERS, Reference
 from .release import without_solutions
 
 LABS_DIR = ROOT / "labs"
 DOCS_DIR = ROOT / "docs"
-DEFAULT_OUT = ROOT / "docs" / "site"
 #: Written into every site: a folder holding it is a previous site, rebuilt in place.
 SITE_MARKER = ".twinformer-site"
+_solved = cache(Reference)
 
 
 @dataclass(frozen=True)
 class Part:
-    """A component shown on a chapter page; ``only`` narrows it to some definitions
-    (``"functions"``, ``"classes"`` or a tuple of top-level names)."""
+    """A component shown on a chapter page; ``only``: ``"functions"``, ``"classes"`` or
+    top-level names; ``numpy_only``: the NumPy column alone (no twin)."""
 
     component: str
     only: str | tuple[str, ...] | None = None
     note: str = ""
-    numpy_only: bool = False  # show the NumPy column alone (no twin for these names)
+    numpy_only: bool = False
 
 
-#: chapter number -> (topic, the code it covers). Chapters found under labs/ with a
-#: number missing here get a page with their README only.
-CHAPTER_CODE: dict[str, tuple[str, tuple[Part, ...]]] = {
-    "01": (
-        "tokens",
-        (
-            Part(
-                "char_tokenizer",
-                ("CharTokenizer",),
-                note="CharTokenizer has no PyTorch twin: both backends share this one, "
-                "so only the NumPy column is shown (chapter 11's byte-level BPE has one).",
-                numpy_only=True,
-            ),
-        ),
-    ),
-    "02": ("embeddings", (Part("embedding"), Part("linear"))),
+_SHARED = "has no PyTorch twin: both backends use this one, so only the NumPy column is shown"
+#: chapter number -> the code it covers (a chapter missing here: its README only).
+CHAPTER_CODE: dict[str, tuple[Part, ...]] = {
+    "01": (Part("char_tokenizer", ("CharTokenizer",), f"CharTokenizer {_SHARED}.", True),),
+    "02": (Part("embedding"), Part("linear")),
     "03": (
-        "attention",
-        (
-            Part(
-                "attention",
-                (
-                    "softmax",
-                    "scaled_dot_product_attention",
-                    "scaled_dot_product_attention_backward",
-                ),
-                "The functions; the module follows in chapter 04.",
-            ),
+        Part(
+            "attention",
+            ("softmax", "scaled_dot_product_attention", "scaled_dot_product_attention_backward"),
+            "The functions; the module follows in chapter 04.",
         ),
     ),
     "04": (
-        "multihead",
-        (
-            Part(
-                "attention",
-                ("split_heads", "merge_heads", "SelfAttention"),
-                "The heads and the module; the attention function is chapter 03's.",
-            ),
-            Part("multihead_attention", ("MultiHeadAttention",), "The same core, torch's layout."),
+        Part(
+            "attention",
+            ("split_heads", "merge_heads", "SelfAttention"),
+            "The heads and the module; the attention function is chapter 03's.",
         ),
+        Part("multihead_attention", ("MultiHeadAttention",), "The same core, torch's layout."),
     ),
-    "05": ("positional", (Part("positional"),)),
-    "06": ("ffn_gelu", (Part("activations"), Part("ffn"))),
-    "07": ("layernorm_residual", (Part("norm"), Part("block"))),
-    "08": ("gpt", (Part("gpt"),)),
-    "09": ("training", (Part("loss"), Part("optim"))),
-    "10": ("sampling", (Part("sampling"),)),
+    "05": (Part("positional"),),
+    "06": (Part("activations"), Part("ffn")),
+    "07": (Part("norm"), Part("block")),
+    "08": (Part("gpt"),),
+    "09": (Part("loss"), Part("optim")),
+    "10": (Part("sampling"),),
     "11": (
-        "tokenization",
-        (
-            Part(
-                "tokenizer",
-                ("get_pair_counts", "merge", "train_bpe_plain", "BPETokenizer"),
-                "Byte-level BPE: from scratch on the left, HF tokenizers on the right.",
-            ),
-            Part(
-                "byte_level",
-                ("bytes_to_unicode", "token_to_str", "str_to_token", "pre_tokenize"),
-                "The bytes, their printable spelling, GPT-2's pre-tokenization.",
-            ),
-            Part("bpe_trainer", ("train_bpe",), "The fast trainer; HF's BpeTrainer on the right."),
-            Part(
-                "tokenizer_files",
-                ("tokenizer_to_json", "write_atomically", "parse_tokenizer_json", "DecodeStream"),
-                "tokenizer.json, and decoding a stream of ids.",
-            ),
+        Part(
+            "tokenizer",
+            ("get_pair_counts", "merge", "train_bpe_plain", "BPETokenizer"),
+            "Byte-level BPE: from scratch on the left, HF tokenizers on the right.",
+        ),
+        Part(
+            "byte_level",
+            ("bytes_to_unicode", "token_to_str", "str_to_token", "pre_tokenize"),
+            "The bytes, their printable spelling, GPT-2's pre-tokenization.",
+        ),
+        Part("bpe_trainer", ("train_bpe",), "The fast trainer; HF's BpeTrainer on the right."),
+        Part(
+            "tokenizer_files",
+            ("tokenizer_to_json", "write_atomically", "parse_tokenizer_json", "DecodeStream"),
+            "tokenizer.json, and decoding a stream of ids.",
         ),
     ),
-    "12": ("efficient_attention", (Part("flash_attention"), Part("kv_cache"))),
-    "13": ("positional_rope", (Part("rope"),)),
+    "12": (Part("flash_attention"), Part("kv_cache")),
+    "13": (Part("rope"),),
     "14": (
-        "norms_ffn",
-        (
-            Part("norm", ("RMSNorm",), "LayerNorm is chapter 07's."),
-            Part("activations", ("ReLU", "SiLU"), "GELU is chapter 06's."),
-            Part("ffn", ("SwiGLUFeedForward",), "FeedForward is chapter 06's."),
-            Part("block"),
-        ),
+        Part("norm", ("RMSNorm",), "LayerNorm is chapter 07's."),
+        Part("activations", ("ReLU", "SiLU"), "GELU is chapter 06's."),
+        Part("ffn", ("SwiGLUFeedForward",), "FeedForward is chapter 06's."),
+        Part("block"),
     ),
     "15": (
-        "encoder_classifier",
-        (
-            Part(
-                "masks",
-                ("causal_attn_mask", "key_padding_attn_mask", "combine_attn_mask", "to_attn_mask"),
-                "The mask helpers (docs/masks.md).",
-            ),
-            Part("encoder"),
+        Part(
+            "masks",
+            ("causal_attn_mask", "key_padding_attn_mask", "combine_attn_mask", "to_attn_mask"),
+            "The mask helpers (docs/masks.md).",
         ),
+        Part("encoder"),
     ),
     "16": (
-        "encoder_decoder",
-        (
-            Part(
-                "attention",
-                ("SelfAttention",),
-                "Cross-attention is SelfAttention called with kv: the kv branches of project "
-                "and project_backward are this chapter's; the rest is chapter 04's.",
-            ),
-            Part("seq2seq"),
+        Part(
+            "attention",
+            ("SelfAttention",),
+            "Cross-attention is SelfAttention called with kv: the kv branches of project "
+            "and project_backward are this chapter's; the rest is chapter 04's.",
         ),
+        Part("seq2seq"),
     ),
-    "17": (
-        "real_models",
-        (
-            Part(
-                "pretrained",
-                note="The state-dict mapping has no PyTorch twin: it works on NumPy arrays "
-                "that both backends load, so only the NumPy column is shown.",
-                numpy_only=True,
-            ),
-        ),
-    ),
+    "17": (Part("pretrained", None, f"The state-dict mapping (NumPy arrays) {_SHARED}.", True),),
 }
 
 
@@ -181,88 +136,61 @@ class Chapter:
     directory: Path  # labs/03_attention (may not exist yet)
     readme: Path | None  # None: not written yet
     parts: tuple[Part, ...]
+    title: str  # the README's first heading, else "Chapter 03: attention"
 
     @property
     def page(self) -> str:
         return f"{self.slug}.html"
 
-    @property
-    def title(self) -> str:
-        """The README's first ``# heading``, else ``Chapter 03: attention``."""
-        default = f"Chapter {self.number}: {self.slug[3:].replace('_', ' ')}"
-        return _title(self.readme, default) if self.readme is not None else default
-
-
-def _plain(markdown_text: str) -> str:
-    """A heading's text without inline markup: `code`, *emphasis*, [links](url)."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown_text)
-    return re.sub(r"`|\*", "", text)
-
 
 def chapters(labs_dir: Path = LABS_DIR) -> list[Chapter]:
-    """The chapters: every ``labs/NN_topic/`` folder, plus those of :data:`CHAPTER_CODE`
-    that have no folder yet."""
-    found = {}
-    for d in sorted(labs_dir.glob("[0-9][0-9]_*")):
-        if d.is_dir():
-            found.setdefault(d.name[:2], d)
+    """Every ``labs/NN_topic/`` folder and every chapter of the course, folder or not."""
+    folders = sorted(labs_dir.glob("[0-9][0-9]_*"), reverse=True)  # the first of a number wins
+    found = {d.name[:2]: d.name for d in folders if d.is_dir()}
     out = []
-    for number in sorted(set(found) | set(CHAPTER_CODE)):
-        topic, parts = CHAPTER_CODE.get(number, ("", ()))
-        d = found.get(number)
-        readme = d / "README.md" if d is not None and (d / "README.md").is_file() else None
-        slug = d.name if d is not None else f"{number}_{topic}"
-        out.append(Chapter(number, slug, labs_dir / slug, readme, parts))
+    for number in sorted(set(found) | set(CHAPTERS)):
+        slug = found.get(number) or CHAPTERS[number][1]
+        readme = labs_dir / slug / "README.md"
+        readme = readme if readme.is_file() else None
+        title = f"Chapter {number}: {slug[3:].replace('_', ' ')}"
+        title = _title(readme, title) if readme else title
+        parts = CHAPTER_CODE.get(number, ())
+        out.append(Chapter(number, slug, labs_dir / slug, readme, parts, title))
     return out
 
 
 def _source(path: Path, solutions: bool):
-    """A NumPy file cut into pieces; without ``solutions`` each exercise region is the
-    learner's stub: its ``### TODO`` lines and a ``raise NotImplementedError``."""
-    if solutions:
-        return load_source(path)
-    text = path.read_text(encoding="utf-8")
-    regions = parse_regions(text, path.name)
-    stubs = {r.key: stub_body(r, chapter_folder(r.chapter)) for r in regions}
-    return load_source(path, text=replace_bodies(text, regions, stubs))
+    """A NumPy file cut into pieces; without ``solutions``, every exercise region a stub."""
+    return load_source(path, text=None if solutions else _solved().render(path.name, CHAPTERS))
 
 
 def exercise_parts(number: str, parts: tuple[Part, ...]) -> tuple[Part, ...]:
     """``parts``, then a part for each exercise region of chapter ``number`` (found by
     its fences in numpy_impl/) that ``parts`` do not show: its top-level function or class."""
-    shown: dict[str, set[int]] = {}
+    shown = set()  # (component, line)
     for part in parts:
         path = NUMPY_DIR / f"{part.component}.py"
-        if path.is_file():
-            for pair in pair_sources(load_source(path), None, part.only):
-                if pair.left is not None:
-                    lines = range(pair.left.start, pair.left.end + 1)
-                    shown.setdefault(part.component, set()).update(lines)
+        for p in pair_sources(load_source(path), None, part.only) if path.is_file() else []:
+            shown |= {(part.component, n) for n in range(p.left.start, p.left.end + 1)}
     missing: dict[str, list[str]] = {}
-    for path in sorted(NUMPY_DIR.glob("*.py")):
-        for r in parse_regions(path.read_text(encoding="utf-8"), path.name):
-            if r.chapter == number and r.begin + 1 not in shown.get(path.stem, ()):
-                missing.setdefault(path.stem, []).append(r.function.split(".")[0])
+    for r in _solved().chapter_regions(number):
+        if (stem := r.file.removesuffix(".py"), r.begin + 1) not in shown:
+            missing.setdefault(stem, []).append(r.function.split(".")[0])
     note = "More of this chapter's exercise."
     return parts + tuple(Part(c, tuple(dict.fromkeys(n)), note) for c, n in missing.items())
 
 
-@dataclass
-class _Rendered:
-    html: str
-    toc: list[tuple[str, str, str]]  # (anchor, label, badge html)
-    tinted: bool
-
-
-def _component_html(part: Part, number: str, solutions: bool = True) -> tuple[str, _Rendered]:
+def _component_html(part: Part, number: str, solutions: bool = True):
+    """``(section id, html, [(anchor, label, badge html)], any line tinted)``."""
     comp = part.component
     npath, tpath = NUMPY_DIR / f"{comp}.py", TORCH_DIR / f"{comp}.py"
     left = _source(npath, solutions) if npath.is_file() else None
     right = load_source(tpath) if tpath.is_file() and not part.numpy_only else None
-    section_id = f"code-{comp}" + ("" if part.only is None else f"-{_only_slug(part.only)}")
+    only = (part.only,) if isinstance(part.only, str) else part.only or ()
+    section_id = "-".join(("code", comp, *only))
     if left is None and right is None:
         body = f'<p class="note">No <code>{comp}.py</code> in numpy_impl/ or torch_impl/ yet.</p>'
-        return section_id, _Rendered(body, [], False)
+        return section_id, body, [], False
     single = left is None or right is None
     tinted = _exercise_lines(left, number) if left else set()
     rows, toc = [], []
@@ -288,17 +216,9 @@ def _component_html(part: Part, number: str, solutions: bool = True) -> tuple[st
         missing = "PyTorch" if right is None else "NumPy"
         notes.append(f"No {missing} twin of <code>{comp}.py</code> yet: one column only.")
     note = "".join(f'<p class="note">{n}</p>' for n in notes)
-    body = (
-        f'{note}<div class="{klass}">\n<div class="files"><div class="{klass}">{files}</div>'
-        + "</div>\n"
-        + "\n".join(rows)
-        + "\n</div>"
-    )
-    return section_id, _Rendered(body, toc, bool(tinted))
-
-
-def _only_slug(only) -> str:
-    return only if isinstance(only, str) else "-".join(only)
+    files = f'<div class="files"><div class="{klass}">{files}</div></div>'
+    body = f'{note}<div class="{klass}">\n{files}\n' + "\n".join(rows) + "\n</div>"
+    return section_id, body, toc, bool(tinted)
 
 
 # -- pages ------------------------------------------------------------------------------------
@@ -310,7 +230,7 @@ class _Site:
     groups: dict[str, list[tuple[str, str]]]  # "Chapters" -> [(page, label)]
     pages: dict[Path, str]  # a README, chapter folder or docs/*.md, resolved -> its page
     solutions: bool = True
-    search: list[dict] | None = None
+    search: dict[str, dict] = field(default_factory=dict)  # id -> a search entry
 
     def sidebar(self, current: str) -> str:
         out = ['<nav class="sidebar"><label for="menu" class="close">close ✕</label>']
@@ -325,8 +245,7 @@ class _Site:
     def markdown(self, path: Path, pg: str, title: str, figures: ChapterFigures | None = None):
         """A Markdown file as HTML and its contents; its sections go into the search."""
         text = path.read_text(encoding="utf-8")
-        if not self.solutions:  # the README's quotes of the reference solution
-            text = without_solutions(text)
+        text = text if self.solutions else without_solutions(text)  # no quotes of a solution
         try:
             prose, toc, sections = markdown_page(
                 text, path.parent, self.out_dir, self.pages, figures
@@ -339,14 +258,15 @@ class _Site:
 
     def index(self, pg: str, anchor: str, title: str, heading: str, text: str = "") -> None:
         key = f"{pg}#{anchor}" if anchor else pg
-        if all(d["id"] != key for d in self.search):
-            self.search.append({"id": key, "title": title, "heading": heading, "text": text})
+        self.search.setdefault(key, {"id": key, "title": title, "heading": heading, "text": text})
 
 
-def _with_contents(prose: str, toc: str) -> str:
-    """The contents at the top of the page, under its title."""
-    title, sep, rest = prose.partition("</h1>")
-    return f"{title}{sep}\n{toc}\n{rest}" if sep else f"{toc}\n{prose}"
+def _prose_page(title: str, prose: str, contents: str, site: _Site, pg: str, pager="", code=""):
+    """A page: its prose with ``contents`` under its title, then ``code``."""
+    toc = f'<nav class="toc"><h2>On this page</h2><div>{contents}</div></nav>'
+    head, sep, rest = prose.partition("</h1>")
+    prose = f"{head}{sep}\n{toc}\n{rest}" if sep else f"{toc}\n{prose}"
+    return page(title, f'<div class="prose">{prose}</div>{code}', site.sidebar(pg), pager)
 
 
 def chapter_page(ch: Chapter, site: _Site, all_chapters: list[Chapter], figures=None) -> str:
@@ -360,45 +280,41 @@ def chapter_page(ch: Chapter, site: _Site, all_chapters: list[Chapter], figures=
         toc_tokens = []
     sections, code_toc, tinted = [], [], False
     for part in exercise_parts(ch.number, ch.parts):
-        section_id, rendered = _component_html(part, ch.number, site.solutions)
-        tinted |= rendered.tinted
+        section_id, rendered, pair_toc, tinted_here = _component_html(
+            part, ch.number, site.solutions
+        )
+        tinted |= tinted_here
         comp = html.escape(part.component)
         sections.append(
             f'<section class="component" id="{section_id}">\n<h3>{comp}</h3>\n'
-            f"{rendered.html}\n</section>"
+            f"{rendered}\n</section>"
         )
         pairs = "".join(
             f'<li><a href="#{html.escape(a)}"><code>{html.escape(label)}</code></a> {badge}</li>'
-            for a, label, badge in rendered.toc
+            for a, label, badge in pair_toc
         )
         code_toc.append(
             f'<li><a href="#{section_id}"><b>{comp}</b></a><ul class="pairs">{pairs}</ul></li>'
         )
-        for anchor, label, _ in rendered.toc:
+        for anchor, label, _ in pair_toc:
             site.index(ch.page, anchor, ch.title, label, f"{part.component} code")
 
     reading = _toc_list(toc_tokens)
-    toc = '<nav class="toc"><h2>On this page</h2><div>'
-    if reading.strip("<ul>/"):
-        toc += f"<div><b>Reading</b>{reading}</div>"
+    toc = f"<div><b>Reading</b>{reading}</div>" if reading.strip("<ul>/") else ""
     if code_toc:
         toc += '<div style="flex: 1"><b><a href="#code">Code</a></b>'
         toc += f"<ul>{''.join(code_toc)}</ul></div>"
-    toc += "</div></nav>"
 
     code = ""
     if sections:
-        legend = ""
-        if tinted:
-            legend = (
-                f'<p class="legend"><mark>Tinted lines</mark> are this chapter\'s exercise: the '
-                f"NumPy code between <code>### BEGIN SOLUTION ch{ch.number}</code> and "
-                "<code>### END SOLUTION</code>"
-                + ("." if site.solutions else ", here as the learner's stub: its TODO lines.")
-                + "</p>"
-            )
-        twins = [p.component for p in ch.parts if p.component in components()]
-        terminal = ", ".join(f"<code>python -m labs diff {c}</code>" for c in dict.fromkeys(twins))
+        stub = "." if site.solutions else ", here as the learner's stub: its TODO lines."
+        legend = (
+            f'<p class="legend"><mark>Tinted lines</mark> are this chapter\'s exercise: the '
+            f"NumPy code between <code>### BEGIN SOLUTION ch{ch.number}</code> and "
+            f"<code>### END SOLUTION</code>{stub}</p>"
+        )
+        twins = dict.fromkeys(p.component for p in ch.parts if p.component in components())
+        terminal = ", ".join(f"<code>python -m labs diff {c}</code>" for c in twins)
         code = (
             '<h2 class="code" id="code">The two implementations</h2>\n'
             '<p class="legend">NumPy (hand-written backward) on the left, PyTorch on the '
@@ -406,32 +322,29 @@ def chapter_page(ch: Chapter, site: _Site, all_chapters: list[Chapter], figures=
             "piece with no twin faces blank space. Line numbers are the files' own."
             + (f" The same view in a terminal: {terminal}." if terminal else "")
             + "</p>"
-            + legend
+            + legend * tinted
             + "\n".join(sections)
         )
-    idx = all_chapters.index(ch)
-    links = []
-    if idx > 0:
-        links.append(f'<a href="{all_chapters[idx - 1].page}">← {all_chapters[idx - 1].number}</a>')
-    if idx + 1 < len(all_chapters):
-        links.append(f'<a href="{all_chapters[idx + 1].page}">{all_chapters[idx + 1].number} →</a>')
+    i = all_chapters.index(ch)
+    links = [f'<a href="{c.page}">← {c.number}</a>' for c in all_chapters[max(i - 1, 0) : i]]
+    links += [f'<a href="{c.page}">{c.number} →</a>' for c in all_chapters[i + 1 : i + 2]]
     pager = f'<span class="pager">{"".join(links)}</span>'
-    body = f'<div class="prose">{_with_contents(prose, toc)}</div>\n{code}'
-    return page(ch.title, body, site.sidebar(ch.page), pager)
+    return _prose_page(ch.title, prose, toc, site, ch.page, pager, "\n" + code)
 
 
 def reference_page(path: Path, pg: str, site: _Site) -> str:
     """A ``docs/*.md`` page: its text, its contents at the top."""
     title = _title(path)
     prose, toc_tokens = site.markdown(path, pg, title)
-    toc = f'<nav class="toc"><h2>On this page</h2><div>{_toc_list(toc_tokens)}</div></nav>'
-    return page(title, f'<div class="prose">{_with_contents(prose, toc)}</div>', site.sidebar(pg))
+    return _prose_page(title, prose, _toc_list(toc_tokens), site, pg)
 
 
 def _title(path: Path, default: str | None = None) -> str:
     """The file's first ``# heading``, else ``default`` (the file's stem)."""
     m = re.search(r"^#\s+(.+?)\s*#*\s*$", path.read_text(encoding="utf-8"), re.M)
-    return _plain(m.group(1)) if m else default or path.stem
+    # without inline markup: `code`, *emphasis*, [links](url)
+    plain = re.sub(r"`|\*", "", re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", m.group(1))) if m else ""
+    return plain or default or path.stem
 
 
 def index_page(all_chapters: list[Chapter], site: _Site) -> str:
@@ -441,10 +354,8 @@ def index_page(all_chapters: list[Chapter], site: _Site) -> str:
         status = "" if ch.readme else ' <span class="badge">README not written yet</span>'
         what = f'<div class="what">code: {comps}</div>' if comps else ""
         items.append(f'<li><a href="{ch.page}">{html.escape(ch.title)}</a>{status}{what}</li>')
-    refs = "".join(
-        f'<li><a href="{pg}">{html.escape(label)}</a></li>'
-        for pg, label in site.groups.get("Reference", [])
-    )
+    links = site.groups.get("Reference", [])
+    refs = "".join(f'<li><a href="{pg}">{html.escape(label)}</a></li>' for pg, label in links)
     body = (
         '<div class="prose"><h1>twinformer labs</h1>\n'
         "<p>Every transformer component written twice: in NumPy with a hand-written "
@@ -467,15 +378,13 @@ def build_site(
     solutions: bool = True,
     docs_dir: Path = DOCS_DIR,
 ) -> list[Path]:
-    """Write ``index.html``, one page per chapter and per ``docs/*.md`` into ``out_dir``,
-    with the assets and the search index; return the pages.
+    """Write the index, a page per chapter and per ``docs/*.md``, the assets and the search
+    into ``out_dir``; return the pages. ``solutions=False``: the exercise regions as stubs,
+    the READMEs without their quotes of the solutions.
 
-    ``figures``: where the labs' figures come from (``docs_figures.py``): ``"auto"``,
-    ``"run"`` or ``"existing"``. ``solutions=False``: each exercise region shows
-    the learner's stub (its TODO lines), and the READMEs lose their quotes of the
-    solutions (release.py's ``without_solutions``). ``out_dir`` is new, empty or a
-    previous site (it holds :data:`SITE_MARKER`); any other folder is refused unless
-    ``force``: its files could be overwritten.
+    Raises:
+        UserError: a docs extra missing, or ``out_dir`` neither new, empty nor a previous
+            site (:data:`SITE_MARKER`) without ``force``.
     """
     try:
         import latex2mathml  # noqa: F401
@@ -487,85 +396,60 @@ def build_site(
         raise UserError(f"--figures: expected one of {', '.join(FIGURE_MODES)}, got {figures!r}")
     if out_dir.exists() and not out_dir.is_dir():
         raise UserError(f"--out {out_dir}: exists and is not a directory")
-    if not force and out_dir.is_dir() and not (out_dir / SITE_MARKER).is_file():
-        if any(out_dir.iterdir()):
-            raise UserError(
-                f"--out {out_dir}: a folder that is not empty and not a site this command "
-                f"built (no {SITE_MARKER} in it), so its files could be overwritten: give a "
-                "new or empty folder, or add --force to write into it anyway"
-            )
+    fresh = not out_dir.is_dir() or not any(out_dir.iterdir())
+    if not (fresh or force or (out_dir / SITE_MARKER).is_file()):
+        raise UserError(
+            f"--out {out_dir}: a folder that is not empty and not a site this command "
+            f"built (no {SITE_MARKER} in it), so its files could be overwritten: give a "
+            "new or empty folder, or add --force to write into it anyway"
+        )
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / SITE_MARKER).write_text(
-        "A site built by `python -m labs docs`; it rebuilds this folder in place.\n",
-        encoding="utf-8",
-    )
+    (out_dir / SITE_MARKER).write_text("Built by `python -m labs docs`, rebuilt in place.\n")
     all_chapters = chapters(labs_dir)
-    overview = docs_dir.parent / "README.md"
-    references = [overview] * overview.is_file() + sorted(docs_dir.glob("*.md"))
-    pages = {p.resolve(): _reference(p) for p in references}
+    overview = docs_dir.parent / "README.md"  # the page overview.html; docs/masks.md: masks.html
+    refs = {"overview.html": overview} if overview.is_file() else {}
+    refs |= {f"{p.stem}.html": p for p in sorted(docs_dir.glob("*.md"))}
+    pages = {p.resolve(): pg for pg, p in refs.items()}
     for ch in all_chapters:
         pages[ch.directory.resolve()] = pages[(ch.directory / "README.md").resolve()] = ch.page
+    prefix = re.compile(r"^Chapter\s+\d+\s*[:.]\s*")  # "Chapter 03: attention" -> "attention"
     groups = {
-        "Chapters": [(ch.page, f"{ch.number} {_short(ch.title)}") for ch in all_chapters],
-        "Reference": [
-            (_reference(p), "Overview" if _reference(p) == "overview.html" else _title(p))
-            for p in references
-        ],
+        "Chapters": [(ch.page, f"{ch.number} {prefix.sub('', ch.title)}") for ch in all_chapters],
+        "Reference": [(pg, "Overview" if p == overview else _title(p)) for pg, p in refs.items()],
     }
-    site = _Site(out_dir, groups, pages, solutions, search=[])
+    site = _Site(out_dir, groups, pages, solutions)
     drawn = collect_figures(all_chapters, out_dir, figures, say=say)
     written = [out_dir / "index.html"]
     written[0].write_text(index_page(all_chapters, site), encoding="utf-8")
     for ch in all_chapters:
         written.append(out_dir / ch.page)
         written[-1].write_text(chapter_page(ch, site, all_chapters, drawn.get(ch.slug)), "utf-8")
-    for path in references:
-        written.append(out_dir / _reference(path))
-        written[-1].write_text(reference_page(path, _reference(path), site), "utf-8")
+    for pg, path in refs.items():
+        written.append(out_dir / pg)
+        written[-1].write_text(reference_page(path, pg, site), "utf-8")
     write_assets(out_dir)
-    search = json.dumps(site.search, ensure_ascii=False, separators=(",", ":"))
+    search = json.dumps(list(site.search.values()), ensure_ascii=False, separators=(",", ":"))
     (out_dir / "search-index.js").write_text(f"window.TWINFORMER_SEARCH = {search};\n", "utf-8")
     return written
 
 
-def _reference(path: Path) -> str:
-    """``docs/masks.md`` -> ``masks.html``; the repository's README -> ``overview.html``."""
-    return "overview.html" if path.name == "README.md" else f"{path.stem}.html"
-
-
-def _short(title: str) -> str:
-    """A chapter's title in the sidebar, ``Chapter 03: attention`` -> ``attention``."""
-    return re.sub(r"^Chapter\s+\d+\s*[:.]\s*", "", title)
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=DEFAULT_OUT,
-        metavar="DIR",
-        help="where to write the site (default: docs/site/ in the repository)",
-    )
+    p.add_argument("--out", type=Path, default=ROOT / "docs" / "site", metavar="DIR")
     p.add_argument(
         "--figures",
         choices=FIGURE_MODES,
         default="auto",
-        help="the labs' figures, cached in labs/NN_*/figures/: 'auto' runs a lab only when "
-        "a figure is missing or older than its lab.py; 'run' runs every lab again; "
-        "'existing' never runs a lab (pages say how to draw what is missing)",
+        help="the labs' figures, cached in labs/NN_*/figures/: 'auto' runs a lab whose figures "
+        "are missing or older than its lab.py; 'run' runs every lab; 'existing' none",
     )
     p.add_argument(
         "--no-solutions",
         dest="solutions",
         action="store_false",
-        help="show each exercise region as its TODO lines only, and leave out the READMEs' "
-        "quotes of the solutions (a site for students)",
+        help="each exercise region as its TODO lines, the READMEs without their quotes of "
+        "the solutions (a site for students)",
     )
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="write into a --out folder that holds other files (they may be overwritten)",
-    )
+    p.add_argument("--force", action="store_true", help="write into a folder of other files")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,16 +1,10 @@
 """The labs' figures on the chapter pages of ``python -m labs docs``.
 
-A chapter's ``lab.py`` draws its figures with ``save(fig, "name.png")``
-(``labs/learner/notebook.py``) into ``labs/NN_topic/figures/`` (git-ignored;
-``$TWINFORMER_FIGURES/NN_topic/`` when that is set). That folder is the cache:
-the site copies its PNGs (into ``docs/site/figures/NN_topic/``), and a lab runs,
-each in its own process, only when it must. :func:`lab_figures` reads the
-``save`` calls without running anything. ``--figures``:
-
-* ``auto`` (the default): run a lab when one of its figures is missing or older
-  than its ``lab.py``; a second build runs none and takes seconds;
-* ``run``: run every lab again;
-* ``existing``: never run a lab; a figure not drawn yet is a note on its page.
+A ``lab.py`` draws its figures with ``save(fig, "name.png")`` into its figures folder
+(``notebook.figures_folder``), the cache the site copies them from; a lab runs, in its
+own process, only when it must. ``--figures``: ``auto`` runs a lab whose figures are
+missing or older than it; ``run`` runs every lab; ``existing`` never runs one (a missing
+figure is a note on its page).
 """
 
 from __future__ import annotations
@@ -30,7 +24,7 @@ from .notebook import ROOT, figures_folder
 from .notebook import shown as _shown
 
 FIGURE_MODES = ("auto", "run", "existing")
-LAB_TIMEOUT_S = 600
+TIMEOUT = 600  # seconds a lab may run
 
 
 @dataclass
@@ -46,41 +40,24 @@ def lab_figures(lab: Path) -> list[str]:
     """The names a lab script saves, in order: every ``save(fig, "name.png")`` call."""
     if not lab.is_file():
         return []
-    calls = [
-        node
-        for node in ast.walk(ast.parse(lab.read_text(encoding="utf-8")))
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Name)
-        and node.func.id == "save"
-        and len(node.args) == 2
-        and isinstance(node.args[1], ast.Constant)
-        and isinstance(node.args[1].value, str)
-    ]
-    return list(dict.fromkeys(c.args[1].value for c in sorted(calls, key=lambda c: c.lineno)))
+    calls = []
+    for node in ast.walk(ast.parse(lab.read_text(encoding="utf-8"))):
+        match node:
+            case ast.Call(func=ast.Name(id="save"), args=[_, ast.Constant(value=str(name))]):
+                calls.append((node.lineno, name))
+    return list(dict.fromkeys(name for _, name in sorted(calls, key=lambda c: c[0])))
 
 
 def _run_lab(lab: Path) -> tuple[int, str, float]:
-    """Run one lab script in its own process; its figures go to its cache."""
-    env = {
-        **os.environ,
-        "MPLBACKEND": "Agg",
-        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-    }
-    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        env.setdefault(var, "1")
-    start = time.monotonic()
+    """Run one lab script in its own process, one BLAS thread unless set: figures to its cache."""
+    path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    threads = dict.fromkeys(("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"), "1")
+    env = {**threads, **os.environ, "MPLBACKEND": "Agg", "PYTHONPATH": path}
+    start, cmd = time.monotonic(), [sys.executable, str(lab)]
     try:
-        r = subprocess.run(
-            [sys.executable, str(lab)],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=LAB_TIMEOUT_S,
-            check=False,
-        )
+        r = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     except subprocess.TimeoutExpired:
-        return -1, f"stopped after {LAB_TIMEOUT_S} s", time.monotonic() - start
+        return -1, f"stopped after {TIMEOUT} s", time.monotonic() - start
     tail = (r.stderr or r.stdout).strip().splitlines()[-1:] or [""]
     return r.returncode, tail[0], time.monotonic() - start
 
@@ -89,17 +66,10 @@ def collect(
     chapters: list,
     out_dir: Path,
     mode: str = "auto",
-    jobs: int | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, ChapterFigures]:
-    """Every chapter's figures, drawn where needed and copied into ``out_dir/figures/<slug>/``.
-
-    ``chapters``: objects with ``slug`` and ``directory`` (``docs.Chapter``).
-    Returns slug -> :class:`ChapterFigures`. A lab that fails is reported on its
-    page and through ``say``; the build goes on.
-    """
-    if mode not in FIGURE_MODES:
-        raise ValueError(f"figures: expected one of {', '.join(FIGURE_MODES)}, got {mode!r}")
+    """slug -> :class:`ChapterFigures` of ``docs.Chapter``s, drawn where needed and copied
+    into ``out_dir/figures/<slug>/``; a lab that fails is said and noted on its page."""
     result, cache, to_run = {}, {}, []
     for ch in chapters:
         lab = ch.directory / "lab.py"
@@ -112,7 +82,7 @@ def collect(
 
     failed = {}
     if to_run:
-        jobs = jobs or max(1, min(4, os.cpu_count() or 1))
+        jobs = max(1, min(4, os.cpu_count() or 1))
         say(
             f"drawing figures: running {len(to_run)} lab script(s), {jobs} at a time, into "
             "labs/NN_topic/figures/ (later builds reuse them; --figures existing never runs one)"
@@ -134,14 +104,9 @@ def collect(
             if (cache[ch.slug] / name).is_file() and ch.slug not in failed:
                 dest.mkdir(parents=True, exist_ok=True)
                 cf.found[name] = Path(shutil.copyfile(cache[ch.slug] / name, dest / name))
+        run = f"<code>python {lab}</code>"
         if ch.slug in failed:
-            cf.note = (
-                f"<code>python {lab}</code> failed (exit status {failed[ch.slug]}), so its "
-                "figures are missing here; run it to see why."
-            )
+            cf.note = f"{run} failed (exit status {failed[ch.slug]}): run it to see why."
         elif len(cf.found) < len(cf.wanted):
-            cf.note = (
-                f"Not drawn yet: run <code>python {lab}</code> (or build the site with "
-                "<code>python -m labs docs --figures auto</code>)."
-            )
+            cf.note = f"Not drawn yet: run {run} (or <code>python -m labs docs</code>)."
     return result

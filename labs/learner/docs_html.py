@@ -1,8 +1,5 @@
-"""The HTML pieces of ``python -m labs docs``: the page frame (its CSS, script and the
-search library are files in ``site_assets/``), the code cells of a pair
-(syntax-highlighted, the chapter's exercise tinted), and a Markdown file as HTML
-with its links rewritten, its figures in place and its sections for the search.
-``docs.py`` puts them together.
+"""The HTML pieces of ``python -m labs docs``: the page frame (its CSS, script and search
+in ``site_assets/``), a pair's code cells, and a Markdown file as HTML.
 """
 
 from __future__ import annotations
@@ -12,10 +9,11 @@ import os
 import re
 import shutil
 import xml.etree.ElementTree as etree
-from io import StringIO
 from pathlib import Path
+from string import Template
 
 from .diff_pairs import Pair, Segment, Source
+from .exercises_fences import parse_regions
 
 ASSETS = Path(__file__).with_name("site_assets")
 
@@ -32,77 +30,42 @@ def write_assets(out_dir: Path) -> None:
 
 
 def page(title: str, body: str, sidebar: str, pager: str = "") -> str:
-    return (
-        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-        f"<title>{html.escape(title)} · twinformer</title>\n"
-        '<link rel="stylesheet" href="site.css">\n<script src="site.js" defer></script>\n'
-        '</head>\n<body>\n<input type="checkbox" id="menu" hidden>\n<header class="top">'
-        '<label for="menu" class="menu" title="contents">☰</label>'
-        '<a class="brand" href="index.html">twinformer labs</a>'
-        '<div class="search"><input type="search" placeholder="Search ( / )" '
-        f'aria-label="Search the site"><ol></ol></div>{pager}</header>\n'
-        f'<div class="layout">\n{sidebar}\n<main>\n{body}\n</main>\n</div>\n</body>\n</html>\n'
-    )
-
-
-_FENCE_BEGIN = re.compile(r"^\s*###\s*BEGIN SOLUTION\s+ch(\d+)\b")
-_FENCE_END = re.compile(r"^\s*###\s*END SOLUTION\b")
+    """A whole page: ``site_assets/page.html`` filled in."""
+    frame = Template((ASSETS / "page.html").read_text(encoding="utf-8"))
+    return frame.substitute(title=html.escape(title), body=body, sidebar=sidebar, pager=pager)
 
 
 def _exercise_lines(src: Source, number: str) -> set[int]:
     """Lines (1-based) inside chapter ``number``'s exercise fences, fences included."""
-    out, inside = set(), False
-    for n, line in enumerate(src.lines, 1):
-        m = _FENCE_BEGIN.match(line)
-        if m:
-            inside = int(m.group(1)) == int(number)
-        if inside:
-            out.add(n)
-        if _FENCE_END.match(line):
-            inside = False
-    return out
+    regions = parse_regions("\n".join(src.lines), src.label, names=False)
+    return {n + 1 for r in regions if r.chapter == number for n in range(r.begin, r.end + 1)}
 
 
-def _code_cell(
-    seg: Segment | None,
-    src: Source | None,
-    pad: int,
-    tinted: set[int],
-    side: str,
-    anchor: str = "",
-):
-    """One column of a pair: the lines of ``seg``, highlighted, one ``<span>`` per line
-    (id ``{side}-{anchor}-{line number}``), so that a long line wraps under itself.
-    ``pad`` blank rows above it line the two ``def`` lines up (side by side only)."""
+def _code_cell(seg: Segment | None, src: Source | None, pad, tinted: set[int], side, anchor=""):
+    """One column of a pair: ``seg`` highlighted, a ``<span>`` per line (id
+    ``{side}-{anchor}-{line}``); ``pad`` blank rows above line the ``def`` lines up."""
     if seg is None or src is None:
         return f'<div class="col col-{side} empty"></div>'
+    from pygments import format
     from pygments.formatters import HtmlFormatter
     from pygments.token import Text
 
-    tokens = []
-    for n in range(seg.start, seg.end + 1):
-        tokens += src.line_tokens()[n - 1]
-        tokens.append((Text, "\n"))
+    lines = range(seg.start, seg.end + 1)
+    tokens = [tok for n in lines for tok in (*src.line_tokens[n - 1], (Text, "\n"))]
     fmt = HtmlFormatter(
         linenos="inline",
         linenostart=seg.start,
         linespans=f"{side}-{anchor}" if anchor else side,
-        hl_lines=[n - seg.start + 1 for n in range(seg.start, seg.end + 1) if n in tinted],
+        hl_lines=[n - seg.start + 1 for n in lines if n in tinted],
         cssclass="highlight",
     )
-    buf = StringIO()
-    fmt.format(tokens, buf)
     style = f' style="--pad: {pad}"' if pad else ""
-    return f'<div class="col col-{side}"{style}>{buf.getvalue()}</div>'
+    return f'<div class="col col-{side}"{style}>{format(tokens, fmt)}</div>'
 
 
 def _side_name(pair: Pair) -> str:
-    if pair.left and not pair.right:
-        return '<span class="badge">NumPy only</span>'
-    if pair.right and not pair.left:
-        return '<span class="badge">PyTorch only</span>'
-    return ""
+    only = "NumPy" if not pair.right else "PyTorch" if not pair.left else ""
+    return f'<span class="badge">{only} only</span>' if only else ""
 
 
 # -- markdown ---------------------------------------------------------------------------------
@@ -111,21 +74,17 @@ def figure_anchor(name: str) -> str:
 
 
 def markdown_page(text: str, base_dir: Path, out_dir: Path, pages: dict[Path, str], figures=None):
-    """Markdown -> (html, toc tokens, sections). Maths becomes MathML (``docs_math.py``).
+    """Markdown -> (html, toc tokens, [(anchor, heading, text)] for the search).
 
-    Relative links are rewritten: to another page of the site (``pages``: resolved
-    path of a README, a chapter folder or a ``docs/*.md`` -> page), else to the file in
-    the repository (relative to ``out_dir``). An image of the lab's figures,
-    ``![caption](figures/name.png)``, becomes a ``<figure>`` with the PNG the site
-    holds (``figures``: ``docs_figures.ChapterFigures``), or a note saying how to
-    draw it; a code span naming one (```heads.png```) links to it. ``sections``:
-    ``(anchor, heading, text)`` per heading, for the search.
+    Relative links go to a page of the site (``pages``: resolved path -> page), else to
+    the repository's file. ``![caption](figures/name.png)`` becomes a ``<figure>`` with
+    the site's PNG (``figures``: ``docs_figures.ChapterFigures``) or a note on drawing
+    it; a code span naming a figure links to it. Maths becomes MathML.
     """
     import markdown
-    from markdown.extensions import Extension
     from markdown.treeprocessors import Treeprocessor
 
-    from .docs_math import math_extension
+    from .docs_math import add_math
 
     wanted = set(figures.wanted) if figures else set()
     sections: list[tuple[str, str, str]] = []
@@ -148,10 +107,7 @@ def markdown_page(text: str, base_dir: Path, out_dir: Path, pages: dict[Path, st
             if name in figures.found:
                 p.tag, p.attrib = "figure", {"id": figure_anchor(name)}
                 img.set("src", figures.found[name].relative_to(out_dir).as_posix())
-                link = etree.Element("a", href=img.get("src"), title="full size")
-                p.insert(list(p).index(img), link)  # a click opens the PNG at full size
-                p.remove(img)
-                link.append(img)
+                _into_link(p, img, href=img.get("src"), title="full size")  # the PNG, full size
                 etree.SubElement(p, "figcaption").text = img.get("alt")
             else:
                 p.set("class", "note")
@@ -171,35 +127,30 @@ def markdown_page(text: str, base_dir: Path, out_dir: Path, pages: dict[Path, st
                         el.set(attr, rewrite(el.get(attr), image=el.tag == "img"))
                 name = (el.text or "").rsplit("/", 1)[-1]
                 if el.tag == "code" and name in wanted and parent.tag not in ("a", "pre"):
-                    link = etree.Element("a", href="#" + figure_anchor(name))
-                    link.tail, el.tail = el.tail, None
-                    parent.insert(list(parent).index(el), link)
-                    parent.remove(el)
-                    link.append(el)
+                    _into_link(parent, el, href="#" + figure_anchor(name))
             for el in root:  # the search's sections: each heading and the text up to the next
                 if el.tag in ("h1", "h2", "h3") or not sections:
                     sections.append([el.get("id", ""), _text(el) if el.tag[0] == "h" else "", ""])
                 sections[-1][2] += " " + _text(el)
 
-    class SiteExtension(Extension):
-        def extendMarkdown(self, md):  # noqa: N802  (markdown's API)
-            md.treeprocessors.register(Site(md), "twinformer_site", 4)  # after toc (5)
-
     md = markdown.Markdown(
-        extensions=[
-            "fenced_code",
-            "tables",
-            "toc",
-            "codehilite",
-            "md_in_html",
-            math_extension(),
-            SiteExtension(),
-        ],
+        extensions=["fenced_code", "tables", "toc", "codehilite", "md_in_html"],
         extension_configs={"codehilite": {"guess_lang": False, "css_class": "highlight"}},
     )
+    add_math(md)
+    md.treeprocessors.register(Site(md), "twinformer_site", 4)  # after toc (5)
     # a collapsed answer (<details>) keeps its Markdown: md_in_html reads it when marked
     out = md.convert(re.sub(r"^<details>", '<details markdown="1">', text, flags=re.M))
     return out, md.toc_tokens, [tuple(s) for s in sections]
+
+
+def _into_link(parent: etree.Element, el: etree.Element, **attrs: str) -> None:
+    """Put ``el``, a child of ``parent``, inside a new ``<a>`` in its place."""
+    link = etree.Element("a", **attrs)
+    link.tail, el.tail = el.tail, None
+    parent.insert(list(parent).index(el), link)
+    parent.remove(el)
+    link.append(el)
 
 
 def _text(el: etree.Element) -> str:

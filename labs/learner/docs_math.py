@@ -1,16 +1,7 @@
-"""The chapters' LaTeX as MathML, for ``python -m labs docs``: no JavaScript, no network.
-
-The READMEs write maths GitHub's way: ``$...$`` inline, ``$$...$$`` displayed.
-:class:`MathExtension` takes every formula out of the text before Markdown parses it
-(which would eat ``\\!``, ``\\\\`` and pairs of ``_i``), renders it with
-`latex2mathml <https://pypi.org/project/latex2mathml/>`_ at build time, and stores the
-MathML in Markdown's stash of raw HTML, which puts it back untouched. Browsers draw
-MathML themselves; each formula keeps its LaTeX in a hidden ``<annotation>``. A
-command latex2mathml does not know stops the build with the formula named
-(:func:`to_mathml`).
-
-Not maths (pandoc's and GitHub's rules): code spans and fenced code, an escaped
-``\\$``, and a ``$`` followed or closed by a space (``$5 and $6``).
+"""The chapters' LaTeX (``$...$``, ``$$...$$``) as MathML for ``python -m labs docs``:
+rendered by latex2mathml at build time, drawn by the browser, no script. The formulas
+leave the text before Markdown parses it (it would eat ``\\!`` and ``_i`` pairs) and come
+back through its stash. Not maths (pandoc's rules): code, ``\\$``, a ``$`` beside a space.
 """
 
 from __future__ import annotations
@@ -18,10 +9,8 @@ from __future__ import annotations
 import html
 import re
 
-#: One token of the text: a code span (kept as it is), an escaped dollar, display
-#: maths, inline maths. Inline maths opens with a ``$`` not followed by a space,
-#: closes with a ``$`` not preceded by a space nor followed by a digit, and does not
-#: run over a blank line.
+#: A code span (kept), an escaped dollar, display maths, inline maths: a ``$`` not before
+#: a space to a ``$`` not after a space nor before a digit, within a paragraph.
 _TOKENS = re.compile(
     r"(?P<code>(?P<ticks>`+).+?(?P=ticks))"
     r"|(?P<escaped>\\\$)"
@@ -33,35 +22,31 @@ _TOKENS = re.compile(
 
 
 def to_mathml(tex: str, display: bool) -> str:
-    """One formula as a ``<math>`` element; its LaTeX kept in an ``<annotation>``.
+    """One formula as a ``<math>`` element, its LaTeX in an ``<annotation>``.
 
-    Raises ``ValueError`` naming the formula when latex2mathml cannot read it, or
-    passes a command through as text (``\\arg``: it would show as raw LaTeX).
+    Raises:
+        ValueError: naming the formula, when latex2mathml cannot read it or passes a
+            command through as text.
     """
     from latex2mathml.converter import convert
 
+    tex = tex.strip()
     try:
-        mathml = convert(tex.strip(), display="block" if display else "inline")
+        mathml = convert(tex, display="block" if display else "inline")
     except Exception as e:  # latex2mathml raises its own exception types
-        raise ValueError(f"cannot render the formula {tex.strip()!r}: {e}") from None
-    unknown = re.findall(r">(\\[A-Za-z]+)<", mathml)  # a command it passed through as text
-    if unknown:
-        raise ValueError(
-            f"cannot render the formula {tex.strip()!r}: latex2mathml does not know "
-            f"{', '.join(dict.fromkeys(unknown))}"
-        )
+        raise ValueError(f"cannot render the formula {tex!r}: {e}") from None
+    if unknown := re.findall(r">(\\[A-Za-z]+)<", mathml):  # a command passed through as text
+        unknown = ", ".join(dict.fromkeys(unknown))
+        raise ValueError(f"cannot render the formula {tex!r}: latex2mathml does not know {unknown}")
     head, sep, rest = mathml.partition(">")
     body, _, tail = rest.rpartition("</math>")
-    annotation = f'<annotation encoding="application/x-tex">{html.escape(tex.strip())}</annotation>'
+    annotation = f'<annotation encoding="application/x-tex">{html.escape(tex)}</annotation>'
     return f"{head}{sep}<semantics>{body}{annotation}</semantics></math>{tail}"
 
 
 def replace_math(text: str, store) -> str:
-    """``text`` with every formula replaced by ``store(mathml)`` (a placeholder).
-
-    Code spans are left as they are, and ``\\$`` becomes ``$``. Fenced code blocks must
-    already be out of the text (Markdown's fenced_code preprocessor runs first).
-    """
+    """``text`` with every formula replaced by ``store(mathml)`` (a placeholder), ``\\$``
+    by ``$``; code spans kept (fenced code must be out already: fenced_code runs first)."""
 
     def sub(m: re.Match) -> str:
         if m.group("code"):
@@ -75,19 +60,13 @@ def replace_math(text: str, store) -> str:
     return _TOKENS.sub(sub, text)
 
 
-def math_extension():
-    """A Python-Markdown extension: the formulas out before parsing, MathML back after."""
-    from markdown.extensions import Extension
+def add_math(md) -> None:
+    """Register on a Python-Markdown ``md``: the formulas out before parsing, MathML back."""
     from markdown.preprocessors import Preprocessor
 
     class MathPreprocessor(Preprocessor):
         def run(self, lines: list[str]) -> list[str]:
-            text = replace_math("\n".join(lines), self.md.htmlStash.store)
-            return text.split("\n")
+            return replace_math("\n".join(lines), self.md.htmlStash.store).split("\n")
 
-    class MathExtension(Extension):
-        def extendMarkdown(self, md):  # noqa: N802  (markdown's API)
-            # after fenced_code (25), which stashes code blocks, before html_block (20)
-            md.preprocessors.register(MathPreprocessor(md), "twinformer_math", 22)
-
-    return MathExtension()
+    # after fenced_code (25), which stashes code blocks, before html_block (20)
+    md.preprocessors.register(MathPreprocessor(md), "twinformer_math", 22)

@@ -1,24 +1,17 @@
 """Exercises: write ``numpy_impl`` back yourself, one chapter at a time (docs/exercises.md).
 
-The reference solutions carry nbgrader-style fences (``### BEGIN SOLUTION ch03``,
-``### TODO`` lines the learner keeps, ``### END SOLUTION``). ``start NN`` makes
-``workspace/numpy_impl/``, the reference with chapter NN's regions as stubs (on an
-existing workspace it adds them and replaces no code of yours without ``--force``);
-``check NN`` runs ``pytest -m chNN`` against it and explains each failure; ``status``
-lists the chapters; ``reset NN`` puts the stubs back. The learner's copy is always
-generated from the reference.
-
-The pieces: ``exercises_fences.py`` (chapters, fences, stubs), ``exercises_workspace.py``
-(the learner's copy and its state), ``exercises_check.py`` (a chapter's tests run and
-explained); this module has the four commands.
+``start NN`` puts chapter NN's regions into ``workspace/numpy_impl/`` as stubs (replacing
+no code of yours without ``--force``); ``check NN`` runs ``pytest -m chNN`` against it
+and explains each failure; ``status`` lists the chapters; ``reset NN`` puts the stubs
+back. The pieces: ``exercises_fences.py``, ``exercises_workspace.py``,
+``exercises_check.py``; this module has the four commands.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 from .. import UserError
 from .exercises_check import (
@@ -40,15 +33,6 @@ from .exercises_workspace import (
 from .invocation import labs_command
 
 
-# -- the commands ------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Command:
-    """A sub-command of ``python -m labs``: what ``labs/__main__.py`` registers."""
-
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    main: Callable[[argparse.Namespace], int]
-
-
 def _workspace_option(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--workspace",
@@ -58,23 +42,19 @@ def _workspace_option(p: argparse.ArgumentParser) -> None:
 
 
 def _chapter_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "chapter", help=f"chapter number, one of {', '.join(CHAPTERS)} (3, 03 and ch03 all work)"
-    )
+    """The chapter, and ``--workspace``."""
+    chapters = ", ".join(CHAPTERS)
+    p.add_argument("chapter", type=parse_chapter, help=f"one of {chapters} (3, 03, ch03 work)")
+    _workspace_option(p)
 
 
 def _start_arguments(p: argparse.ArgumentParser) -> None:
     _chapter_argument(p)
-    p.add_argument(
-        "--force",
-        action="store_true",
-        help="replace code you already wrote in this chapter's regions with the stubs",
-    )
-    _workspace_option(p)
+    p.add_argument("--force", action="store_true", help="replace code you wrote with the stubs")
 
 
 def _start(args: argparse.Namespace) -> int:
-    chapter = parse_chapter(args.chapter)
+    chapter = args.chapter
     ws = Workspace(workspace_dir(args.workspace))
     ref = Reference()
     fresh = not ws.exists()
@@ -106,32 +86,17 @@ def _start(args: argparse.Namespace) -> int:
 def _check_arguments(p: argparse.ArgumentParser) -> None:
     _chapter_argument(p)
     p.add_argument("-k", dest="keyword", metavar="EXPR", help="only the tests pytest -k selects")
-    p.add_argument(
-        "-m", dest="marker", metavar="EXPR", help="only the chapter's tests pytest -m selects too"
-    )
-    p.add_argument(
-        "-v", "--verbose", action="store_true", help="every test and every compared tensor"
-    )
+    p.add_argument("-m", dest="marker", metavar="EXPR", help="only those pytest -m selects too")
+    p.add_argument("-v", "--verbose", action="store_true", help="every test and compared tensor")
     p.add_argument("-q", "--quiet", action="store_true", help="only the failures and the summary")
-    p.add_argument(
-        "--junit",
-        metavar="FILE",
-        type=Path,
-        help="also write the results as JUnit XML (GitHub Classroom, Gradescope, CI); "
-        "a report of the same name is replaced",
-    )
-    p.add_argument(
-        "--json",
-        dest="json_out",
-        metavar="FILE",
-        type=Path,
-        help="also write the results as JSON; a report of the same name is replaced",
-    )
-    _workspace_option(p)
+    also = "also write the results as %s; a report of the same name is replaced"
+    junit = also % "JUnit XML (GitHub Classroom, Gradescope, CI)"
+    p.add_argument("--junit", metavar="FILE", type=Path, help=junit)
+    p.add_argument("--json", dest="json_out", metavar="FILE", type=Path, help=also % "JSON")
 
 
 def _check(args: argparse.Namespace) -> int:
-    chapter = parse_chapter(args.chapter)
+    chapter = args.chapter
     ws = Workspace(workspace_dir(args.workspace))
     if chapter not in (ws.started() if ws.exists() else ()):
         start = labs_command("start", chapter, *workspace_flag(ws))
@@ -158,24 +123,21 @@ def _status(args: argparse.Namespace) -> int:
     width = max(len(title) for title, _ in CHAPTERS.values())
     for chapter, (title, _) in CHAPTERS.items():
         entry = chapters.get(chapter)
+        last = (entry or {}).get("last_check")
         if entry is None:
             status, detail = "not started", ""
+        elif last is None:
+            status, detail = "in progress", "not checked yet"
         else:
-            last = entry.get("last_check")
-            if last is None:
-                status, detail = "in progress", "not checked yet"
-            else:
-                status = "done" if last["passed"] else "in progress"
-                detail = (
-                    f"last check {last['time'].replace('T', ' ')}: "
-                    f"{last['tests_passing']} of {last['tests']} tests pass"
-                )
+            status = "done" if last["passed"] else "in progress"
+            when, passing = last["time"].replace("T", " "), last["tests_passing"]
+            detail = f"last check {when}: {passing} of {last['tests']} tests pass"
         print(f"  {chapter}  {title:<{width}}  {status:<11}  {detail}".rstrip())
     return 0
 
 
 def _reset(args: argparse.Namespace) -> int:
-    chapter = parse_chapter(args.chapter)
+    chapter = args.chapter
     ws = Workspace(workspace_dir(args.workspace)).require()
     written = add_stubs(Reference(), ws, chapter, force=True)
     print(f"reset chapter {chapter} ({CHAPTERS[chapter][0]}): the stubs are back in")
@@ -184,12 +146,8 @@ def _reset(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reset_arguments(p: argparse.ArgumentParser) -> None:
-    _chapter_argument(p)
-    _workspace_option(p)
-
-
-start = Command(_start_arguments, _start)
-check = Command(_check_arguments, _check)
-status = Command(_workspace_option, _status)
-reset = Command(_reset_arguments, _reset)
+# the sub-commands labs/__main__.py registers
+start = SimpleNamespace(add_arguments=_start_arguments, main=_start)
+check = SimpleNamespace(add_arguments=_check_arguments, main=_check)
+status = SimpleNamespace(add_arguments=_workspace_option, main=_status)
+reset = SimpleNamespace(add_arguments=_chapter_argument, main=_reset)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import takewhile
 from pathlib import Path
 
 from .. import UserError
@@ -79,29 +79,18 @@ class FenceError(UserError):
 
 @dataclass(frozen=True)
 class Region:
-    """One fenced solution region of a file.
+    """One fenced solution region of a file; ``(chapter, index)`` names it in the reference
+    and in a workspace."""
 
-    Attributes:
-        file: the file, relative to the package (``"attention.py"``).
-        chapter: ``"03"``.
-        index: this is the chapter's ``index``-th region in the file (from 0); with
-            ``chapter`` it names the region in the reference and in a workspace.
-        function: the function or method around it (``"SelfAttention.forward"``).
-        indent: the fences' indentation.
-        begin, end: line numbers (from 0) of the two fence lines.
-        kept: the ``###`` lines right after BEGIN (the task), verbatim.
-        body: every line between the fences, verbatim (``kept`` included).
-    """
-
-    file: str
-    chapter: str
-    index: int
-    function: str
-    indent: str
-    begin: int
-    end: int
-    kept: tuple[str, ...]
-    body: tuple[str, ...]
+    file: str  # relative to the package: "attention.py"
+    chapter: str  # "03"
+    index: int  # the chapter's index-th region in the file, from 0
+    function: str  # the function or method around it: "SelfAttention.forward"
+    indent: str  # the fences' indentation
+    begin: int  # the BEGIN line, from 0
+    end: int  # the END line, from 0
+    kept: tuple[str, ...]  # the ### lines right after BEGIN (the task), verbatim
+    body: tuple[str, ...]  # every line between the fences, verbatim (kept included)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -115,10 +104,8 @@ class Region:
 
 
 def parse_regions(text: str, file: str, names: bool = True) -> list[Region]:
-    """Every fenced region of ``text`` (the source of ``file``), in order.
-
-    Args:
-        names: find each region's function with ``ast`` (needs valid Python).
+    """Every fenced region of ``text`` (the source of ``file``), in order; ``names``: find
+    each region's function with ``ast`` (needs valid Python).
 
     Raises:
         FenceError: a fence without its partner, nested or mis-indented fences, or a
@@ -127,7 +114,6 @@ def parse_regions(text: str, file: str, names: bool = True) -> list[Region]:
     lines = text.splitlines(keepends=True)
     functions = _function_spans(text) if names else []
     regions: list[Region] = []
-    seen: Counter[str] = Counter()
     opened: tuple[int, re.Match] | None = None
     for i, line in enumerate(lines):
         stripped = line.rstrip("\r\n")
@@ -149,26 +135,13 @@ def parse_regions(text: str, file: str, names: bool = True) -> list[Region]:
                     f"{where}: END SOLUTION is not indented like its BEGIN (line {b + 1})"
                 )
             body = tuple(lines[b + 1 : i])
-            kept: list[str] = []
-            for body_line in body:
-                if not _KEPT.match(body_line.rstrip("\r\n")):
-                    break
-                kept.append(body_line)
+            kept = tuple(takewhile(lambda line: _KEPT.match(line.rstrip("\r\n")), body))
             chapter = begin["chapter"]
+            index = sum(r.chapter == chapter for r in regions)
+            function = _innermost(functions, b + 1)
             regions.append(
-                Region(
-                    file=file,
-                    chapter=chapter,
-                    index=seen[chapter],
-                    function=_innermost(functions, b + 1),
-                    indent=begin["indent"],
-                    begin=b,
-                    end=i,
-                    kept=tuple(kept),
-                    body=body,
-                )
+                Region(file, chapter, index, function, begin["indent"], b, i, kept, body)
             )
-            seen[chapter] += 1
             opened = None
         elif "### BEGIN SOLUTION" in stripped or "### END SOLUTION" in stripped:
             raise FenceError(f"{where}: a fence must be alone on its line: {stripped.strip()!r}")
@@ -177,27 +150,21 @@ def parse_regions(text: str, file: str, names: bool = True) -> list[Region]:
     return regions
 
 
-def _function_spans(text: str) -> list[tuple[int, int, str]]:
+def _function_spans(text: str, node=None, prefix="") -> list[tuple[int, int, str]]:
     """``(first line, last line, qualified name)`` of every function, 1-based."""
-    spans: list[tuple[int, int, str]] = []
-
-    def visit(node: ast.AST, prefix: str) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                name = f"{prefix}{child.name}"
-                if not isinstance(child, ast.ClassDef):
-                    spans.append((child.lineno, child.end_lineno or child.lineno, name))
-                visit(child, f"{name}.")
-            else:
-                visit(child, prefix)
-
-    visit(ast.parse(text), "")
+    spans = []
+    for child in ast.iter_child_nodes(node or ast.parse(text)):
+        name = f"{prefix}{getattr(child, 'name', '')}"
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            spans.append((child.lineno, child.end_lineno, name))
+        defines = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        spans += _function_spans(text, child, f"{name}." if defines else prefix)
     return spans
 
 
 def _innermost(spans: list[tuple[int, int, str]], lineno: int) -> str:
     inside = [s for s in spans if s[0] <= lineno <= s[1]]
-    return max(inside, key=lambda s: s[0])[2] if inside else "<module>"
+    return max(inside)[2] if inside else "<module>"
 
 
 def _normalised(lines: Iterable[str]) -> tuple[str, ...]:
@@ -208,10 +175,8 @@ def _normalised(lines: Iterable[str]) -> tuple[str, ...]:
 def stub_body(region: Region, folder: str) -> tuple[str, ...]:
     """The learner's version of ``region``: its TODO lines and a ``raise``."""
     newline = "\r\n" if region.body and region.body[0].endswith("\r\n") else "\n"
-    message = f"ch{region.chapter}: {region.function}"
-    if region.task:
-        message += f" \u2014 {region.task}"
-    message += f"; see {folder}/README.md"
+    task = f" \u2014 {region.task}" if region.task else ""
+    message = f"ch{region.chapter}: {region.function}{task}; see {folder}/README.md"
     literal = json.dumps(message, ensure_ascii=False)  # a JSON string is a Python string
     return (*region.kept, f"{region.indent}raise NotImplementedError({literal}){newline}")
 
@@ -250,10 +215,6 @@ class Reference:
     def render(self, file: str, stubbed: Iterable[str], keep: dict | None = None) -> str:
         """The reference ``file`` with the regions of the ``stubbed`` chapters stubbed,
         except those whose key is in ``keep`` (which get that body instead)."""
-        stubbed, keep = set(stubbed), keep or {}
-        bodies = {
-            r.key: keep.get(r.key, self.stub(r))
-            for r in self.regions.get(file, [])
-            if r.chapter in stubbed
-        }
-        return replace_bodies(self.texts[file], self.regions.get(file, []), bodies)
+        stubbed, keep, regions = set(stubbed), keep or {}, self.regions.get(file, [])
+        bodies = {r.key: keep.get(r.key, self.stub(r)) for r in regions if r.chapter in stubbed}
+        return replace_bodies(self.texts[file], regions, bodies)

@@ -1,9 +1,5 @@
-"""The learner's workspace: ``DIR/numpy_impl`` (their copy) and ``DIR/progress.json``.
-
-:func:`add_stubs` puts a chapter's stubs into it (``python -m labs start`` and
-``reset``), creating it if needed and never replacing code the learner wrote
-unless told to.
-"""
+"""The learner's workspace: ``DIR/numpy_impl`` (their copy) and ``DIR/progress.json``;
+:func:`add_stubs` puts a chapter's stubs in (``labs start`` and ``reset``)."""
 
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import groupby
 from pathlib import Path
 
 from .. import UserError
@@ -41,9 +38,7 @@ STATE_FILE = "progress.json"  # in the workspace: started chapters and their las
 def workspace_flag(ws) -> tuple[str, ...]:
     """``("--workspace", DIR)`` when ``ws`` is not the workspace a bare command would
     find (so a printed "next" command works as typed), else ``()``."""
-    if ws.root == workspace_dir(None):
-        return ()
-    return ("--workspace", shlex.quote(str(ws.root)))
+    return () if ws.root == workspace_dir(None) else ("--workspace", shlex.quote(str(ws.root)))
 
 
 def workspace_dir(option: str | None) -> Path:
@@ -52,7 +47,7 @@ def workspace_dir(option: str | None) -> Path:
         raise UserError("--workspace is empty: give a directory")
     chosen = option or os.environ.get(WORKSPACE_ENV) or str(REPO / "workspace")
     root = Path(chosen).expanduser().resolve()
-    for package in _protected_packages():
+    for package in ((REPO / name).resolve() for name in (PACKAGE, "torch_impl")):
         if root == package or package in root.parents:
             problem = f"lies inside the reference package {_show(package)}/"
         elif root / PACKAGE == package:
@@ -78,8 +73,7 @@ def workspace_dir(option: str | None) -> Path:
 
 def check_report_path(path: Path, option: str, workspaces: list[Workspace]) -> Path:
     """``path`` resolved, once proven writable as a report before any work starts: not a
-    directory, its folder one that exists or can be made and written, and not inside
-    a workspace (its code, ``progress.json`` and reports are the learner's).
+    directory, in a folder that can be made and written, not inside a workspace.
 
     Raises:
         UserError: naming ``option`` and the reason.
@@ -102,19 +96,9 @@ def check_report_path(path: Path, option: str, workspaces: list[Workspace]) -> P
     return target
 
 
-def _protected_packages() -> list[Path]:
-    """The reference packages a workspace must never be or lie in: ``numpy_impl/`` and
-    ``torch_impl/`` beside ``labs/`` (the repository's, or the installed ones: ``labs``
-    is installed with them)."""
-    return [(REPO / name).resolve() for name in (PACKAGE, "torch_impl")]
-
-
 def _show(path: Path) -> str:
     """``path`` relative to the current directory when it lies below it."""
-    try:
-        return path.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return str(path)
+    return path.relative_to(Path.cwd()).as_posix() if path.is_relative_to(Path.cwd()) else str(path)
 
 
 class Workspace:
@@ -137,23 +121,19 @@ class Workspace:
         return self
 
     def load_state(self) -> dict:
+        why = "is not a record of chapters"
         try:
             state = json.loads(self.state_file.read_text(encoding="utf-8"))
         except FileNotFoundError:
             state = {}
         except (ValueError, UnicodeDecodeError) as e:  # never silently replaced by an empty one
-            raise UserError(
-                f"{_show(self.state_file)} is damaged ({e}): repair it, or delete it to start "
-                "the record of your chapters afresh (your code is not in it)"
-            ) from e
+            state, why = None, f"is damaged ({e})"
         if not isinstance(state, dict) or not isinstance(state.get("chapters", {}), dict):
             raise UserError(
-                f"{_show(self.state_file)} is not a record of chapters: repair it, or delete "
-                "it to start the record afresh (your code is not in it)"
+                f"{_show(self.state_file)} {why}: repair it, or delete it to start the record "
+                "of your chapters afresh (your code is not in it)"
             )
-        state.setdefault("version", 1)
-        state.setdefault("chapters", {})
-        return state
+        return {"version": 1, "chapters": {}, **state}
 
     def save_state(self, state: dict) -> None:
         text = json.dumps(state, indent=2, sort_keys=True, allow_nan=False) + "\n"
@@ -178,28 +158,18 @@ class Written:
 
 
 def add_stubs(ref: Reference, ws: Workspace, chapter: str, force: bool = False) -> list[Written]:
-    """Put chapter ``chapter``'s stubs into the workspace, creating it if needed.
-
-    A region already holding its stub is left alone; one holding the reference
-    solution (a chapter not started) is replaced; one holding anything else is
-    the learner's code: replaced only with ``force``. Every other line of the
-    workspace stays as it is: no other chapter's region is ever touched. A
-    workspace file that is missing is generated again (stubs for every started
-    chapter). One whose fences are damaged (a fence lost, unpaired or
-    mis-indented, or this chapter's regions without theirs) is reported and left
-    alone, ``force`` or not: nothing is written then. The state file then lists
-    the chapter as started (again, with no last check, if any stub was put in).
+    """Put chapter ``chapter``'s stubs into the workspace, creating it if needed: a region
+    holding the solution is stubbed, one holding the learner's code only with ``force``
+    (copied first), a missing file generated again; nothing else changes.
 
     Raises:
-        UserError: a damaged fence (where it is), or code of the learner's would
-            be replaced (without ``force``).
+        UserError: a damaged fence (nothing is written), or the learner's code would be
+            replaced without ``force``.
     """
     regions = ref.chapter_regions(chapter)
     if not regions:
         raise UserError(f"chapter {chapter} has no ### BEGIN SOLUTION ch{chapter} regions")
-    by_file: dict[str, list[Region]] = {}
-    for r in regions:
-        by_file.setdefault(r.file, []).append(r)
+    by_file = {f: list(rs) for f, rs in groupby(regions, key=lambda r: r.file)}  # in file order
     functions = {f: _function_list(rs) for f, rs in by_file.items()}
 
     if not ws.exists():
@@ -313,8 +283,8 @@ def _function_list(regions: list[Region]) -> list[str]:
     return [f"{name} ({n} places)" if n > 1 else name for name, n in counts.items()]
 
 
-def _print_written(ws: Workspace, written: list[Written], indent: str = "  ") -> None:
+def _print_written(ws: Workspace, written: list[Written]) -> None:
     for w in written:
-        print(f"{indent}{_show(ws.package / w.file)}: {', '.join(w.functions)}")
+        print(f"  {_show(ws.package / w.file)}: {', '.join(w.functions)}")
         if w.kept is not None:
-            print(f"{indent}  your code there was copied to {_show(w.kept)} first")
+            print(f"    your code there was copied to {_show(w.kept)} first")

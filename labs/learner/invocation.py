@@ -1,10 +1,5 @@
-"""How to name a ``labs`` command in a message, the way the learner runs them.
-
-A hint that says ``python -m labs check 10`` fails with ``No module named
-'numpy'`` for a learner who never activated the virtual environment and typed
-``.venv/bin/python -m labs check 09``: every "next:" line names the same
-interpreter the learner used (:func:`labs_command`).
-"""
+"""How to name a ``labs`` command in a message: with the interpreter the learner used
+(``.venv/bin/python -m labs check 09``), so a "next:" line works as typed."""
 
 from __future__ import annotations
 
@@ -19,13 +14,9 @@ def interpreter() -> str:
     """``.venv/bin/python`` (relative to the current directory) when this process runs
     the repository's virtual environment, else ``python``."""
     exe = Path(os.path.abspath(sys.executable))  # not resolved: .venv/bin/python is a link
-    venv = REPO / ".venv"
-    if not exe.is_relative_to(venv):
+    if not exe.is_relative_to(REPO / ".venv"):
         return "python"
-    try:
-        return exe.relative_to(Path.cwd()).as_posix()
-    except ValueError:
-        return str(exe)
+    return exe.relative_to(Path.cwd()).as_posix() if exe.is_relative_to(Path.cwd()) else str(exe)
 
 
 def labs_command(*args: str) -> str:

@@ -5,19 +5,11 @@
     python -m labs notebook 03 --force            # replace the notebook written before
     python -m labs notebook 03 --execute          # run it first: the notebook keeps its outputs
 
-Each ``labs/NN_topic/lab.py`` is a jupytext "percent" script: ``# %%`` starts a
-code cell, ``# %% [markdown]`` a text cell. `jupytext <https://jupytext.readthedocs.io>`_
-turns it into an ``.ipynb`` with one notebook cell per script cell; the notebook
-imports the installed ``labs`` package, so it runs from any folder, and its
-figures show below their cells as well as going to the chapter's ``figures/``.
-Open it in VS Code (open the file, pick the project's ``.venv`` as the kernel)
-or in Jupyter (``pip install jupyterlab``, then ``jupyter lab
-labs/03_attention/lab.ipynb``), then run all cells.
-
-An existing notebook is never overwritten (it may hold your own cells and
-notes) unless ``--force`` is given; the notebooks written next to the labs are
-git-ignored. Needs the ``notebook`` extra (jupytext, ipykernel, nbclient):
-``pip install -e ".[notebook]"``.
+Each ``labs/NN_topic/lab.py`` is a jupytext "percent" script (``# %%`` a code cell,
+``# %% [markdown]`` a text cell); jupytext makes it an ``.ipynb``. Open that in VS Code
+(kernel: the project's ``.venv``) or Jupyter and run all cells. An existing notebook
+(it may hold your own cells) is replaced only with ``--force``. Needs the ``notebook``
+extra: ``pip install -e ".[notebook]"``.
 """
 
 from __future__ import annotations
@@ -29,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from .. import UserError
-from .notebook import LABS
+from .exercises_fences import REPO, chapter_folder, parse_chapter
 from .notebook import shown as _shown
 
 #: The kernel the notebook asks for: the Python that runs Jupyter, with ipykernel.
@@ -37,16 +29,12 @@ KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "langua
 CELL_TIMEOUT_S = 900
 
 
-def find_lab(chapter: str, labs_dir: Path = LABS) -> Path:
+def find_lab(chapter: str) -> Path:
     """``labs/NN_topic/lab.py`` for ``"03"``, ``"3"`` or ``"03_attention"``."""
-    number = chapter.split("_", 1)[0]
-    if not number.isdigit():
-        raise UserError(f"chapter: expected a number such as 03, got {chapter!r}")
-    found = sorted(labs_dir.glob(f"{int(number):02d}_*/lab.py"))
-    if not found:
-        have = sorted(p.parent.name[:2] for p in labs_dir.glob("[0-9][0-9]_*/lab.py"))
-        raise UserError(f"chapter {chapter!r} has no lab.py; chapters: {', '.join(have)}")
-    return found[0]
+    lab = REPO / chapter_folder(parse_chapter(chapter.split("_", 1)[0])) / "lab.py"
+    if not lab.is_file():
+        raise UserError(f"chapter {chapter!r} has no lab.py")
+    return lab
 
 
 def to_notebook(lab: Path):
@@ -54,9 +42,7 @@ def to_notebook(lab: Path):
     try:
         import jupytext
     except ImportError:
-        raise UserError(
-            'the notebook command needs jupytext: pip install -e ".[notebook]"'
-        ) from None
+        raise UserError('labs notebook needs jupytext: pip install -e ".[notebook]"') from None
     nb = jupytext.read(lab, fmt="py:percent")
     nb.metadata.pop("jupytext", None)  # a plain notebook, not paired with the script
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
@@ -78,9 +64,7 @@ def execute(nb, cwd: Path):
         resources={"metadata": {"path": str(cwd)}},
     )
     try:
-        # the kernel's own stderr (a warning about its localhost sockets) stays quiet;
-        # errors in cells come back as messages
-        client.execute(stderr=subprocess.DEVNULL)
+        client.execute(stderr=subprocess.DEVNULL)  # the kernel's own warnings; cells report
     except CellExecutionError as e:
         lines = str(e).strip().splitlines()
         raise UserError("a cell failed:\n" + "\n".join(lines[-12:])) from None
@@ -98,39 +82,23 @@ def write_new(nb, path: Path, force: bool) -> None:
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    umask = os.umask(0)
-    os.umask(umask)
+    os.umask(umask := os.umask(0))
     os.chmod(tmp, 0o666 & ~umask)  # mkstemp's 0600 -> what a plain open() would give
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             nbformat.write(nb, f)
-        if force:
-            os.replace(tmp, path)
-        else:  # never replace a file that appeared meanwhile
-            os.link(tmp, path)
-            os.unlink(tmp)
+        (os.replace if force else os.link)(tmp, path)  # a link never replaces a new file
     except FileExistsError:
-        os.unlink(tmp)
         raise UserError(f"{_shown(path)} appeared meanwhile: pass --force to replace it") from None
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    finally:
+        Path(tmp).unlink(missing_ok=True)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("chapter", metavar="NN", help="the chapter: 03, or 3")
-    p.add_argument(
-        "--out",
-        metavar="PATH",
-        help="the .ipynb to write, or a folder for it (default: lab.ipynb beside the lab.py)",
-    )
+    p.add_argument("--out", metavar="PATH", help="the .ipynb, or a folder (default: by lab.py)")
     p.add_argument("--force", action="store_true", help="replace an existing notebook")
-    p.add_argument(
-        "--execute",
-        action="store_true",
-        help="run every cell first (nbclient), so that the notebook holds the outputs",
-    )
+    p.add_argument("--execute", action="store_true", help="run every cell first: keep the outputs")
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,19 +1,10 @@
 """``python -m labs release --out DIR``: the course as a class gets it, without the solutions.
 
-DIR receives the repository's tracked files (``git ls-files``), with
-
-* ``numpy_impl/``: every exercise region a stub (its TODO lines and a ``raise``), as
-  ``labs start`` writes them;
-* every Markdown file without what quotes a solution (:func:`without_solutions`): the
-  "After it passes" sections, each code block holding a line of a region's body, and each
-  code span that is one (an assignment keeps its left side: a shapes table's steps);
-* ``docs/site/``: the site built from those, with each region as its TODO lines and the
-  figures cached in this copy (``labs docs`` draws them); the copy's ``.gitignore``
-  keeps the site and the figures, so a template repository carries them.
-
-There, ``labs diff`` shows the learner's workspace beside the PyTorch twin. DIR must be
-new or empty, outside the repository; the copy is built next to it and renamed into
-place, so DIR is whole or absent. docs/teaching.md says how to publish it.
+DIR gets the files git tracks, with every exercise region of ``numpy_impl/`` a stub (as
+``labs start`` writes them), the Markdown without its quotes of a solution
+(:func:`without_solutions`), and ``docs/site/`` built from those with the cached figures
+(kept by the copy's ``.gitignore``). DIR must be new or empty, outside the repository;
+the copy is built beside it and renamed into place. docs/teaching.md says how to publish it.
 """
 
 from __future__ import annotations
