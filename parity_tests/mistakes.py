@@ -866,6 +866,14 @@ MISTAKES: list[Mistake] = [
 ]
 
 
+# the twelve mistakes an issue's learner pass tried (scripts/held_out_mistakes.py --twelve)
+TWELVE = {"softmax-no-max-subtraction", "online-softmax-acc-not-rescaled",
+          "online-softmax-l-not-rescaled", "cross-attention-causal", "merge-heads-wrong-order",
+          "temperature-after-filter", "scores-over-d-k", "adamw-l2-decay",
+          "greedy-from-first-position", "top-p-drops-crossing-token",
+          "embedding-grad-assigned-rows", "layernorm-unbiased-variance"}  # fmt: skip
+
+
 def region_of(ref: Reference, mistake: Mistake):
     regions = [
         r

@@ -17,7 +17,7 @@ from labs.learner import exercises_check
 from labs.learner.exercises_fences import Reference
 from parity_tests.divergence import describe
 from parity_tests.held_out import HELD_OUT, mistake_lines
-from parity_tests.mistakes import MISTAKES
+from parity_tests.mistakes import MISTAKES, TWELVE
 from parity_tests.test_mistakes import ALL, check_planted
 
 E = np.arange(1.0, 13.0).reshape(3, 4)
@@ -49,12 +49,7 @@ def test_describe_masked_and_future_positions():
 
 def test_the_issues_mistakes_are_in_the_catalogue():
     names = {m.name for m in MISTAKES}
-    twelve = {"softmax-no-max-subtraction", "online-softmax-acc-not-rescaled",
-              "online-softmax-l-not-rescaled", "cross-attention-causal",
-              "merge-heads-wrong-order", "temperature-after-filter", "scores-over-d-k",
-              "adamw-l2-decay", "greedy-from-first-position", "top-p-drops-crossing-token",
-              "embedding-grad-assigned-rows", "layernorm-unbiased-variance"}  # fmt: skip
-    assert twelve <= names, sorted(twelve - names)
+    assert TWELVE <= names, sorted(TWELVE - names)
     assert len({m.chapter for m in HELD_OUT}) == 17
 
 
