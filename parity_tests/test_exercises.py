@@ -625,6 +625,11 @@ def test_check_output_reads_well(capsys):
     assert words <= {"PASS", "FAIL", "SKIP", "hint:", "failed:"}, words  # docs/exercises.md
     stub = {"nodeid": "x", "exception": "AssertionError", "message": "removed differ; hint: why"}
     assert failure_hint(stub, "10") == "why"
+    wrong = {"name": "z", "where": "ws/numpy_impl/s.py:51", "kind": "a constant factor"}
+    said = exercises_check._main_hints({**stub, "divergence": wrong}, "10", [])
+    assert said == ["why", "first wrong value: `z` at ws/numpy_impl/s.py:51, a constant factor"]
+    raw = {**stub, "message": "assert '5 5' == '55'", "divergence": wrong}
+    assert exercises_check._main_hints(raw, "01", []) == said[1:]  # no raw assertion text
 
 
 # -- the hints of assert_close ---------------------------------------------------------------

@@ -113,11 +113,17 @@ def read_run(ws: Workspace, chapter: str, report: Path, proc, elapsed: float, pa
         raise UserError(
             f"pytest stopped before it wrote its report (exit {proc.returncode})"
         ) from None
-    for t in data.get("tests", []):  # "numpy_impl/x.py:12 in f" -> "workspace/numpy_impl/..."
+    return Run(chapter, locate(ws, data), proc, elapsed, partial=partial)
+
+
+def locate(ws: Workspace, data: dict) -> dict:
+    """The report's places in the workspace: "numpy_impl/x.py:12 in f" ->
+    "WORKSPACE/numpy_impl/x.py:12 in f" (the place of an exception, of a first wrong value)."""
+    for t in data.get("tests", []):
         for d in (t, t.get("divergence") or {}):
             if d.get("where"):
                 d["where"] = f"{_show(ws.root)}/{d['where']}"
-    return Run(chapter, data, proc, elapsed, partial=partial)
+    return data
 
 
 def pytest_args(chapter: str, keyword: str | None = None, marker: str | None = None) -> list:
@@ -434,8 +440,10 @@ def failure_hint(t: dict, chapter: str, tests: list[dict] = ()) -> str | None:
             "these finite differences differentiate it; fix it first, the backward may be right"
         )
     failed = [c for c in t.get("comparisons", []) if not c["passed"]]
-    wrong = first_wrong(t)
-    if wrong and exc == "AssertionError" and not failed and first:
+    wrong, said = first_wrong(t), re.findall(r"\bhint: (.+)", message)  # the test's own hint
+    if said and exc == "AssertionError":
+        return said[-1].strip()[:300]  # before the first wrong value (_main_hints adds it)
+    if wrong and exc == "AssertionError" and not failed and not re.match(_RAW, first):
         return f"{first[:300]}; {wrong}"  # the test's own words, then the place
     if wrong:
         return wrong
@@ -451,10 +459,7 @@ def failure_hint(t: dict, chapter: str, tests: list[dict] = ()) -> str | None:
                 ".grad, whatever is there already"
             )
     if exc == "AssertionError":
-        said = re.findall(r"\bhint: (.+)", message)  # the test's own hint
-        if said or failed:
-            return said[-1].strip()[:300] if said else None
-        return None if re.match(_RAW, first) else first[:300] or None
+        return None if failed or re.match(_RAW, first) else first[:300] or None
     if exc and t.get("where"):
         kind = (
             "shape mismatch" if any(w in message.lower() for w in _SHAPE_WORDS) else f"{exc} raised"
@@ -568,15 +573,14 @@ def _main_hints(t: dict, chapter: str, tests: list[dict]) -> list[str]:
     """Every distinct hint of a failed test: its own when it has one (the forward is wrong,
     not started...), else its comparisons'; then the first wrong value; alike hints once."""
     own = t.get("hint") or (_forward_fails(t, tests) and failure_hint(t, chapter, tests))
-    hints = [own] if own else [c["hint"] for c in t.get("comparisons", [])
+    compared = [] if own else [c["hint"] for c in t.get("comparisons", [])
                                if not c["passed"] and c.get("hint")]  # fmt: skip
-    wrong = first_wrong(t)
-    if not hints:
-        hints = [failure_hint(t, chapter, tests)]  # the test's own words, then the place
-    elif wrong and wrong not in hints:
+    own = own or (None if compared else failure_hint(t, chapter, tests))  # words or hint
+    hints, wrong = [own] if own else compared, first_wrong(t)
+    if wrong and not any(wrong in h for h in hints):
         hints.insert(1 if own else 0, wrong)
     distinct: dict[str, str] = {}
-    for h in filter(None, hints):
+    for h in hints:
         distinct.setdefault(_alike(h), h)
     return list(distinct.values())
 

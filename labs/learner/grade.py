@@ -38,7 +38,7 @@ from pathlib import Path
 from .. import UserError
 from ..commands.shared import number, positive_int
 from ..plumbing.checkpoint_files import write_atomic
-from .exercises_check import READ_ONLY_ENV, Run, results
+from .exercises_check import READ_ONLY_ENV, Run, locate, results
 from .exercises_check import clean as _clean
 from .exercises_fences import CHAPTERS, REPO, FenceError, Reference, parse_chapter, parse_regions
 from .exercises_workspace import WORKSPACE_ENV, Workspace, _show, check_report_path
@@ -193,6 +193,7 @@ def grade_workspace(ref, root: Path, student: str, chapters, tmp: Path, limit, b
         ]
 
     try:
+        locate(ws, data)  # the places in the learner's workspace, not in the copy
         scored = scores()
     except (AttributeError, KeyError, TypeError, ValueError):  # a result of the wrong shape
         data, problem = {}, "the tests' result is damaged"
