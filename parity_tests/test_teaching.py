@@ -55,6 +55,8 @@ def test_check_writes_junit_and_json_reports_of_fresh_stubs(reference, tmp_path,
     assert exercises_check.run_check(ws, "03", junit=junit, json_out=results) == 1
     out = capsys.readouterr().out
     assert f"wrote {junit}" in out or "wrote out/ch03.xml" in out
+    stubs = [line.split()[-1] for line in out.splitlines() if line.startswith("  to write: ")]
+    assert sorted(stubs) == sorted(r.function for r in reference.chapter_regions("03")), out
 
     suite = ET.parse(junit).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
