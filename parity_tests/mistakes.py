@@ -571,7 +571,7 @@ MISTAKES: list[Mistake] = [
             ("logits = logits / temperature", "logits = logits.copy()"),
             ("return logits", "return logits / temperature"),
         ),  # fmt: skip
-        "first wrong value: `sorted_logits` at",
+        H.TEMPERATURE_AFTER_FILTER[:60],
         "filter_logits_parity",
     ),
     # -- chapter 11: byte-level BPE --------------------------------------------------------------
