@@ -68,14 +68,8 @@ def missing_test_tools() -> str | None:
     return next((m for m in ("pytest", "hypothesis") if importlib.util.find_spec(m) is None), None)
 
 
-def run_tests(
-    ws: Workspace,
-    chapter: str,
-    keyword: str | None = None,
-    marker: str | None = None,
-    report: Path | None = None,
-    read_only: bool = False,
-) -> Run:
+def run_tests(ws: Workspace, chapter: str, keyword: str | None = None, marker: str | None = None,
+              report: Path | None = None, read_only: bool = False) -> Run:  # fmt: skip
     """``pytest -m chNN`` against the workspace; the JSON report at ``report`` (default:
     the workspace's ``.reports/chNN.json``). ``read_only``: write nothing into the
     workspace (no report there, no Hypothesis examples, no bytecode)."""
@@ -138,16 +132,9 @@ def pytest_args(chapter: str, keyword: str | None = None, marker: str | None = N
     return args
 
 
-def run_check(
-    ws: Workspace,
-    chapter: str,
-    keyword: str | None = None,
-    quiet: bool = False,
-    verbose: bool = False,
-    marker: str | None = None,
-    junit: Path | None = None,
-    json_out: Path | None = None,
-) -> int:
+def run_check(ws: Workspace, chapter: str, keyword: str | None = None, quiet: bool = False,
+              verbose: bool = False, marker: str | None = None, junit: Path | None = None,
+              json_out: Path | None = None) -> int:  # fmt: skip
     """``pytest -m chNN`` against the workspace, then the explanation; 0 iff all pass.
 
     A partial check (``keyword``/``marker``) never marks the chapter done."""
@@ -166,12 +153,8 @@ def run_check(
     if not run.partial:  # a partial run (-k, -m) says nothing about the chapter
         state = ws.load_state()
         entry = state["chapters"].setdefault(chapter, {"started": _now()})
-        entry["last_check"] = {
-            "time": _now(),
-            "passed": passed,
-            "tests": n_run,
-            "tests_passing": n_ok,
-        }
+        entry["last_check"] = {"time": _now(), "passed": passed, "tests": n_run,
+                               "tests_passing": n_ok}  # fmt: skip
         ws.save_state(state)
     return 0 if passed else 1
 
@@ -324,9 +307,8 @@ def _comparison_line(c: dict) -> str:
     )
 
 
-def _print_failure(
-    name: str, cases: list[dict], n_cases: int, chapter: str, tests: list[dict], verbose: bool
-) -> None:
+def _print_failure(name: str, cases: list[dict], n_cases: int, chapter: str, tests: list[dict],
+                   verbose: bool) -> None:  # fmt: skip
     """A passing test (with ``verbose``), or cases of one test failing alike: one FAIL line,
     the hint first, then the first case's exception, example and comparisons."""
     t = cases[0]
@@ -600,29 +582,14 @@ def results(ws: Workspace, run: Run, passed: bool) -> dict:
         if t["outcome"] in _OK:
             continue
         message = (t.get("message") or "").strip()
-        failures.append(
-            {
-                "test": _short_id(t["nodeid"]),
-                "exception": t.get("exception"),
-                "hints": _main_hints(t, run.chapter, tests),
-                "message": message.splitlines()[0][:500] if message else "",
-            }
-        )
-    return {
-        "chapter": run.chapter,
-        "title": CHAPTERS[run.chapter][0],
-        "workspace": str(ws.root),
-        "partial": run.partial,
-        "passed": passed,
-        "done": passed and not run.partial,
-        "tests": n_run,
-        "tests_passed": n_ok,
-        "tests_failed": n_run - n_ok,
-        "tests_skipped": n_skip,
-        "seconds": round(run.elapsed, 3),
-        "time": _now(),
-        "failures": failures,
-    }
+        failures.append({"test": _short_id(t["nodeid"]), "exception": t.get("exception"),
+                         "hints": _main_hints(t, run.chapter, tests),
+                         "message": message.splitlines()[0][:500] if message else ""})  # fmt: skip
+    return {"chapter": run.chapter, "title": CHAPTERS[run.chapter][0], "workspace": str(ws.root),
+            "partial": run.partial, "passed": passed, "done": passed and not run.partial,
+            "tests": n_run, "tests_passed": n_ok, "tests_failed": n_run - n_ok,
+            "tests_skipped": n_skip, "seconds": round(run.elapsed, 3), "time": _now(),
+            "failures": failures}  # fmt: skip
 
 
 def clean(text: str, limit: int | None = 300) -> str:
