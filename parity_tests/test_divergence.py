@@ -16,7 +16,7 @@ import pytest
 
 from labs.learner import exercises_check
 from labs.learner.exercises_fences import Reference
-from parity_tests.divergence import describe
+from parity_tests.divergence import _other_branch, describe
 from parity_tests.held_out import HELD_OUT, mistake_lines
 from parity_tests.mistakes import MISTAKES, TWELVE
 from parity_tests.test_mistakes import ALL, check_planted
@@ -46,6 +46,13 @@ def test_describe_masked_and_future_positions():
     square = np.arange(1.0, 10.0).reshape(3, 3)
     assert "only above the diagonal" in describe(square + np.triu(square, 1), square)
     assert "item 1 differs: yours 5, the reference 9" in describe((9, 5), (9, 9))
+
+
+def test_a_wrong_branch_is_blamed_on_its_condition(tmp_path):
+    code = "def f(x):\n    if x > 1:\n        y = 2 * x\n    else:\n        y = x\n    return y\n"
+    (tmp_path / "f.py").write_text(code)
+    assert _other_branch(str(tmp_path / "f.py"), 5, "y = 2 * x") == 2  # the `if` line
+    assert _other_branch(str(tmp_path / "f.py"), 5, "y = 3 * x") is None  # an edited line
 
 
 def test_the_issues_mistakes_are_in_the_catalogue():
