@@ -347,7 +347,8 @@ if REPORT_PATH is not None or GRADE is not None:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_call(item):
-        """A failing example of a chapter's test runs once more, traced (divergence.py)."""
+        """A failing example of a chapter's test runs once more, traced (divergence.py);
+        for the grader, the exercise regions each test runs are recorded."""
         chapters = {m.name[2:] for m in item.iter_markers() if m.name in CHAPTERS}
         targets = _targets(chapters) if chapters and os.environ.get(WORKSPACE_ENV) else None
         hyp = getattr(getattr(item, "obj", None), "hypothesis", None)
@@ -363,7 +364,9 @@ if REPORT_PATH is not None or GRADE is not None:
                     _DIVERGENCE[item.nodeid] = found[0]
 
             hyp.inner_test = traced
-        start = time.monotonic()
+        start, ran, before = time.monotonic(), set(), sys.gettrace()
+        if GRADE is not None:
+            _trace_regions(ran)
         if os.environ.get(WORKSPACE_ENV) and hasattr(signal, "setitimer"):  # an endless loop
             signal.signal(signal.SIGALRM, _took_too_long)  # ends the test, not the check
             signal.setitimer(signal.ITIMER_REAL, TEST_SECONDS, 5)
@@ -372,6 +375,9 @@ if REPORT_PATH is not None or GRADE is not None:
         finally:
             if os.environ.get(WORKSPACE_ENV) and hasattr(signal, "setitimer"):
                 signal.setitimer(signal.ITIMER_REAL, 0)
+            if GRADE is not None:
+                sys.settrace(before)
+                REPORT["regions"][item.nodeid] = sorted(ran - {None})
         quick = time.monotonic() - start < 10  # a long test (a training run) is not run again
         if targets and hyp is not None:
             hyp.inner_test = inner
@@ -422,22 +428,14 @@ if GRADE is not None:
     }
     _REGION_FILES = {file for file, _ in _REGION_LINES}
 
-    @pytest.hookimpl(hookwrapper=True)
-    def pytest_runtest_call(item):
+    def _trace_regions(ran: set) -> None:
         """Trace which exercise regions the test runs: a region scores on its own tests."""
-        ran = set()
 
         def line(frame, event, arg):
             ran.add(_REGION_LINES.get((frame.f_code.co_filename, frame.f_lineno)))
             return line
 
-        before = sys.gettrace()
         sys.settrace(lambda frame, *_: line if frame.f_code.co_filename in _REGION_FILES else None)
-        try:
-            yield
-        finally:
-            sys.settrace(before)
-            REPORT["regions"][item.nodeid] = sorted(ran - {None})
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:

@@ -11,8 +11,9 @@ the learner's code is compared with the k-th value of ``e`` in the reference's; 
 first variable in execution order whose value leaves the reference's is reported:
 its name, its line, the largest difference and where, and what kind of difference it
 is (NaN appeared, a constant factor, transposed axes, a permutation, values only in
-the masked part, a shape). The value returned and the parameters' gradients count as
-variables (``return``, ``self.weight.grad``).
+the masked part, a shape). A value set in one branch of an ``if`` where the reference's
+statement sits in the other blames the ``if``'s condition. The value returned and the
+parameters' gradients count as variables (``return``, ``self.weight.grad``).
 
 conftest.py runs this for ``python -m labs check`` (``TWINFORMER_REPORT`` with a
 workspace): each failed test's report entry gets ``"divergence"``.
@@ -20,6 +21,7 @@ workspace): each failed test's report entry gets ``"divergence"``.
 
 from __future__ import annotations
 
+import ast
 import copy
 import itertools
 import linecache
@@ -54,7 +56,8 @@ class Targets:
 
     def __init__(self, package: Path, reference: Reference | None = None):
         ref = reference or Reference()
-        self.by_key: dict[tuple[str, str], tuple] = {}  # (file, qualname) -> (ref code, chapters)
+        # (file, qualname) -> (reference's code, chapters, {line: chapter}, reference's text)
+        self.by_key: dict[tuple[str, str], tuple] = {}
         for file in ref.regions:
             path = package / file
             try:
@@ -71,7 +74,7 @@ class Targets:
                 old = self.by_key.get(key, (code, set(), {}))
                 lines = set(range(r.begin + 2, r.end + 1))  # 1-based lines inside the fences
                 old[2].update(dict.fromkeys(lines, r.chapter))
-                self.by_key[key] = (code, old[1] | {r.chapter}, old[2])
+                self.by_key[key] = (code, old[1] | {r.chapter}, old[2], ref.texts[file])
         self.files = {f for f, _ in self.by_key}
 
     def for_chapters(self, chapters) -> dict:
@@ -372,9 +375,10 @@ def first_divergence(recorder: Recorder, targets: dict) -> dict | None:
         ref = _run_reference(targets[key][0], args, _globals_of(key), klass)
         if ref is None:
             continue
-        theirs = {}
-        for _, name, _k, value, _ in ref[2].events:
+        theirs, lines = {}, {}
+        for _, name, _k, value, line in ref[2].events:
             theirs.setdefault(name, []).append(value)
+            lines.setdefault(name, []).append(line)
         found = None
         for seq, name, k, value, line in ours.events:
             values = theirs.get(name)
@@ -384,18 +388,41 @@ def first_divergence(recorder: Recorder, targets: dict) -> dict | None:
                 continue
             if any(_close(value, v) for v in values):
                 continue
-            found = (seq, name, value, values[min(k, len(values) - 1)], line)
+            k = min(k, len(values) - 1)
+            found = (seq, name, value, values[k], line, lines[name][k])
             break
         if found is None and ref[3] is not _SKIP and returned is not _SKIP and ret_seq:
             if not _close(returned, ref[3]):
-                found = (ret_seq, "return", returned, ref[3], ret_line)
+                found = (ret_seq, "return", returned, ref[3], ret_line, ref[4])
         if found and (best is None or found[0] < best[0][0]):
             best = (found, key)
     if best is None:
         return None
-    (_, name, value, expected, line), (file, function) = best
-    return {"name": name, "file": file, "line": line, "function": function,
-            "kind": describe(value, expected)}  # fmt: skip
+    (_, name, value, expected, line, ref_line), (file, function) = best
+    kind = describe(value, expected)
+    ran = (targets[(file, function)][3].splitlines()[(ref_line or 1) - 1 :] or [""])[0].strip()
+    branch = _other_branch(file, line, ran) if ran else None
+    if branch:  # the value is wrong because a condition chose the other branch
+        line, kind = (
+            branch,
+            f"this condition chose the other branch (the reference ran `{ran}`); {kind}",
+        )
+    return {"name": name, "file": file, "line": line, "function": function, "kind": kind}
+
+
+def _other_branch(file: str, line: int, ran: str) -> int | None:
+    """The line of the innermost ``if`` of ``file`` with ``line`` in one branch and a line
+    reading ``ran`` (the reference's statement) in the other."""
+    found = None
+    for node in ast.walk(ast.parse("".join(linecache.getlines(file)))):
+        if isinstance(node, ast.If):
+            for mine, other in ((node.body, node.orelse), (node.orelse, node.body)):
+                spans = [range(s.lineno, s.end_lineno + 1) for s in other]
+                if any(s.lineno <= line <= s.end_lineno for s in mine) and any(
+                    linecache.getline(file, n).strip() == ran for r in spans for n in r
+                ):
+                    found = node.lineno if found is None or node.lineno > found else found
+    return found
 
 
 _GLOBALS: dict = {}

@@ -571,7 +571,7 @@ MISTAKES: list[Mistake] = [
             ("logits = logits / temperature", "logits = logits.copy()"),
             ("return logits", "return logits / temperature"),
         ),  # fmt: skip
-        "first wrong value: `sorted_logits` at",
+        H.TEMPERATURE_AFTER_FILTER[:60],
         "filter_logits_parity",
     ),
     # -- chapter 11: byte-level BPE --------------------------------------------------------------
@@ -864,6 +864,14 @@ MISTAKES: list[Mistake] = [
         "key_table_names",
     ),
 ]
+
+
+# the twelve mistakes an issue's learner pass tried (scripts/held_out_mistakes.py --twelve)
+TWELVE = {"softmax-no-max-subtraction", "online-softmax-acc-not-rescaled",
+          "online-softmax-l-not-rescaled", "cross-attention-causal", "merge-heads-wrong-order",
+          "temperature-after-filter", "scores-over-d-k", "adamw-l2-decay",
+          "greedy-from-first-position", "top-p-drops-crossing-token",
+          "embedding-grad-assigned-rows", "layernorm-unbiased-variance"}  # fmt: skip
 
 
 def region_of(ref: Reference, mistake: Mistake):

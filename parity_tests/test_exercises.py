@@ -622,9 +622,17 @@ def test_check_output_reads_well(capsys):
     assert "hint: the forward of Block is wrong" in out  # not the backward's fault
     assert "hint: Arrays" not in out and "failed: Arrays are not equal / Mismatched: 1" in out
     words = {line.split()[0] for line in lines if line.strip()}
-    assert words <= {"PASS", "FAIL", "SKIP", "hint:", "failed:"}, words  # docs/exercises.md
+    assert words <= {"PASS", "FAIL", "SKIP", "hint:", "failed:"}, words
+    explained = (exercises_fences.REPO / "docs" / "exercises.md").read_text("utf-8")
+    assert all(f"| `{w}` |" in explained for w in words), words  # each status word explained
+    assert "hint: hint" not in out
     stub = {"nodeid": "x", "exception": "AssertionError", "message": "removed differ; hint: why"}
     assert failure_hint(stub, "10") == "why"
+    wrong = {"name": "z", "where": "ws/numpy_impl/s.py:51", "kind": "a constant factor"}
+    said = exercises_check._main_hints({**stub, "divergence": wrong}, "10", [])
+    assert said == ["why", "first wrong value: `z` at ws/numpy_impl/s.py:51, a constant factor"]
+    raw = {**stub, "message": "assert '5 5' == '55'", "divergence": wrong}
+    assert exercises_check._main_hints(raw, "01", []) == said[1:]  # no raw assertion text
 
 
 # -- the hints of assert_close ---------------------------------------------------------------

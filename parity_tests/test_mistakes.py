@@ -125,3 +125,5 @@ def test_mistakes_through_the_command_line(reference, tmp_path):
     # cases failing alike print once: the first case in full, with both values
     assert "global gradient norm (max_norm=0.05): yours 0.04999999" in proc.stdout
     assert "the reference 10.9" in proc.stdout
+    where = f"{ws.package}/optim.py:"  # the failing region; the command as the learner typed it
+    assert f"next: edit {where}" in proc.stdout and f"check 09 --workspace {ws.root}" in proc.stdout

@@ -20,12 +20,14 @@ from labs.learner import grade as grade_command
 from labs.learner.exercises_fences import Reference, parse_regions, replace_bodies
 from labs.learner.exercises_workspace import Workspace, add_stubs
 from labs.learner.invocation import labs_command
+from parity_tests.held_out import HELD_OUT, mistake_lines
 from parity_tests.mistakes import MISTAKES, write_mistake
 
 #: grade's time limit in these tests: a few times what chapter 01 takes on a busy runner
 LIMIT = 30
 ROOT = Path(__file__).resolve().parent.parent
 MISTAKE = next(m for m in MISTAKES if m.name == "decode-negative-id-wraps")
+UNFORESEEN = next(m for m in HELD_OUT if m.name == "decode-joins-with-spaces")
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,8 @@ def test_check_writes_junit_and_json_reports_of_fresh_stubs(reference, tmp_path,
     assert exercises_check.run_check(ws, "03", junit=junit, json_out=results) == 1
     out = capsys.readouterr().out
     assert f"wrote {junit}" in out or "wrote out/ch03.xml" in out
+    stubs = [line.split()[-1] for line in out.splitlines() if line.startswith("  to write: ")]
+    assert sorted(stubs) == sorted(r.function for r in reference.chapter_regions("03")), out
 
     suite = ET.parse(junit).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
@@ -123,16 +127,18 @@ def grade(workspaces: list[Workspace], out: Path, *options: str) -> list[dict]:
     return list(csv.DictReader((out / "grades.csv").open(encoding="utf-8")))
 
 
-def test_grade_a_class_of_five(reference, tmp_path, capsys):
-    """Correct, one mistake, blank, an endless loop, a syntax error: 100 / 50 / 0 / 0 / 0,
-    the loop killed at the time limit while the others are graded; a CSV and JUnit files
-    a gradebook reads; nothing written into a workspace."""
-    names = ["loop", "correct", "mistake", "blank", "syntax"]  # the slowest first
+def test_grade_a_class_of_six(reference, tmp_path, capsys):
+    """Correct, one mistake, blank, an endless loop, a syntax error, a mistake no hint
+    foresaw: 100 / 50 / 0 / 0 / 0 / 0, the loop killed at the time limit while the others
+    are graded; the unforeseen mistake's first wrong value and line, as ``labs check`` says
+    it; a CSV and JUnit files a gradebook reads; nothing written into a workspace."""
+    names = ["loop", "correct", "mistake", "blank", "syntax", "unforeseen"]  # slowest first
     ws = {n: Workspace(tmp_path / "class" / n / "workspace") for n in names}
     for w in ws.values():
         add_stubs(reference, w, "01")
     write_code(reference, ws["correct"], "01", lambda r: list(r.body))
     write_mistake(reference, ws["mistake"], MISTAKE)
+    write_mistake(reference, ws["unforeseen"], UNFORESEEN)
     loop = ["while True:\n", "    pass\n"]  # in decode
     write_code(
         reference,
@@ -157,6 +163,10 @@ def test_grade_a_class_of_five(reference, tmp_path, capsys):
     assert got["blank"][0] == 0 and got["blank"][2].startswith("not implemented yet")
     assert got["loop"][0] == 0 and got["loop"][2].startswith(f"timed out after {LIMIT} s")
     assert got["syntax"][0] == 0 and got["syntax"][2].startswith("does not import: SyntaxError")
+    text = (ws["unforeseen"].package / UNFORESEEN.file).read_text("utf-8")
+    line = mistake_lines(reference, UNFORESEEN, text)[0]
+    said = f"first wrong value: `return` at {ws['unforeseen'].package}/{UNFORESEEN.file}:{line}"
+    assert got["unforeseen"][0] == 0 and got["unforeseen"][2].startswith(said), got
     assert list(rows[0]) == ["student", "chapter", "score", "failing", "hint"]
 
     for n in names:  # JUnit: a test case per exercise region, its failure saying why

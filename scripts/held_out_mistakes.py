@@ -4,14 +4,15 @@ Each mistake goes into a fresh workspace (the reference with that one edit); the
 ``python -m labs check NN`` runs on it, and the result is one of
 
 * NAMED: the check fails and its output names the mistake's line (FILE:LINE, a line of
-  the statement that holds it);
+  the statement that holds it) or, for a catalogued mistake (``--twelve``), its hint;
 * CAUGHT: the check fails without naming it;
 * SILENT: the check passes;
 * HANG: the check does not end in 600 s.
 
-    python scripts/held_out_mistakes.py [--quick] [--out FILE] [NAME ...]
+    python scripts/held_out_mistakes.py [--quick] [--twelve] [--out FILE] [NAME ...]
 
-``--quick`` runs each mistake's ``-k`` selection instead of the whole chapter.
+``--quick`` runs each mistake's ``-k`` selection instead of the whole chapter; ``--twelve``
+measures the catalogue's mistakes of an issue's learner pass (mistakes.TWELVE) instead.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from labs.learner.exercises_fences import Reference  # noqa: E402
 from labs.learner.exercises_workspace import Workspace  # noqa: E402
 from parity_tests.held_out import HELD_OUT, mistake_lines  # noqa: E402
-from parity_tests.mistakes import write_mistake  # noqa: E402
+from parity_tests.mistakes import MISTAKES, TWELVE, write_mistake  # noqa: E402
 
 
 def measure(ref: Reference, m, base: Path, quick: bool, reuse: Path | None):
@@ -54,7 +55,9 @@ def measure(ref: Reference, m, base: Path, quick: bool, reuse: Path | None):
         result = "HANG"
     elif "exit status 0\n" in out:
         result = "SILENT"
-    elif any(re.search(rf"numpy_impl/{re.escape(m.file)}:{n}\b", out) for n in lines):
+    elif (m in MISTAKES and m.expect in out) or any(
+        re.search(rf"numpy_impl/{re.escape(m.file)}:{n}\b", out) for n in lines
+    ):
         result = "NAMED"
     else:
         result = "CAUGHT"
@@ -67,15 +70,18 @@ def main() -> int:
     p.add_argument("names", nargs="*", help="only these mistakes")
     p.add_argument("--quick", action="store_true", help="each mistake's -k selection only")
     p.add_argument("--out", type=Path, help="also write the table here")
+    p.add_argument("--twelve", action="store_true", help="the issue's twelve catalogued mistakes")
     p.add_argument("--jobs", type=int, default=2)
     p.add_argument("--reuse", type=Path, help="the outputs of an earlier run, where there")
     args = p.parse_args()
     ref = Reference()
-    chosen = [m for m in HELD_OUT if not args.names or m.name in args.names]
+    source = [m for m in MISTAKES if m.name in TWELVE] if args.twelve else HELD_OUT
+    chosen = [m for m in source if not args.names or m.name in args.names]
     base = Path(tempfile.mkdtemp(prefix="held-out-"))
     with ThreadPoolExecutor(args.jobs) as pool:
         results = list(pool.map(lambda m: measure(ref, m, base, args.quick, args.reuse), chosen))
-    lines = [f"held-out mistakes, labs check{' -k' if args.quick else ''} ({base})"]
+    what = "the twelve" if args.twelve else "held-out"
+    lines = [f"{what} mistakes, labs check{' -k' if args.quick else ''} ({base})"]
     for m, (result, where, _) in zip(chosen, results, strict=True):
         lines.append(f"{result:<7} ch{m.chapter} {m.name:<36} {where}  expect `{m.expect}`")
     counts = {r: sum(res[0] == r for res in results) for r in ("NAMED", "CAUGHT", "SILENT", "HANG")}

@@ -68,14 +68,8 @@ def missing_test_tools() -> str | None:
     return next((m for m in ("pytest", "hypothesis") if importlib.util.find_spec(m) is None), None)
 
 
-def run_tests(
-    ws: Workspace,
-    chapter: str,
-    keyword: str | None = None,
-    marker: str | None = None,
-    report: Path | None = None,
-    read_only: bool = False,
-) -> Run:
+def run_tests(ws: Workspace, chapter: str, keyword: str | None = None, marker: str | None = None,
+              report: Path | None = None, read_only: bool = False) -> Run:  # fmt: skip
     """``pytest -m chNN`` against the workspace; the JSON report at ``report`` (default:
     the workspace's ``.reports/chNN.json``). ``read_only``: write nothing into the
     workspace (no report there, no Hypothesis examples, no bytecode)."""
@@ -113,11 +107,17 @@ def read_run(ws: Workspace, chapter: str, report: Path, proc, elapsed: float, pa
         raise UserError(
             f"pytest stopped before it wrote its report (exit {proc.returncode})"
         ) from None
-    for t in data.get("tests", []):  # "numpy_impl/x.py:12 in f" -> "workspace/numpy_impl/..."
+    return Run(chapter, locate(ws, data), proc, elapsed, partial=partial)
+
+
+def locate(ws: Workspace, data: dict) -> dict:
+    """The report's places in the workspace: "numpy_impl/x.py:12 in f" ->
+    "WORKSPACE/numpy_impl/x.py:12 in f" (the place of an exception, of a first wrong value)."""
+    for t in data.get("tests", []):
         for d in (t, t.get("divergence") or {}):
             if d.get("where"):
                 d["where"] = f"{_show(ws.root)}/{d['where']}"
-    return Run(chapter, data, proc, elapsed, partial=partial)
+    return data
 
 
 def pytest_args(chapter: str, keyword: str | None = None, marker: str | None = None) -> list:
@@ -132,16 +132,9 @@ def pytest_args(chapter: str, keyword: str | None = None, marker: str | None = N
     return args
 
 
-def run_check(
-    ws: Workspace,
-    chapter: str,
-    keyword: str | None = None,
-    quiet: bool = False,
-    verbose: bool = False,
-    marker: str | None = None,
-    junit: Path | None = None,
-    json_out: Path | None = None,
-) -> int:
+def run_check(ws: Workspace, chapter: str, keyword: str | None = None, quiet: bool = False,
+              verbose: bool = False, marker: str | None = None, junit: Path | None = None,
+              json_out: Path | None = None) -> int:  # fmt: skip
     """``pytest -m chNN`` against the workspace, then the explanation; 0 iff all pass.
 
     A partial check (``keyword``/``marker``) never marks the chapter done."""
@@ -160,12 +153,8 @@ def run_check(
     if not run.partial:  # a partial run (-k, -m) says nothing about the chapter
         state = ws.load_state()
         entry = state["chapters"].setdefault(chapter, {"started": _now()})
-        entry["last_check"] = {
-            "time": _now(),
-            "passed": passed,
-            "tests": n_run,
-            "tests_passing": n_ok,
-        }
+        entry["last_check"] = {"time": _now(), "passed": passed, "tests": n_run,
+                               "tests_passing": n_ok}  # fmt: skip
         ws.save_state(state)
     return 0 if passed else 1
 
@@ -318,9 +307,8 @@ def _comparison_line(c: dict) -> str:
     )
 
 
-def _print_failure(
-    name: str, cases: list[dict], n_cases: int, chapter: str, tests: list[dict], verbose: bool
-) -> None:
+def _print_failure(name: str, cases: list[dict], n_cases: int, chapter: str, tests: list[dict],
+                   verbose: bool) -> None:  # fmt: skip
     """A passing test (with ``verbose``), or cases of one test failing alike: one FAIL line,
     the hint first, then the first case's exception, example and comparisons."""
     t = cases[0]
@@ -434,8 +422,10 @@ def failure_hint(t: dict, chapter: str, tests: list[dict] = ()) -> str | None:
             "these finite differences differentiate it; fix it first, the backward may be right"
         )
     failed = [c for c in t.get("comparisons", []) if not c["passed"]]
-    wrong = first_wrong(t)
-    if wrong and exc == "AssertionError" and not failed and first:
+    wrong, said = first_wrong(t), re.findall(r"\bhint: (.+)", message)  # the test's own hint
+    if said and exc == "AssertionError":
+        return said[-1].strip()[:300]  # before the first wrong value (_main_hints adds it)
+    if wrong and exc == "AssertionError" and not failed and not re.match(_RAW, first):
         return f"{first[:300]}; {wrong}"  # the test's own words, then the place
     if wrong:
         return wrong
@@ -451,10 +441,7 @@ def failure_hint(t: dict, chapter: str, tests: list[dict] = ()) -> str | None:
                 ".grad, whatever is there already"
             )
     if exc == "AssertionError":
-        said = re.findall(r"\bhint: (.+)", message)  # the test's own hint
-        if said or failed:
-            return said[-1].strip()[:300] if said else None
-        return None if re.match(_RAW, first) else first[:300] or None
+        return None if failed or re.match(_RAW, first) else first[:300] or None
     if exc and t.get("where"):
         kind = (
             "shape mismatch" if any(w in message.lower() for w in _SHAPE_WORDS) else f"{exc} raised"
@@ -568,15 +555,14 @@ def _main_hints(t: dict, chapter: str, tests: list[dict]) -> list[str]:
     """Every distinct hint of a failed test: its own when it has one (the forward is wrong,
     not started...), else its comparisons'; then the first wrong value; alike hints once."""
     own = t.get("hint") or (_forward_fails(t, tests) and failure_hint(t, chapter, tests))
-    hints = [own] if own else [c["hint"] for c in t.get("comparisons", [])
+    compared = [] if own else [c["hint"] for c in t.get("comparisons", [])
                                if not c["passed"] and c.get("hint")]  # fmt: skip
-    wrong = first_wrong(t)
-    if not hints:
-        hints = [failure_hint(t, chapter, tests)]  # the test's own words, then the place
-    elif wrong and wrong not in hints:
+    own = own or (None if compared else failure_hint(t, chapter, tests))  # words or hint
+    hints, wrong = [own] if own else compared, first_wrong(t)
+    if wrong and not any(wrong in h for h in hints):
         hints.insert(1 if own else 0, wrong)
     distinct: dict[str, str] = {}
-    for h in filter(None, hints):
+    for h in hints:
         distinct.setdefault(_alike(h), h)
     return list(distinct.values())
 
@@ -596,29 +582,14 @@ def results(ws: Workspace, run: Run, passed: bool) -> dict:
         if t["outcome"] in _OK:
             continue
         message = (t.get("message") or "").strip()
-        failures.append(
-            {
-                "test": _short_id(t["nodeid"]),
-                "exception": t.get("exception"),
-                "hints": _main_hints(t, run.chapter, tests),
-                "message": message.splitlines()[0][:500] if message else "",
-            }
-        )
-    return {
-        "chapter": run.chapter,
-        "title": CHAPTERS[run.chapter][0],
-        "workspace": str(ws.root),
-        "partial": run.partial,
-        "passed": passed,
-        "done": passed and not run.partial,
-        "tests": n_run,
-        "tests_passed": n_ok,
-        "tests_failed": n_run - n_ok,
-        "tests_skipped": n_skip,
-        "seconds": round(run.elapsed, 3),
-        "time": _now(),
-        "failures": failures,
-    }
+        failures.append({"test": _short_id(t["nodeid"]), "exception": t.get("exception"),
+                         "hints": _main_hints(t, run.chapter, tests),
+                         "message": message.splitlines()[0][:500] if message else ""})  # fmt: skip
+    return {"chapter": run.chapter, "title": CHAPTERS[run.chapter][0], "workspace": str(ws.root),
+            "partial": run.partial, "passed": passed, "done": passed and not run.partial,
+            "tests": n_run, "tests_passed": n_ok, "tests_failed": n_run - n_ok,
+            "tests_skipped": n_skip, "seconds": round(run.elapsed, 3), "time": _now(),
+            "failures": failures}  # fmt: skip
 
 
 def clean(text: str, limit: int | None = 300) -> str:

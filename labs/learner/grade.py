@@ -38,7 +38,7 @@ from pathlib import Path
 from .. import UserError
 from ..commands.shared import number, positive_int
 from ..plumbing.checkpoint_files import write_atomic
-from .exercises_check import READ_ONLY_ENV, Run, results
+from .exercises_check import READ_ONLY_ENV, Run, locate, results
 from .exercises_check import clean as _clean
 from .exercises_fences import CHAPTERS, REPO, FenceError, Reference, parse_chapter, parse_regions
 from .exercises_workspace import WORKSPACE_ENV, Workspace, _show, check_report_path
@@ -51,49 +51,26 @@ _OK = {"passed", "xfailed"}
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("workspaces", nargs="+", metavar="WORKSPACE", help="learners' workspaces")
-    p.add_argument(
-        "--out",
-        metavar="DIR",
-        type=Path,
-        required=True,
-        help="where grades.csv and each student's STUDENT.json and STUDENT.xml (JUnit) go; "
-        "files of those names are replaced",
-    )
-    p.add_argument(
-        "--chapter",
-        action="append",
-        dest="chapters",
-        metavar="NN",
-        help="grade this chapter (repeat for more; default: each workspace's started chapters)",
-    )
-    p.add_argument(
-        "--student",
-        action="append",
-        dest="students",
-        metavar="NAME",
-        help="the students' names, one per workspace in order (default: each workspace "
-        "folder's name, or its parent's for a folder called workspace)",
-    )
-    p.add_argument(
-        "--time-limit",
-        type=number(0, low_open=True),
-        default=300.0,
-        metavar="SECONDS",
-        help="per workspace; then its processes are killed and it scores 0",
-    )
-    p.add_argument(
-        "--jobs",
-        type=positive_int,
-        default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1,
-        help="workspaces graded at once (default: the cores available)",
-    )
-    p.add_argument(
-        "--sandbox",
-        choices=("auto", "bwrap", "none"),
-        default="auto",
-        help="bwrap: run each workspace in bubblewrap (no network, only its copy writable); "
-        "auto: bwrap where it works, else none (the students' code runs as you)",
-    )
+    p.add_argument("--out", metavar="DIR", type=Path, required=True,
+                   help="where grades.csv and each student's STUDENT.json and STUDENT.xml (JUnit) "
+                   "go; files of those names are replaced")  # fmt: skip
+    p.add_argument("--chapter", action="append", dest="chapters", metavar="NN",
+                   help="grade this chapter (repeat for more; default: each workspace's started "
+                   "chapters)")  # fmt: skip
+    p.add_argument("--student", action="append", dest="students", metavar="NAME",
+                   help="the students' names, one per workspace in order (default: each "
+                   "workspace folder's name, or its parent's for a folder called "
+                   "workspace)")  # fmt: skip
+    p.add_argument("--time-limit", type=number(0, low_open=True), default=300.0,
+                   metavar="SECONDS", help="per workspace; then its processes are killed and it "
+                   "scores 0")  # fmt: skip
+    p.add_argument("--jobs", type=positive_int,
+                   default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1,
+                   help="workspaces graded at once (default: the cores available)")  # fmt: skip
+    p.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
+                   help="bwrap: run each workspace in bubblewrap (no network, only its copy "
+                   "writable); auto: bwrap where it works, else none (the students' code runs as "
+                   "you)")  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
@@ -193,6 +170,7 @@ def grade_workspace(ref, root: Path, student: str, chapters, tmp: Path, limit, b
         ]
 
     try:
+        locate(ws, data)  # the places in the learner's workspace, not in the copy
         scored = scores()
     except (AttributeError, KeyError, TypeError, ValueError):  # a result of the wrong shape
         data, problem = {}, "the tests' result is damaged"
@@ -210,12 +188,8 @@ def _run(ref, ws: Workspace, chapters: list[str], tmp: Path, limit, bwrap):
     sizes = [p.lstat().st_size for p in ws.package.rglob("*")]
     if sum(sizes) > MAX_CODE_BYTES or len(sizes) > 10_000:
         raise UserError(f"numpy_impl/ holds {sum(sizes) >> 20} MB in {len(sizes)} files")
-    shutil.copytree(
-        ws.package,
-        tmp / "numpy_impl",
-        symlinks=True,
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
+    shutil.copytree(ws.package, tmp / "numpy_impl", symlinks=True,
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))  # fmt: skip
     spans: dict[str, list] = {}  # file -> [region key, first line, last line]: traced
     for f in sorted({r.file for c in chapters for r in ref.chapter_regions(c)}):
         path = tmp / "numpy_impl" / f
@@ -230,33 +204,16 @@ def _run(ref, ws: Workspace, chapters: list[str], tmp: Path, limit, bwrap):
     with tempfile.TemporaryFile() as channel, tempfile.TemporaryFile() as log:
         channel.write(json.dumps({"token": token, "regions": spans}).encode())
         channel.flush()
-        env.update(
-            {
-                WORKSPACE_ENV: str(tmp),
-                "TWINFORMER_GRADE_FD": str(channel.fileno()),
-                READ_ONLY_ENV: "1",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "HOME": str(tmp),
-                "OMP_NUM_THREADS": "1",
-            }
-        )
+        env.update({WORKSPACE_ENV: str(tmp), "TWINFORMER_GRADE_FD": str(channel.fileno()),
+                    READ_ONLY_ENV: "1", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(tmp),
+                    "OMP_NUM_THREADS": "1"})  # fmt: skip
         marker = " or ".join(f"ch{c}" for c in chapters)
-        pytest = [
-            sys.executable,
-            *"-m pytest parity_tests -q -p no:cacheprovider -o addopts=".split(),
-        ]
-        cmd = [*(_bwrap(bwrap, tmp) if bwrap else []), *pytest, "-m", marker]
+        pytest = "-m pytest parity_tests -q -p no:cacheprovider -o addopts=".split()
+        cmd = [*(_bwrap(bwrap, tmp) if bwrap else []), sys.executable, *pytest, "-m", marker]
         start = time.monotonic()
-        proc = subprocess.Popen(
-            cmd,
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            pass_fds=(channel.fileno(),),
-            start_new_session=True,
-        )
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=log, pass_fds=(channel.fileno(),),
+                                start_new_session=True)  # fmt: skip
         try:
             proc.wait(timeout=limit)
         except subprocess.TimeoutExpired:
@@ -269,11 +226,8 @@ def _run(ref, ws: Workspace, chapters: list[str], tmp: Path, limit, bwrap):
         if head != token.encode() or size > MAX_RESULT_BYTES:
             tail = os.pread(log.fileno(), 600, max(0, os.fstat(log.fileno()).st_size - 600))
             said = " ".join(tail.decode(errors="replace").split()[-30:])
-            return (
-                {},
-                f"the tests stopped without a result (exit {proc.returncode}): {said}",
-                seconds,
-            )
+            said = f"the tests stopped without a result (exit {proc.returncode}): {said}"
+            return {}, said, seconds
     try:
         return json.loads(body), None, seconds
     except ValueError:
@@ -331,17 +285,9 @@ def _chapter(ref, ws: Workspace, chapter: str, data: dict, problem: str | None) 
         why = problem or (f"{len(bad)} of its {len(own)} tests fail: {first}" if bad else "")
         if not own and not why:
             why = "no test ran it (a test module that does not import?)"
-        scored.append(
-            {
-                "file": r.file,
-                "function": r.function,
-                "points": 100 / len(regions),
-                "passed": not why,
-                "tests": len(own),
-                "why": why,
-                "failing_tests": bad,
-            }
-        )
+        scored.append({"file": r.file, "function": r.function, "points": 100 / len(regions),
+                       "passed": not why, "tests": len(own), "why": why,
+                       "failing_tests": bad})  # fmt: skip
     score = round(100 * sum(r["passed"] for r in scored) / len(regions))
     collect = [c["message"] for c in data.get("collect_errors", [])]
     hint = (
@@ -362,23 +308,13 @@ def _junit(report: dict) -> str:
     root = ET.Element("testsuites", name=report["student"])
     for ch in report["chapters"]:
         failed = [r for r in ch["regions"] if not r["passed"]]
-        suite = ET.SubElement(
-            root,
-            "testsuite",
-            name=f"ch{ch['chapter']}",
-            errors="0",
-            tests=str(len(ch["regions"])),
-            failures=str(len(failed)),
-        )
+        suite = ET.SubElement(root, "testsuite", name=f"ch{ch['chapter']}", errors="0",
+                              tests=str(len(ch["regions"])), failures=str(len(failed)))  # fmt: skip
         props = ET.SubElement(suite, "properties")
         ET.SubElement(props, "property", name="score", value=str(ch["score"]))
         for r in ch["regions"]:
-            case = ET.SubElement(
-                suite,
-                "testcase",
-                name=r["function"],
-                classname=f"ch{ch['chapter']}.{r['file'].removesuffix('.py')}",
-            )
+            classname = f"ch{ch['chapter']}.{r['file'].removesuffix('.py')}"
+            case = ET.SubElement(suite, "testcase", name=r["function"], classname=classname)
             if not r["passed"]:
                 ET.SubElement(case, "failure", message=_clean(r["why"]))
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
