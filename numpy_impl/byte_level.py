@@ -25,6 +25,12 @@ import numpy as np
 GPT2_SPLIT_PATTERN = (
     r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 )
+#: SmolLM2's and StarCoder's: HF ``Digits(individual_digits=True)``, then GPT-2's regex on
+#: each stretch between digits. As one regex: each digit alone, and whitespace before a
+#: digit ends there, as at the end of a stretch.
+DIGITS_SPLIT_PATTERN = GPT2_SPLIT_PATTERN.replace(r" ?\p{N}+", r"\p{N}").replace(
+    r"(?!\S)", r"(?![^\s\p{N}])"
+)
 #: GPT-2's end-of-document token.
 ENDOFTEXT = "<|endoftext|>"
 
@@ -83,10 +89,10 @@ def str_to_token(s: str) -> bytes:
 def _compile(pattern: str | None):
     if pattern is None:
         return None
-    if pattern != GPT2_SPLIT_PATTERN:
+    if pattern not in (GPT2_SPLIT_PATTERN, DIGITS_SPLIT_PATTERN):
         raise ValueError(
-            "pattern: expected GPT2_SPLIT_PATTERN or None (no pre-tokenization), the two "
-            f"that a ByteLevel tokenizer.json can express; got {pattern!r}"
+            "pattern: expected GPT2_SPLIT_PATTERN, DIGITS_SPLIT_PATTERN or None (no "
+            f"pre-tokenization), those a tokenizer.json can express; got {pattern!r}"
         )
     import regex  # \p{L}, \p{N}: the standard library's re has no Unicode properties
 

@@ -21,6 +21,7 @@ import numpy as np
 from .bpe_trainer import train_bpe
 from .byte_level import (
     _BYTE_TO_ID,
+    DIGITS_SPLIT_PATTERN,
     ENDOFTEXT,
     GPT2_SPLIT_PATTERN,
     _as_bytes_pairs,
@@ -361,7 +362,7 @@ class BPETokenizer:
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
     def __repr__(self) -> str:
-        pre = "gpt2" if self.pattern is not None else "none"
+        pre = {None: "none", DIGITS_SPLIT_PATTERN: "digits"}.get(self.pattern, "gpt2")
         return (
             f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
             f"special_tokens={sorted(self.special_tokens)}, pre_tokenizer={pre})"

@@ -13,7 +13,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .byte_level import GPT2_SPLIT_PATTERN, str_to_token, token_to_str
+from .byte_level import DIGITS_SPLIT_PATTERN, GPT2_SPLIT_PATTERN, str_to_token, token_to_str
+
+#: the pre-tokenizer before ByteLevel that :data:`DIGITS_SPLIT_PATTERN` stands for (SmolLM2's)
+DIGITS = {"type": "Digits", "individual_digits": True}
 
 if TYPE_CHECKING:
     from .tokenizer import BPETokenizer
@@ -30,13 +33,16 @@ def tokenizer_to_json(tokenizer: BPETokenizer) -> str:
         for s, i in sorted(tokenizer.special_tokens.items(), key=lambda kv: kv[1])
     ]  # fmt: skip
     byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True}
+    pre = {**byte_level, "use_regex": tokenizer.pattern is not None}
+    if tokenizer.pattern == DIGITS_SPLIT_PATTERN:
+        pre = {"type": "Sequence", "pretokenizers": [DIGITS, pre]}
     document = {
         "version": "1.0",
         "truncation": None,
         "padding": None,
         "added_tokens": added,
         "normalizer": None,
-        "pre_tokenizer": {**byte_level, "use_regex": tokenizer.pattern is not None},
+        "pre_tokenizer": pre,
         "post_processor": None,
         "decoder": {**byte_level, "add_prefix_space": True, "use_regex": True},
         "model": {
@@ -88,7 +94,8 @@ def parse_tokenizer_json(
     """The tables of a byte-level BPE ``tokenizer.json`` (ours, or HF's: GPT-2's loads).
 
     Supported: no normalizer; a ``ByteLevel`` pre-tokenizer without prefix space
-    (``use_regex`` true: GPT-2's pattern, false: none); a ``ByteLevel`` decoder
+    (``use_regex`` true: GPT-2's pattern, false: none), alone or after SmolLM2's
+    ``Digits(individual_digits=True)`` (with the regex); a ``ByteLevel`` decoder
     or none; a ``BPE`` model without dropout, subword prefix/suffix, byte
     fallback or ``ignore_merges``; merges as ``"a b"`` strings or ``[a, b]``
     pairs; no truncation; a post-processor that adds no token (:func:`_keeps_ids`).
@@ -129,10 +136,16 @@ def parse_tokenizer_json(
     if doc.get("normalizer") is not None:
         raise unsupported("normalizer", doc["normalizer"])
     pre = doc.get("pre_tokenizer") or {}
+    steps = (
+        pre.get("pretokenizers") if isinstance(pre, dict) and pre.get("type") == "Sequence" else 0
+    )
+    if digits := isinstance(steps, list) and len(steps) == 2 and steps[0] == DIGITS:
+        pre = steps[1]
     if (
         not isinstance(pre, dict)
         or pre.get("type") != "ByteLevel"
         or pre.get("add_prefix_space", True)
+        or (digits and not pre.get("use_regex", True))
     ):
         raise unsupported("pre_tokenizer", doc.get("pre_tokenizer"))
     dec = doc.get("decoder")
@@ -151,6 +164,7 @@ def parse_tokenizer_json(
         ):
             raise unsupported("added_tokens", t)  # HF matches these otherwise than specials
     pattern = GPT2_SPLIT_PATTERN if pre.get("use_regex", True) else None
+    pattern = DIGITS_SPLIT_PATTERN if digits else pattern
     # A hand-edited file can hold anything: a wrong structure is a ValueError naming
     # the field (as the torch twin's, where HF's parser rejects it), not a KeyError.
     field = "model.vocab"

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -186,3 +187,24 @@ def test_bench_generate_kv_cache_shrinks_by_n_heads_over_n_kv_heads():
     assert sizes[4] == [2 * s for s in sizes[2]] == [4 * s for s in sizes[1]], sizes
     with contextlib.redirect_stderr(io.StringIO()):
         assert main([*args, "--n-kv-heads", "3"]) != 0  # 3 does not divide 4
+
+
+def test_bench_gpt2_smollm2_is_its_published_config_and_runs_shrunk_in_each_backend():
+    """The smollm2-135m entry is `labs import`'s reading of SmolLM2-135M's config.json; the same
+    shape shrunk (9 heads, 3 KV heads) runs in both twins and in transformers, equal in size."""
+    from labs.plumbing.interop_llama import from_llama_config
+    from numpy_impl.gpt import GPTConfig
+
+    published = {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                 "num_attention_heads": 9, "num_key_value_heads": 3, "vocab_size": 49152,
+                 "max_position_embeddings": 8192, "rope_theta": 100000.0, "rms_norm_eps": 1e-5,
+                 "tie_word_embeddings": True}  # fmt: skip
+    entry = bench_more.MODELS["smollm2-135m"]
+    assert GPTConfig(**from_llama_config(published)) == GPTConfig(**entry)
+    tiny = {**entry, "vocab_size": 97, "block_size": 16, "n_layers": 2, "d_model": 36, "d_ff": 48}
+    o = {"forward_tokens": 8, "prompt_tokens": 2, "new_tokens": 3, "block_size": 8,
+         "batch_size": 2, "grad_accum": 2, "steps": 2}  # fmt: skip
+    job = partial(bench_more._gpt2_job, config=tiny, o=o)
+    assert job("training", "transformers")["later_step_s"] > 0  # before inference turns grad off
+    runs = [job("inference", b) for b in ("numpy", "torch", "transformers")]
+    assert len({r["parameters"] for r in runs}) == 1 and all(r["same_tokens"] for r in runs), runs

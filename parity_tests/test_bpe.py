@@ -300,3 +300,47 @@ def test_ids_are_hfs_byte_order_and_tokens_are_hf_spelled(twins):
         assert ours.token_to_id(ours.id_to_token(i)) == i == hf.token_to_id(hf.id_to_token(i))
     assert ours.token_to_id("not a token") is None and hf.token_to_id("not a token") is None
     assert NL.token_to_str(b" the\n") == TL.token_to_str(b" the\n") == "\u0120the\u010a"
+
+
+# -- SmolLM2's pre-tokenizer: HF Digits(individual_digits=True), then ByteLevel's regex -----
+@pytest.fixture(scope="module")
+def digit_twins() -> tuple[NT.BPETokenizer, TT.BPETokenizer]:
+    ours = NT.BPETokenizer.train(TRAIN_TEXT, 420, pattern=NL.DIGITS_SPLIT_PATTERN)
+    return ours, TT.BPETokenizer(ours.vocab, ours.merges, ours.special_tokens, ours.pattern)
+
+
+@pytest.mark.parametrize(
+    ("text", "pieces"),
+    [("It's 1603!", ["It", "'s", " ", "1", "6", "0", "3", "!"]), ("a  1", ["a", "  ", "1"]),
+     ("x \n 2b", ["x", " \n ", "2", "b"]), ("a   b7", ["a", "  ", " b", "7"])],
+)  # fmt: skip
+def test_digits_pre_tokenization_fixed_cases(digit_twins, text, pieces):
+    assert NL.pre_tokenize(text, NL.DIGITS_SPLIT_PATTERN) == pieces
+    assert digit_twins[1].pre_tokenize(text) == pieces
+
+
+@given(text=tokenizer_texts)
+def test_digits_pre_tokenizer_gives_hfs_pieces_and_ids(digit_twins, text):
+    ours, hf = digit_twins
+    assert ours.pre_tokenize(text) == hf.pre_tokenize(text)
+    assert ours.encode(text) == hf.encode(text)
+
+
+def test_digits_tokenizer_json_is_hfs_and_loads_in_both_twins(digit_twins):
+    ours = digit_twins[0]
+    hf_trained = TT.BPETokenizer.train(TRAIN_TEXT, 420, pattern=ours.pattern)
+    assert ours.to_json() == hf_trained.to_json()
+    doc = json.loads(ours.to_json())
+    assert doc["pre_tokenizer"]["pretokenizers"][0] == {"type": "Digits", "individual_digits": True}
+    for cls in (NT.BPETokenizer, TT.BPETokenizer):
+        tok = cls.from_json(ours.to_json())
+        assert tok.pattern == NL.DIGITS_SPLIT_PATTERN and tok.merges == ours.merges
+        assert "pre_tokenizer=digits" in repr(tok)
+        for bad in ({"individual_digits": False}, {"use_regex": False}):
+            steps = doc["pre_tokenizer"]["pretokenizers"]
+            changed = [{**s, **{k: v for k, v in bad.items() if k in s}} for s in steps]
+            text = json.dumps(
+                {**doc, "pre_tokenizer": {**doc["pre_tokenizer"], "pretokenizers": changed}}
+            )
+            with pytest.raises(ValueError, match="pre_tokenizer"):
+                cls.from_json(text)

@@ -19,6 +19,12 @@ from tokenizers import pre_tokenizers
 GPT2_SPLIT_PATTERN = (
     r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 )
+#: SmolLM2's and StarCoder's: HF ``Digits(individual_digits=True)``, then GPT-2's regex on
+#: each stretch between digits. As one regex: each digit alone, and whitespace before a
+#: digit ends there, as at the end of a stretch.
+DIGITS_SPLIT_PATTERN = GPT2_SPLIT_PATTERN.replace(r" ?\p{N}+", r"\p{N}").replace(
+    r"(?!\S)", r"(?![^\s\p{N}])"
+)
 ENDOFTEXT = "<|endoftext|>"
 
 
@@ -74,14 +80,13 @@ def _check_text(text, name: str = "text") -> None:
         ) from None
 
 
-def _check_pattern(pattern: str | None) -> bool:
-    """``use_regex`` of HF's ByteLevel for ``pattern``."""
-    if pattern is not None and pattern != GPT2_SPLIT_PATTERN:
+def _check_pattern(pattern: str | None) -> str | None:
+    if pattern not in (None, GPT2_SPLIT_PATTERN, DIGITS_SPLIT_PATTERN):
         raise ValueError(
-            "pattern: expected GPT2_SPLIT_PATTERN or None (no pre-tokenization), the two "
-            f"that a ByteLevel tokenizer.json can express; got {pattern!r}"
+            "pattern: expected GPT2_SPLIT_PATTERN, DIGITS_SPLIT_PATTERN or None (no "
+            f"pre-tokenization), those a tokenizer.json can express; got {pattern!r}"
         )
-    return pattern is not None
+    return pattern
 
 
 def _check_vocab_size(vocab_size, n_special: int = 0) -> None:
@@ -110,9 +115,14 @@ def _check_special_tokens(special_tokens) -> list[str]:
     return specials
 
 
-def _byte_level(use_regex: bool) -> pre_tokenizers.ByteLevel:
+def _byte_level(pattern: str | None) -> pre_tokenizers.PreTokenizer:
+    """HF's pre-tokenizer of ``pattern``: ``ByteLevel`` (with GPT-2's regex or none),
+    after ``Digits`` for :data:`DIGITS_SPLIT_PATTERN`."""
     # add_prefix_space=False: "Hello" stays "Hello", not " Hello" (GPT-2's choice)
-    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=use_regex)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=pattern is not None)
+    if pattern != DIGITS_SPLIT_PATTERN:
+        return byte_level
+    return pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
 
 
 def _check_vocab_and_specials(vocab, special_tokens) -> list[bytes]:

@@ -17,6 +17,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models
 
 from .bpe_trainer import train_bpe
 from .byte_level import (
+    DIGITS_SPLIT_PATTERN,
     ENDOFTEXT,
     GPT2_SPLIT_PATTERN,
     _byte_level,
@@ -33,9 +34,9 @@ from .byte_level import (
 from .tokenizer_files import DecodeStream, parse_tokenizer_json, tokenizer_to_json, write_atomically
 
 
-def _hf_tokenizer(vocab_str: dict[str, int], merges_str: list, use_regex: bool) -> Tokenizer:
+def _hf_tokenizer(vocab_str: dict[str, int], merges_str: list, pattern: str | None) -> Tokenizer:
     tok = Tokenizer(models.BPE(vocab=vocab_str, merges=merges_str))
-    tok.pre_tokenizer = _byte_level(use_regex)
+    tok.pre_tokenizer = _byte_level(pattern)
     tok.decoder = decoders.ByteLevel()
     return tok
 
@@ -51,7 +52,7 @@ class BPETokenizer:
         special_tokens: dict[str, int] | None = None,
         pattern: str | None = GPT2_SPLIT_PATTERN,
     ):
-        use_regex = _check_pattern(pattern)
+        _check_pattern(pattern)
         special_tokens = {} if special_tokens is None else special_tokens
         id_bytes = _check_vocab_and_specials(vocab, special_tokens)
         for rank, pair in enumerate(merges):
@@ -71,11 +72,11 @@ class BPETokenizer:
         self._id_bytes = id_bytes
         vocab_str = {token_to_str(t): int(i) for t, i in vocab.items()}
         merges_str = [(token_to_str(a), token_to_str(b)) for a, b in self.merges]
-        self.hf_tokenizer = _hf_tokenizer(vocab_str, merges_str, use_regex)
+        self.hf_tokenizer = _hf_tokenizer(vocab_str, merges_str, pattern)
         self._add_specials(self.hf_tokenizer)
         # HF extracts every added token from any text: a special token that is not allowed
         # is encoded as ordinary bytes by this second Tokenizer, which has none
-        self._hf_plain = _hf_tokenizer(vocab_str, merges_str, use_regex)
+        self._hf_plain = _hf_tokenizer(vocab_str, merges_str, pattern)
 
     def _add_specials(self, tok: Tokenizer) -> None:
         # HF numbers added tokens itself; add them in id order and check it agrees
@@ -181,7 +182,7 @@ class BPETokenizer:
         return cls.from_json(Path(path).read_text(encoding="utf-8"))
 
     def __repr__(self) -> str:
-        pre = "gpt2" if self.pattern is not None else "none"
+        pre = {None: "none", DIGITS_SPLIT_PATTERN: "digits"}.get(self.pattern, "gpt2")
         return (
             f"BPETokenizer(vocab_size={self.vocab_size}, merges={len(self.merges)}, "
             f"special_tokens={sorted(self.special_tokens)}, pre_tokenizer={pre})"

@@ -17,7 +17,10 @@ from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer, decoders
 
-from .byte_level import GPT2_SPLIT_PATTERN, _check_ids, str_to_token
+from .byte_level import DIGITS_SPLIT_PATTERN, GPT2_SPLIT_PATTERN, _check_ids, str_to_token
+
+#: the pre-tokenizer before ByteLevel that :data:`DIGITS_SPLIT_PATTERN` stands for (SmolLM2's)
+DIGITS = {"type": "Digits", "individual_digits": True}
 
 if TYPE_CHECKING:
     from .tokenizer import BPETokenizer
@@ -76,6 +79,9 @@ def parse_tokenizer_json(
         raise ValueError(f"tokenizer.json: HF cannot read it: {e}") from e
     model = doc.get("model") or {}
     pre = doc.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else 0
+    if digits := isinstance(steps, list) and len(steps) == 2 and steps[0] == DIGITS:
+        pre = steps[1]
     decoder = (doc.get("decoder") or {"type": "ByteLevel"})["type"]
     subword = "continuing_subword_prefix"
     problems = [
@@ -90,6 +96,8 @@ def parse_tokenizer_json(
             ("normalizer", doc.get("normalizer"), (None,)),
             ("pre_tokenizer.type", pre.get("type"), ("ByteLevel",)),
             ("pre_tokenizer.add_prefix_space", pre.get("add_prefix_space", True), (False,)),
+            ("pre_tokenizer.use_regex after Digits", digits and pre.get("use_regex", True),
+             (digits,)),
             ("decoder.type", decoder, ("ByteLevel",)),
             ("truncation", doc.get("truncation"), (None,)),
         )
@@ -105,6 +113,7 @@ def parse_tokenizer_json(
     if problems:
         raise ValueError(f"tokenizer.json: {problems[0]} is not supported (byte-level BPE only)")
     pattern = GPT2_SPLIT_PATTERN if pre.get("use_regex", True) else None
+    pattern = DIGITS_SPLIT_PATTERN if digits else pattern
     vocab = {str_to_token(s): int(i) for s, i in model.get("vocab", {}).items()}
     merges = [
         tuple(str_to_token(t) for t in (m.split(" ") if isinstance(m, str) else m))

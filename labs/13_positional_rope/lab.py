@@ -22,6 +22,7 @@
 # 3. The score of query i and key j depends on i - j only; long-term decay.
 # 4. The two layouts, and the permutation that converts weights between them.
 # 5. The backward is the rotation back.
+# 6. Grouped-query attention: the KV cache against n_kv_heads.
 
 # %%
 
@@ -194,3 +195,27 @@ print(f"dq: NumPy vs autograd {max_diff(dq, q_t.grad):.1e}; dk: {max_diff(dk, k_
 cos, sin = N.rope_cos_sin(5, 8, start_pos=7, dtype=np.float64)
 there_and_back = N.apply_rope(N.apply_rope(q, cos, sin, "half"), cos, -sin, "half")
 print(f"rotate by +angle, then by -angle: back to q within {max_diff(there_and_back, q):.1e}")
+
+# %% [markdown]
+# ## 6. Grouped-query attention: a smaller KV cache
+#
+# H = 8 query heads, 4 layers, d_k = 32; 256 positions cached, float32. The cache
+# holds the H_kv key/value heads only: H / H_kv times less memory, measured.
+
+# %%
+ids = rng.integers(0, 65, (1, 256))
+kv_heads, kib = [8, 4, 2, 1], []
+for h_kv in kv_heads:
+    config = N.GPTConfig(65, 256, n_heads=8, d_model=256, n_kv_heads=h_kv, pos_emb="rope")
+    model = N.GPT(config, seed=0)
+    cache = model.new_kv_cache()
+    model(ids, kv_cache=cache)  # fills (1, H_kv, 256, 32) per layer, k and v
+    kib.append(sum(layer.k.nbytes + layer.v.nbytes for layer in cache.layers) / 1024)
+    print(f"n_kv_heads {h_kv}: KV cache {kib[-1]:,.0f} KiB ({kib[0] / kib[-1]:.0f}x smaller)")
+
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.bar(["8 (MHA)", "4 (GQA)", "2 (GQA)", "1 (MQA)"], kib)
+ax.set(xlabel="n_kv_heads (of 8 heads)", ylabel="KV cache (KiB)",
+       title="KV cache at 256 positions, NumPy twin")  # fmt: skip
+fig.tight_layout()
+save(fig, "kv_cache_heads.png")

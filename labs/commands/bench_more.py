@@ -10,7 +10,7 @@
   is refilled every step) and at ``--long-block-size`` (it never slides).
 * ``bench-gpt2``: a model of :data:`MODELS` (random weights, float32, nothing downloaded),
   each backend in fresh processes: memory, forward and generation tokens/s, fine-tuning
-  steps (``train_step(x, y, grad_accum)``).
+  steps (``train_step(x, y, grad_accum)``); ``transformers``: its own model of the config.
 * ``bench-tokenizer``: the from-scratch byte-level BPE against Hugging Face ``tokenizers``
   on Tiny Shakespeare: training time, identical merges, encoding MB/s, bytes per token.
 
@@ -309,6 +309,12 @@ MODELS = {
         "vocab_size": 50257, "block_size": 1024, "n_layers": 12, "n_heads": 12, "d_model": 768,
         "dropout": 0.0, "bias": True, "tie_weights": True, "gelu_approximate": "tanh",
     },
+    "smollm2-135m": {  # SmolLM2-135M's published config.json (Allal et al. 2025), as `labs import`
+        "vocab_size": 49152, "block_size": 8192, "n_layers": 30, "n_heads": 9, "n_kv_heads": 3,
+        "d_model": 576, "d_ff": 1536, "dropout": 0.0, "bias": False, "tie_weights": True,
+        "pos_emb": "rope", "rope_layout": "half", "rope_base": 100000.0, "norm": "rmsnorm",
+        "ffn": "swiglu", "norm_eps": 1e-5, "qkv_bias": False,
+    },
     "default": {"vocab_size": 65, "block_size": 64},  # the course's model: labs train's
 }  # fmt: skip
 #: the table's rows: (label, the worker's key, format); {o[...]}: the options
@@ -330,7 +336,8 @@ GPT2_ROWS = (
 
 def _gpt2_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=tuple(MODELS), default="gpt2", help="the model measured")
-    p.add_argument("--backends", nargs="+", choices=("numpy", "torch"), default=["numpy", "torch"])
+    backends = ("numpy", "torch", "transformers")  # transformers: its own model of the config
+    p.add_argument("--backends", nargs="+", choices=backends, default=["numpy", "torch"])
     p.add_argument("--forward-tokens", type=at_least(1), default=256, help="tokens in the forward")
     p.add_argument("--prompt-tokens", type=at_least(1), default=16, help="prompt of the generation")
     p.add_argument("--new-tokens", type=at_least(1), default=32, help="greedy tokens generated")
@@ -345,12 +352,50 @@ def _gpt2_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker", help=argparse.SUPPRESS)  # one JSON job, in a fresh process
 
 
+class _Transformers:
+    """transformers' own model of a GPT config (GPT-2's or Llama's class, its random init),
+    driven as bench-gpt2 drives a backend: AdamW steps, greedy ``generate``."""
+
+    def __init__(self, config: dict):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        from ..plumbing.interop_gpt2 import gpt2_config
+        from ..plumbing.interop_llama import llama_config
+
+        torch.manual_seed(0)
+        hf_config = (llama_config if config.get("pos_emb") == "rope" else gpt2_config)(config)
+        self.torch, self.model = torch, AutoModelForCausalLM.from_config(hf_config)
+        self.optimizer = torch.optim.AdamW(self.model.parameters())
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.model.parameters())  # a tied matrix once
+
+    def generate(self, prompt: list[int], n: int, temperature: float, use_cache: bool):
+        idx, greedy = self.torch.tensor([prompt]), {"do_sample": False, "eos_token_id": None}
+        out = self.model.generate(idx, max_new_tokens=n, use_cache=use_cache, **greedy)
+        return out[0, len(prompt) :].tolist()
+
+    def train_step(self, x: np.ndarray, y: np.ndarray, grad_accum: int) -> None:
+        F, t = self.torch.nn.functional, self.torch.from_numpy
+        self.model.train()
+        self.optimizer.zero_grad()
+        for xm, ym in zip(np.split(x, grad_accum), np.split(y, grad_accum), strict=True):
+            logits = self.model(t(xm)).logits  # (B/N, T, V)
+            (F.cross_entropy(logits.flatten(0, 1), t(ym).flatten()) / grad_accum).backward()
+        self.torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+
+
 def _gpt2_job(what: str, backend_name: str, config: dict, o: dict) -> dict:
     """``inference`` (build, forward, generation with and without the cache) or
     ``training`` (fine-tuning steps), with this process's peak memory in MB."""
     from ..plumbing.backends import make_backend
 
-    backend, build_s = _best(lambda: make_backend(backend_name, config, seed=0))
+    build = partial(make_backend, backend_name, config, seed=0)
+    backend, build_s = _best(
+        partial(_Transformers, config) if backend_name == "transformers" else build
+    )
     rng, V = np.random.default_rng(0), config["vocab_size"]
     if what == "training":
         B, N, T = o["batch_size"], o["grad_accum"], o["block_size"]
@@ -364,7 +409,7 @@ def _gpt2_job(what: str, backend_name: str, config: dict, o: dict) -> dict:
     x = rng.integers(0, V, (1, o["forward_tokens"]))
     backend.model.eval()
     forward = backend.model
-    if backend_name == "torch":
+    if backend_name != "numpy":
         backend.torch.set_grad_enabled(False)
         forward = lambda ids: backend.model(backend.torch.from_numpy(ids))  # noqa: E731
     forward(x[:, :8])  # warm-up: first-call allocations, thread pools
@@ -399,7 +444,7 @@ def _gpt2_main(args: argparse.Namespace) -> int:
                 raise UserError(f"bench-gpt2: the {backend} {what} run failed: {found['error']}")
             results["backends"].setdefault(backend, {}).update(found)
     results["load_average_after"] = os.getloadavg()
-    if len(args.backends) == 2:
+    if {"numpy", "torch"} <= set(args.backends):
         numpy_, torch_ = (results["backends"][b]["rss_peak_mb"] for b in ("numpy", "torch"))
         results["inference_memory_ratio_numpy_to_torch"] = numpy_ / torch_
     print(json.dumps(results, indent=2, allow_nan=False) if args.json else format_table(results))
