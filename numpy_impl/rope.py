@@ -36,7 +36,7 @@ def check_rope_scaling(scaling) -> dict | None:
     if scaling is None:
         return None
     kind = scaling.get("rope_type") if isinstance(scaling, dict) else None
-    if kind not in ROPE_SCALINGS:
+    if not isinstance(kind, str) or kind not in ROPE_SCALINGS:
         raise ValueError(
             f"rope_scaling: expected None or a dict with rope_type in {tuple(ROPE_SCALINGS)}, "
             f"got {scaling!r}"

@@ -858,6 +858,12 @@ ROWS: dict[str, Row] = {
         ValueError,
         r"^rope_scaling\b",
     ),
+    "RotaryEmbedding: rope_type given as a list": Row(
+        "ch13",
+        lambda b: b.RotaryEmbedding(4, scaling={"rope_type": ["linear"], "factor": 2.0}),
+        ValueError,
+        r"^rope_scaling\b",
+    ),
     "RotaryEmbedding: llama3 scaling without its numbers": Row(
         "ch13",
         lambda b: b.RotaryEmbedding(4, scaling={"rope_type": "llama3", "factor": 8.0}),

@@ -86,7 +86,9 @@ def test_table_shows_failures_after_the_known_cells():
     "argv",
     [("bench", "--iters", "0"), ("bench", "--sizes", "12by64"), ("bench", "--processes", "0"),
      ("bench-attention", "--iters", "0"), ("bench-gpt2", "--grad-accum", "0"),
-     ("bench-tokenizer", "--vocab-sizes", "100")],
+     ("bench-tokenizer", "--vocab-sizes", "100"), ("bench", "--seed", "-1"),
+     ("bench-generate", "--seed", "-1"), ("bench-generate", "--threads", "100000000"),
+     ("bench-tokenizer", "--vocab-sizes", "100000000000")],
 )  # fmt: skip
 def test_bad_options_are_refused_by_argparse(argv, capsys):
     assert main(list(argv)) == 2

@@ -274,11 +274,15 @@ def test_report_paths_are_checked_before_anything_runs(tmp_path):
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def test_grade_survives_a_damaged_record(tmp_path):
+@pytest.mark.parametrize(
+    "record, said",
+    [("{not json", "damaged"), ('{"chapters": {"99": {}}, "version": 1}', "not a record")],
+)
+def test_grade_survives_a_damaged_record(tmp_path, record, said):
     good, bad = tmp_path / "good", tmp_path / "bad"
     for ws in (good, bad):
         assert limited("start", "01", "--workspace", ws).returncode == 0
-    (bad / "progress.json").write_text("{not json")
+    (bad / "progress.json").write_text(record)
     proc = subprocess.run(
         [sys.executable, "-m", "labs", "grade", good, bad, "--out", tmp_path / "grades"],
         capture_output=True,
@@ -288,7 +292,40 @@ def test_grade_survives_a_damaged_record(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     rows = (tmp_path / "grades" / "grades.csv").read_text().splitlines()
-    assert len(rows) == 3 and "damaged" in rows[2]
+    assert len(rows) == 3 and said in rows[2]
+
+
+@pytest.mark.parametrize("folder", [".reports", ".hypothesis"])
+def test_check_never_writes_through_a_linked_folder(tmp_path, folder):
+    ws, victim = tmp_path / "ws", tmp_path / "victim"
+    assert limited("start", "01", "--workspace", ws).returncode == 0
+    victim.mkdir()
+    (victim / "ch01.json").write_text("PRECIOUS")
+    (ws / folder).symlink_to(victim)
+    one_error(limited("check", "01", "--workspace", ws), "not a link")
+    assert (victim / "ch01.json").read_text() == "PRECIOUS"
+
+
+def test_hugging_face_files_are_proven_inside_their_folder(tmp_path, monkeypatch):
+    from labs.plumbing import hf_files
+    from labs.plumbing.interop_gpt2 import from_gpt2_config
+
+    outside, hf = tmp_path / "outside.json", tmp_path / "hf"
+    outside.write_text('{"model_type": "gpt2"}')
+    hf.mkdir()
+    (hf / "config.json").symlink_to(outside)
+    with pytest.raises(ValueError, match="outside"):
+        hf_files.read_hf_config(hf)
+    (hf / "config.json").unlink()
+    (hf / "config.json").write_text("[" * 100_000)
+    with pytest.raises(ValueError, match="not valid JSON"):
+        hf_files.read_hf_config(hf)
+    monkeypatch.setattr(hf_files, "MAX_JSON_BYTES", 10)
+    with pytest.raises(ValueError, match="too large"):
+        hf_files.read_hf_config(hf)
+    with pytest.raises(ValueError, match="n_embd: expected a whole number, got 32.7"):
+        from_gpt2_config({"model_type": "gpt2", "n_embd": 32.7, "n_layer": 1, "n_head": 1,
+                          "n_positions": 8, "vocab_size": 8})  # fmt: skip
 
 
 def test_training_on_a_corpus_without_a_newline_ends_with_its_sample(tmp_path, capsys):

@@ -34,7 +34,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .shared import at_least
+from .shared import at_least, int_range, seed_int
 from .train_distributed import launch, processes_to_start
 
 SIZES = ((12, 64), (64, 256))  # (batch, context): nanoGPT's CPU default, and a larger one
@@ -82,8 +82,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=at_least(0), default=2, help="untimed steps in each process")
     p.add_argument("--rounds", type=at_least(1), default=3, help="fresh processes per variant")
     p.add_argument("--processes", type=at_least(1), help="NumPy's ranks (default: as train)")
-    p.add_argument("--threads", type=at_least(1), help="threads per process (default: as train)")
-    p.add_argument("--seed", type=int, default=0, help="weights and batches")
+    p.add_argument(
+        "--threads", type=int_range(1, 1024), help="threads per process (default: as train)"
+    )
+    p.add_argument("--seed", type=seed_int, default=0, help="weights and batches")
     p.add_argument("--profile", action="store_true", help="list the busiest functions (cProfile)")
     p.add_argument("--worker", choices=tuple(VARIANTS), help=argparse.SUPPRESS)
 

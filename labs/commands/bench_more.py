@@ -35,7 +35,7 @@ import numpy as np
 
 from .. import UserError
 from .bench import MiB, _peak_rss_bytes, _rss_bytes, table
-from .shared import at_least
+from .shared import at_least, int_range, seed_int
 
 
 class Command(NamedTuple):
@@ -237,8 +237,8 @@ def _generate_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--repeats", type=at_least(1), default=3, help="runs per measurement (best kept)"
     )
-    p.add_argument("--threads", type=at_least(1), default=1, help="torch threads")
-    p.add_argument("--seed", type=int, default=0, help="weights and prompt")
+    p.add_argument("--threads", type=int_range(1, 1024), default=1, help="torch threads")
+    p.add_argument("--seed", type=seed_int, default=0, help="weights and prompt")
     p.add_argument(
         "--n-kv-heads",
         type=at_least(1),
@@ -487,10 +487,12 @@ gpt2 = Command(_gpt2_args, _gpt2_main)
 # -- bench-tokenizer ------------------------------------------------------------------------
 def _tokenizer_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data", metavar="PATH", help="Tiny Shakespeare (default: as train)")
-    p.add_argument("--vocab-sizes", type=at_least(257), nargs="+", default=[1000, 10000])
+    p.add_argument(
+        "--vocab-sizes", type=int_range(257, 1_000_000), nargs="+", default=[1000, 10000]
+    )
     p.add_argument("--repeats", type=at_least(1), default=3, help="timings per measurement (best)")
     p.add_argument(
-        "--threads", type=at_least(1), help="RAYON_NUM_THREADS for HF (default: per core)"
+        "--threads", type=int_range(1, 1024), help="RAYON_NUM_THREADS for HF (default: per core)"
     )
     p.add_argument("--no-plain", action="store_true", help="skip the plain BPE (about a minute)")
     p.add_argument("--json", action="store_true", help="print one JSON object, no table")

@@ -75,6 +75,9 @@ def run_tests(ws: Workspace, chapter: str, keyword: str | None = None, marker: s
     workspace (no report there, no Hypothesis examples, no bytecode)."""
     if report is None:
         report = ws.root / REPORTS_DIR / f"ch{chapter}.json"
+    for own in (ws.root / REPORTS_DIR, ws.root / ".hypothesis"):  # written only inside ws.root
+        if own.is_symlink() or (own.exists() and not own.is_dir()):
+            raise UserError(f"{_show(own)} must be a folder of the workspace, not a link or file")
     report.unlink(missing_ok=True)
     env = {
         **os.environ,
@@ -522,7 +525,12 @@ def _places(ws: Workspace, chapter: str) -> list[tuple[str, str, bool]]:
     ref, places = Reference(), []
     for f in sorted({r.file for r in ref.chapter_regions(chapter)}):
         try:
-            mine = {r.key: r for r in parse_regions((ws.package / f).read_text("utf-8"), f, False)}
+            mine = {
+                r.key: r
+                for r in parse_regions(
+                    (ws.package / f).read_bytes().decode("utf-8", "replace"), f, False
+                )
+            }
         except (OSError, UnicodeDecodeError, FenceError):
             continue  # the check itself says what is wrong with the file
         for r in (r for r in ref.regions[f] if r.chapter == chapter and r.key in mine):

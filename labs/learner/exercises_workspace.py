@@ -16,6 +16,7 @@ from pathlib import Path
 from .. import UserError
 from ..plumbing.checkpoint_files import write_atomic
 from .exercises_fences import (
+    CHAPTERS,
     REPO,
     FenceError,
     Reference,
@@ -128,7 +129,8 @@ class Workspace:
             state = {}
         except (ValueError, UnicodeDecodeError) as e:  # never silently replaced by an empty one
             state, why = None, f"is damaged ({e})"
-        if not isinstance(state, dict) or not isinstance(state.get("chapters", {}), dict):
+        chapters = state.get("chapters", {}) if isinstance(state, dict) else None
+        if not isinstance(chapters, dict) or not set(chapters) <= set(CHAPTERS):
             raise UserError(
                 f"{_show(self.state_file)} {why}: repair it, or delete it to start the record "
                 "of your chapters afresh (your code is not in it)"

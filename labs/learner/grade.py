@@ -195,7 +195,10 @@ def _run(ref, ws: Workspace, chapters: list[str], tmp: Path, limit, bwrap):
         path = tmp / "numpy_impl" / f
         try:
             if path.is_file() and path.stat().st_size < 1 << 20:
-                mine = parse_regions(path.read_text(encoding="utf-8"), f, names=False)
+                text = path.read_bytes().decode(
+                    "utf-8", errors="replace"
+                )  # a stray byte hides no region
+                mine = parse_regions(text, f, names=False)
                 spans[f] = [[_key(r), r.begin + 2, r.end] for r in mine if r.chapter in chapters]
         except (FenceError, ValueError):
             pass  # its regions are never traced: they score nothing

@@ -38,6 +38,24 @@ ENDOFTEXT = "<|endoftext|>"  # GPT-2's end-of-document token
 #: and the most of them a model may need (nanoGPT rounds 50257 up to 50304: 47).
 RESERVED = "<|reserved_{}|>"
 MAX_RESERVED = 1024
+MAX_JSON_BYTES = 256 << 20  # Llama 3's tokenizer.json is 9 MB; a bigger file is not a config
+
+
+def own_file(path: Path) -> Path:
+    """``path`` resolved, proven to be a file inside its directory (a Hugging Face cache
+    snapshot may link it to its repository's ``blobs/``, as the hub's cache does).
+
+    Raises:
+        FileNotFoundError: no such file. ValueError: a link that leads elsewhere.
+    """
+    directory = Path(path).parent.resolve()
+    real = Path(path).resolve()
+    blobs = directory.parent.parent / "blobs"
+    if not (real.is_relative_to(directory) or real.parent == blobs):
+        raise ValueError(f"{path}: a link to {real}, outside {directory}")
+    if not real.is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    return real
 
 
 class _RepeatedKey(Exception):
@@ -61,12 +79,12 @@ def read_json(path: Path) -> dict:
         FileNotFoundError: no such file (named). ValueError: not a JSON object, or
             an object that gives a key twice (JSON would keep the last silently).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: no such file")
+    real = own_file(path)
+    if real.stat().st_size > MAX_JSON_BYTES:
+        raise ValueError(f"{path}: {real.stat().st_size >> 20} MiB, too large for a JSON config")
     try:
-        document = json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=_no_repeats)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        document = json.loads(real.read_text(encoding="utf-8"), object_pairs_hook=_no_repeats)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from e
     except _RepeatedKey as e:  # JSON keeps the last silently: which one was meant?
         raise ValueError(f"{path}: the key {e.args[0]!r} is given twice; keep one") from None
@@ -103,6 +121,7 @@ def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
     from safetensors import SafetensorError, safe_open
 
     arrays: dict[str, np.ndarray] = {}
+    path = own_file(path)
     try:
         with safe_open(str(path), framework="numpy") as f:
             names = list(f.keys())
@@ -116,7 +135,7 @@ def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
                 for k in names:
                     if dtypes[k] == "BF16":
                         arrays[k] = f.get_tensor(k).float().numpy()
-    except (SafetensorError, OSError, ValueError) as e:
+    except (SafetensorError, OSError, ValueError, AttributeError, TypeError) as e:
         raise ValueError(f"{path}: not a readable safetensors file ({e})") from e
     return {
         k: a.astype(np.float32) if a.dtype.kind == "f" and a.dtype != np.float32 else a
@@ -142,7 +161,7 @@ def read_hf_weights(directory: Path) -> dict[str, np.ndarray]:
         if not isinstance(weight_map, dict) or not weight_map:
             raise ValueError(f"{index}: no 'weight_map' of tensor -> shard file")
         arrays: dict[str, np.ndarray] = {}
-        for shard in sorted(set(weight_map.values())):
+        for shard in sorted(set(map(str, weight_map.values()))):
             if Path(shard).name != shard:
                 raise ValueError(f"{index}: shard {shard!r} is not a file name in {directory}")
             for k, a in _read_safetensors(directory / shard).items():
@@ -167,6 +186,8 @@ def _special_tokens(directory: Path, vocab: dict[bytes, int]) -> dict[str, int]:
     config_path = directory / TOKENIZER_CONFIG_FILE
     if config_path.is_file():
         decoder = read_json(config_path).get("added_tokens_decoder") or {}
+        if not isinstance(decoder, dict):
+            raise ValueError(f"{config_path}: 'added_tokens_decoder' must map ids to tokens")
         for i, entry in decoder.items():
             if isinstance(entry, dict) and isinstance(entry.get("content"), str):
                 specials[entry["content"]] = int(i)
@@ -198,8 +219,8 @@ def read_hf_tokenizer(directory: Path):
                 "was exported from instead"
             )
         try:
-            return BPETokenizer.from_file(path)
-        except ValueError as e:
+            return BPETokenizer.from_file(own_file(path))
+        except (TypeError, ValueError) as e:
             raise ValueError(f"{path}: {e}") from e
     vocab_path, merges_path = directory / VOCAB_FILE, directory / MERGES_FILE
     if not (vocab_path.is_file() and merges_path.is_file()):
@@ -207,7 +228,7 @@ def read_hf_tokenizer(directory: Path):
     try:
         vocab = {str_to_token(s): int(i) for s, i in read_json(vocab_path).items()}
         merges = []
-        lines = merges_path.read_text(encoding="utf-8").splitlines()
+        lines = own_file(merges_path).read_text(encoding="utf-8").splitlines()
         for n, line in enumerate(lines, 1):
             if not line.strip() or (n == 1 and line.startswith("#version")):
                 continue

@@ -19,6 +19,14 @@ def _get(config, name: str):
     return config[name] if isinstance(config, Mapping) else getattr(config, name)
 
 
+def _integer(config, name: str) -> int:
+    """``config``'s ``name``, refused unless a whole number (``int()`` would round 4.7)."""
+    value = _get(config, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: expected a whole number, got {value!r}")
+    return value
+
+
 def _has(config, name: str) -> bool:
     return name in config if isinstance(config, Mapping) else hasattr(config, name)
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from numpy_impl import pretrained
 
-from .interop import _flag, _get, _has, _hf_model, _numpy
+from .interop import _flag, _get, _has, _hf_model, _integer, _numpy
 
 _GELU = {"gelu_new": "tanh", "gelu_pytorch_tanh": "tanh", "gelu": "none"}
 #: GPT2Config's defaults, for a config.json that leaves a field out (the hub's gpt2 has no
@@ -90,11 +90,11 @@ def from_gpt2_config(hf_config) -> dict:
         )
     tied = _flag(hf_config, "tie_word_embeddings", True)
     return {
-        "vocab_size": int(_get(hf_config, "vocab_size")),
-        "block_size": int(_get(hf_config, "n_positions")),
-        "n_layers": int(_get(hf_config, "n_layer")),
-        "n_heads": int(_get(hf_config, "n_head")),
-        "d_model": int(_get(hf_config, "n_embd")),
+        "vocab_size": _integer(hf_config, "vocab_size"),
+        "block_size": _integer(hf_config, "n_positions"),
+        "n_layers": _integer(hf_config, "n_layer"),
+        "n_heads": _integer(hf_config, "n_head"),
+        "d_model": _integer(hf_config, "n_embd"),
         "d_ff": _get(hf_config, "n_inner"),  # None: 4 * d_model in both
         "dropout": float(drops["resid_pdrop"]),
         "bias": True,  # GPT-2 has every bias

@@ -34,7 +34,7 @@ import numpy as np
 
 from numpy_impl.pretrained import check_tied_head
 
-from .interop import _check_keys, _flag, _get, _has, _hf_model, _numpy, _optional
+from .interop import _check_keys, _flag, _get, _has, _hf_model, _integer, _numpy, _optional
 
 #: (our name, Llama's name without "model.layers.N.") for block N; q, k, v are apart.
 _LLAMA_BLOCK_KEYS = (
@@ -166,8 +166,8 @@ def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
         hf_config = {**LLAMA_DEFAULTS, **FAMILIES[model_type], **hf_config}
         if not hf_config.get("rope_parameters") and "rope_theta" not in hf_config:
             hf_config["rope_theta"] = 10000.0
-    d_model = int(_get(hf_config, "hidden_size"))
-    n_heads = int(_get(hf_config, "num_attention_heads"))
+    d_model = _integer(hf_config, "hidden_size")
+    n_heads = _integer(hf_config, "num_attention_heads")
     act = _get(hf_config, "hidden_act")
     if act not in ("silu", "swish"):
         raise ValueError(f"hidden_act: this GPT's SwiGLU gate uses 'silu', got {act!r}")
@@ -185,17 +185,19 @@ def from_llama_config(hf_config, rope_layout: str = "half") -> dict:
     if isinstance(eps, bool) or not isinstance(eps, int | float):
         raise ValueError(f"rms_norm_eps: expected a number, got {eps!r}")
     rope_base, rope_scaling = _rope(hf_config)
-    kv_heads = _optional(hf_config, "num_key_value_heads") or n_heads
-    head_dim = _optional(hf_config, "head_dim") or d_model // n_heads
+    kv_heads = _optional(hf_config, "num_key_value_heads")
+    kv_heads = n_heads if kv_heads is None else kv_heads
+    head_dim = _optional(hf_config, "head_dim")
+    head_dim = d_model // n_heads if head_dim is None else head_dim
     return {
-        "vocab_size": int(_get(hf_config, "vocab_size")),
-        "block_size": int(_get(hf_config, "max_position_embeddings")),
-        "n_layers": int(_get(hf_config, "num_hidden_layers")),
+        "vocab_size": _integer(hf_config, "vocab_size"),
+        "block_size": _integer(hf_config, "max_position_embeddings"),
+        "n_layers": _integer(hf_config, "num_hidden_layers"),
         "n_heads": n_heads,
         "n_kv_heads": None if kv_heads == n_heads else kv_heads,  # None: the default
         "head_dim": None if head_dim * n_heads == d_model else head_dim,
         "d_model": d_model,
-        "d_ff": int(_get(hf_config, "intermediate_size")),
+        "d_ff": _integer(hf_config, "intermediate_size"),
         "dropout": 0.0,
         "tie_weights": bool(_flag(hf_config, "tie_word_embeddings", False)),
         "rope_layout": rope_layout,
