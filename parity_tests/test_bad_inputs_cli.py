@@ -150,6 +150,9 @@ ROWS: dict[str, Row] = {
     "train: --n-kv-heads with the gpt2 arch": Row(
         lambda b: train(b, "--n-kv-heads", "1"), UserError, r"^--n-kv-heads 1\b.*--arch llama"
     ),
+    "train: --eval-batch-size beyond memory": Row(
+        lambda b: train(b, "--eval-batch-size", str(10**11)), UserError, r"^--eval-batches\b"
+    ),
     "train: --batch-size 0": Row(
         lambda b: train(b, "--batch-size", "0"), UserError, r"^--batch-size\b"
     ),

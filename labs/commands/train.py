@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .. import UserError
 from ..plumbing.backends import ATTN_IMPLS, BACKENDS
-from ..plumbing.checkpoint_format import parameter_count
+from ..plumbing.checkpoint_format import parameter_count, physical_memory
 from ..plumbing.data import DATA_ENV_VAR
 from ..plumbing.tokenization import KINDS
 from .shared import (
@@ -253,6 +253,12 @@ def _check_args(args: argparse.Namespace) -> None:
         raise UserError("--from-previous goes with --resume DIR")
     _check_device(args)
     check_min_lr(args)
+    evaluated = 2 * args.eval_batches * args.eval_batch_size * args.block_size  # x, y: int64
+    if evaluated * 8 > (physical_memory() or float("inf")):
+        raise UserError(
+            f"--eval-batches {args.eval_batches} x --eval-batch-size {args.eval_batch_size} x "
+            f"--block-size {args.block_size}: the fixed evaluation batches would not fit in memory"
+        )
     if args.n_kv_heads is not None and (args.arch != "llama" or args.n_heads % args.n_kv_heads):
         raise UserError(
             f"--n-kv-heads {args.n_kv_heads}: needs --arch llama and to divide --n-heads"
