@@ -194,6 +194,8 @@ def test_bench_generate_kv_cache_shrinks_by_n_heads_over_n_kv_heads():
 def test_bench_gpt2_smollm2_is_its_published_config_and_runs_shrunk_in_each_backend():
     """The smollm2-135m entry is `labs import`'s reading of SmolLM2-135M's config.json; the same
     shape shrunk (9 heads, 3 KV heads) runs in both twins and in transformers, equal in size."""
+    import torch
+
     from labs.plumbing.interop_llama import from_llama_config
     from numpy_impl.gpt import GPTConfig
 
@@ -207,6 +209,7 @@ def test_bench_gpt2_smollm2_is_its_published_config_and_runs_shrunk_in_each_back
     o = {"forward_tokens": 8, "prompt_tokens": 2, "new_tokens": 3, "block_size": 8,
          "batch_size": 2, "grad_accum": 2, "steps": 2}  # fmt: skip
     job = partial(bench_more._gpt2_job, config=tiny, o=o)
-    assert job("training", "transformers")["later_step_s"] > 0  # before inference turns grad off
     runs = [job("inference", b) for b in ("numpy", "torch", "transformers")]
     assert len({r["parameters"] for r in runs}) == 1 and all(r["same_tokens"] for r in runs), runs
+    assert torch.is_grad_enabled()  # the later tests of this process train
+    assert job("training", "transformers")["later_step_s"] > 0

@@ -410,8 +410,11 @@ def _gpt2_job(what: str, backend_name: str, config: dict, o: dict) -> dict:
     backend.model.eval()
     forward = backend.model
     if backend_name != "numpy":
-        backend.torch.set_grad_enabled(False)
-        forward = lambda ids: backend.model(backend.torch.from_numpy(ids))  # noqa: E731
+
+        def forward(ids):
+            with backend.torch.no_grad():  # this call only: a test runs later jobs in-process
+                return backend.model(backend.torch.from_numpy(ids))
+
     forward(x[:, :8])  # warm-up: first-call allocations, thread pools
     out["forward_tok_s"] = o["forward_tokens"] / _best(lambda: forward(x))[1]
     prompt, ids = x[0, : o["prompt_tokens"]].tolist(), {}
