@@ -134,6 +134,18 @@ def test_the_twins_are_compared():
 
 PAIRS = _pairs()
 
+#: numpy_impl files with no torch twin, each by design: the base Module (torch has nn.Module),
+#: the fast backend and its flat buffers (torch's are its own kernels), the char tokenizer
+#: (plain Python, one for both) and the pretrained loader (torch loads through
+#: labs/plumbing/interop*.py).
+NUMPY_ONLY = {"module.py", "fast.py", "flat_buffers.py", "char_tokenizer.py", "pretrained.py"}
+
+
+def test_every_file_has_its_twin_or_is_named_one_sided():
+    numpy_files = {p.name for p in (ROOT / "numpy_impl").glob("*.py")}
+    torch_files = {p.name for p in (ROOT / "torch_impl").glob("*.py")}
+    assert numpy_files - torch_files == NUMPY_ONLY and not torch_files - numpy_files
+
 
 @pytest.mark.parametrize(("numpy_fn", "torch_fn", "pytorchs_own"), PAIRS)
 def test_positional_parameters_mirror(numpy_fn, torch_fn, pytorchs_own):
